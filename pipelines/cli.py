@@ -1,0 +1,83 @@
+"""The ``pgmflow`` command: a Hydra app over ``conf/``.
+
+    pgmflow                                   # the default experiment (64 x 64 Ising at T_c)
+    pgmflow pipeline=tempering model.L=32 seed=3
+    pgmflow experiment=gaussian_mixture
+    pgmflow debug=default                     # everything shrunk: seconds
+    pgmflow --cfg job                         # show the composed config
+    pgmflow resume=<mlflow run id>            # continue an interrupted run
+
+Bad input exits with code 2 and one line naming the field, the value and the fix.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+
+def conf_dir() -> str:
+    """The config directory: the source tree's conf/ or the installed ``pgmflow_conf`` package."""
+    env = os.environ.get("PGMFLOW_CONF_DIR")
+    if env:
+        return str(Path(env).resolve())
+    src = Path(__file__).resolve().parent.parent / "conf"
+    if (src / "config.yaml").exists():
+        return str(src)
+    import importlib.util
+
+    spec = importlib.util.find_spec("pgmflow_conf")
+    if spec is not None and spec.submodule_search_locations:
+        return str(Path(list(spec.submodule_search_locations)[0]).resolve())
+    raise RuntimeError("pgmflow cannot find its conf/ directory; set PGMFLOW_CONF_DIR")
+
+
+def _report(message: str, code: int):
+    print(f"pgmflow: error: {message}", file=sys.stderr, flush=True)
+    sys.exit(code)
+
+
+def run_from_hydra(cfg):
+    """The Hydra task function: resolve, execute, map errors to exit codes; returns the objective."""
+    from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+
+    from pipelines.errors import EXIT_BAD_INPUT, EXIT_FAILED, ConfigError
+
+    verbose = bool(OmegaConf.select(cfg, "verbose", default=False))
+    try:
+        try:
+            cfg_dict = OmegaConf.to_container(cfg, resolve=True)
+        except OmegaConfBaseException as exc:
+            key = getattr(exc, "full_key", None) or "config"
+            raise ConfigError(str(key), "<interpolation>", f"cannot be resolved ({exc.msg if hasattr(exc, 'msg') else exc})",
+                              "fix the ${...} reference") from None
+        cfg_dict.pop("hydra", None)
+        from pipelines.runner import execute
+
+        result = execute(cfg_dict)
+        return result.get("objective")
+    except ConfigError as exc:
+        if verbose:
+            raise
+        _report(exc.message, EXIT_BAD_INPUT)
+    except KeyboardInterrupt:
+        _report("interrupted", 130)
+    except Exception as exc:
+        if verbose:
+            raise
+        msg = " ".join(str(exc).split())
+        _report(f"{type(exc).__name__}: {msg} (run with verbose=true for the traceback)", EXIT_FAILED)
+
+
+def main():
+    os.environ.setdefault("PGMFLOW_ORIG_CWD", os.getcwd())
+    import hydra
+
+    app = hydra.main(config_path=conf_dir(), config_name="config", version_base="1.3")(run_from_hydra)
+    app()
+
+
+if __name__ == "__main__":
+    main()

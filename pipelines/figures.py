@@ -1,0 +1,99 @@
+"""Figures logged to MLflow (matplotlib, Agg backend; never shown on screen)."""
+
+from __future__ import annotations
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+
+from tasks.tempering import schedule  # noqa: E402
+
+
+def close(fig):
+    plt.close(fig)
+
+
+def _levels_to_show(K, n=6):
+    return sorted(set(np.linspace(0, K - 1, min(n, K)).round().astype(int).tolist()))
+
+
+def tempering_figures(target, betas, traces, history, results) -> dict:
+    """energy_traces, swap_acceptance (with the barrier Lambda(b)), round_trips, log_z."""
+    figs = {}
+    ising = target.kind == "ising"
+    b = np.asarray(betas[0])
+    tr = traces[0]
+    K = len(b)
+
+    # 1. energy (or log-likelihood) traces per temperature, last round, chain 0
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    for k in _levels_to_show(K):
+        y = tr.energy[:, k] / target.n_sites if ising else tr.loglik[:, k]
+        if ising:
+            beta = b[k] * target.beta_model
+            lab = f"T = {1 / beta:.3g}" if beta > 0 else "T = inf (reference)"
+        else:
+            lab = f"b = {b[k]:.3g}"
+        ax.plot(tr.scans, y, lw=0.8, label=lab)
+    ax.set_xlabel("scan")
+    ax.set_ylabel("energy per site" if ising else "log-likelihood l(x)")
+    ax.set_title("Traces per temperature (last round, chain 0)")
+    ax.legend(fontsize=8, ncol=2)
+    fig.tight_layout()
+    figs["energy_traces"] = fig
+
+    # 2. swap acceptance per adjacent pair and the communication barrier Lambda(b)
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
+    for c, (bc, t) in enumerate(zip(betas, traces)):
+        acc = t.accept_prob.mean(axis=0)
+        mid = 0.5 * (bc[1:] + bc[:-1])
+        axes[0].plot(mid, acc, "o-", ms=3, label=f"chain {c}")
+        lam, cum = schedule.communication_barrier(bc, 1 - acc)
+        axes[1].plot(bc, cum, "o-", ms=3, label=f"chain {c}: Λ = {lam:.2f}")
+    axes[0].set_xlabel("b (annealing parameter; T = T_target / b)" if ising else "b (annealing parameter)")
+    axes[0].set_ylabel("swap acceptance of pair (k, k+1)")
+    axes[0].set_ylim(0, 1.02)
+    axes[0].set_title("Swap acceptance (equalised by the adaptive ladder)")
+    axes[1].set_xlabel("b")
+    axes[1].set_ylabel("cumulative barrier Λ(b)")
+    axes[1].set_title("Communication barrier")
+    for ax in axes:
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    figs["swap_acceptance"] = fig
+
+    # 3. round trips: index process of a few replicas, and cumulative trips per round
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
+    R = tr.levels.shape[1]
+    for r in _levels_to_show(R, 4):
+        axes[0].step(tr.scans, tr.levels[:, r], where="post", lw=0.8, label=f"replica {r}")
+    axes[0].set_xlabel("scan")
+    axes[0].set_ylabel("level")
+    axes[0].set_title("Index process (last round, chain 0)")
+    axes[0].legend(fontsize=8)
+    rounds = [h["round"] for h in history]
+    axes[1].plot(rounds, [h["round_trips"] for h in history], "o-")
+    axes[1].set_xlabel("round")
+    axes[1].set_ylabel("round trips (cumulative, all chains)")
+    axes[1].set_title(f"Round trips: {results['round_trips']} in total")
+    fig.tight_layout()
+    figs["round_trips"] = fig
+
+    # 4. log Z estimates per round, with the exact value where known
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    ests = np.array([h["log_z_ss"] for h in history])
+    ses = np.array([h["log_z_ss_se"] for h in history])
+    ax.errorbar(rounds, ests, yerr=2 * ses, fmt="o-", capsize=3, label="stepping stone ± 2 SE")
+    ti = np.array([h["log_z_ti"] for h in history])
+    ax.plot(rounds, ti, "s--", ms=4, label="thermodynamic integration")
+    if "log_z_exact" in results:
+        ax.axhline(results["log_z_exact"], color="k", lw=1, label=f"exact ({results['exact_log_z_source']})")
+    ax.set_xlabel("round (estimates use that round's samples)")
+    ax.set_ylabel("log Z")
+    ax.set_title("log Z estimates")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    figs["log_z"] = fig
+    return figs

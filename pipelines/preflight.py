@@ -1,0 +1,280 @@
+"""Preflight checks: every field of the composed config is validated before anything runs.
+
+Declarative rules (scikit-learn style) with one message format (:class:`ConfigError`): the
+field, the value, the problem and the fix. ``preflight_checks(cfg)`` raises on the first problem.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from pathlib import Path
+from typing import Any, Callable
+
+from pipelines.errors import ConfigError
+
+PIPELINES = ("tempering",)
+MODELS = ("ising", "gaussian_mixture", "custom")
+
+
+# --- rules -------------------------------------------------------------------------------------
+
+def _get(cfg: dict, path: str):
+    node = cfg
+    for part in path.split("."):
+        if not isinstance(node, dict) or part not in node:
+            raise ConfigError(path, "<missing>", "required field is missing",
+                              f"add {path}=... or restore the default config")
+        node = node[part]
+    return node
+
+
+def integer(lo: int | None = None, hi: int | None = None, even: bool = False, allow: tuple = ()) -> Callable:
+    def check(path, v):
+        if v in allow and not isinstance(v, bool):
+            return
+        if isinstance(v, bool) or not isinstance(v, numbers.Integral):
+            alt = f" or one of {', '.join(map(str, allow))}" if allow else ""
+            raise ConfigError(path, v, f"must be an integer{alt}", f"set {path} to a whole number")
+        if lo is not None and v < lo:
+            raise ConfigError(path, v, f"must be >= {lo}", f"set {path}={lo} or larger")
+        if hi is not None and v > hi:
+            raise ConfigError(path, v, f"must be <= {hi}", f"set {path}={hi} or smaller")
+        if even and v % 2:
+            raise ConfigError(path, v, "must be even (checkerboard updates on a periodic lattice)",
+                              f"set {path}={v + 1}")
+    return check
+
+
+def real(gt: float | None = None, ge: float | None = None, nonzero: bool = False) -> Callable:
+    def check(path, v):
+        if isinstance(v, bool) or not isinstance(v, numbers.Real):
+            raise ConfigError(path, v, "must be a number", f"set {path} to a finite number")
+        if not math.isfinite(v):
+            raise ConfigError(path, v, "must be finite", f"set {path} to a finite number")
+        if gt is not None and not v > gt:
+            raise ConfigError(path, v, f"must be > {gt}", f"set {path} to a value above {gt}")
+        if ge is not None and not v >= ge:
+            raise ConfigError(path, v, f"must be >= {ge}", f"set {path}={ge} or larger")
+        if nonzero and v == 0:
+            raise ConfigError(path, v, "must not be zero", f"set {path} to a non-zero value")
+    return check
+
+
+def choice(*options) -> Callable:
+    def check(path, v):
+        if v not in options:
+            raise ConfigError(path, v, f"unknown value; expected one of {', '.join(map(str, options))}",
+                              f"set {path}={options[0]}")
+    return check
+
+
+def boolean(path, v):
+    if not isinstance(v, bool):
+        raise ConfigError(path, v, "must be true or false", f"set {path}=true or {path}=false")
+
+
+def optional_str(path, v):
+    if v is not None and not isinstance(v, str):
+        raise ConfigError(path, v, "must be a string or null", f"set {path}=null or a string")
+
+
+def _apply(cfg: dict, rules: dict[str, Callable]):
+    for path, rule in rules.items():
+        rule(path, _get(cfg, path))
+
+
+def _unknown_keys(cfg: dict, section: str, known):
+    node = cfg.get(section) or {}
+    for key in node:
+        if key not in known:
+            import difflib
+
+            near = difflib.get_close_matches(key, list(known), n=1)
+            hint = f"did you mean {section}.{near[0]}?" if near else f"known keys: {', '.join(sorted(known))}"
+            raise ConfigError(f"{section}.{key}", node[key], "unknown key", hint)
+
+
+# --- sections ----------------------------------------------------------------------------------
+
+TOP = {
+    "seed": integer(lo=0, hi=2**63 - 1),
+    "backend": choice("auto", "numpy", "cupy"),
+    "progress": boolean,
+    "verbose": boolean,
+    "resume": optional_str,
+    "pipeline.name": choice(*PIPELINES),
+    "tracking.uri": optional_str,
+    "tracking.experiment": optional_str,
+}
+
+TEMPERING = {
+    "n_replicas": integer(lo=2, hi=4096),
+    "n_rounds": integer(lo=1, hi=24),
+    "n_chains": integer(lo=1, hi=4096),
+    "explorer": choice("auto", "metropolis", "heatbath", "rwm", "hmc"),
+    "sweeps_per_scan": integer(lo=1),
+    "n_leapfrog": integer(lo=1, hi=10_000),
+    "step_size": real(gt=0),
+    "swap": choice("deo", "seo"),
+    "adapt_schedule": boolean,
+    "initial_schedule": choice("linear", "power"),
+    "schedule_power": real(gt=0),
+    "n_blocks": integer(lo=1, allow=("auto",)),
+    "layout": choice("auto", "chain", "blocks"),
+    "scans_per_task": integer(lo=1, allow=("auto",)),
+    "checkpoint_every": integer(lo=0),
+    "figures": boolean,
+}
+TEMPERING_OPTIONAL = {"ladder"}
+
+MODEL_RULES = {
+    "ising": {"L": integer(lo=2, hi=1 << 15, even=True), "T": real(gt=0), "J": real(nonzero=True), "h": real(),
+              "couplings": choice("ferromagnetic", "antiferromagnetic", "spin_glass"),
+              "disorder_seed": integer(lo=0)},
+    "gaussian_mixture": {"dim": integer(lo=1, hi=10_000), "n_components": integer(lo=1, hi=10_000),
+                         "separation": real(ge=0), "sigma": real(gt=0), "reference_scale": real(gt=0),
+                         "target_seed": integer(lo=0)},
+    "custom": {"dim": integer(lo=1, hi=100_000), "reference_scale": real(gt=0)},
+}
+MODEL_EXTRA = {"ising": set(), "gaussian_mixture": {"weights"}, "custom": {"log_density", "grad_log_density"}}
+
+
+def check_ladder(ladder, n_replicas):
+    path = "tempering.ladder"
+    if ladder is None:
+        return
+    if not isinstance(ladder, (list, tuple)) or len(ladder) < 2:
+        raise ConfigError(path, ladder, "must be a list of at least two annealing parameters b in [0, 1]",
+                          f"set {path}=null (automatic) or e.g. {path}=[0,0.25,0.5,1]")
+    for v in ladder:
+        real(ge=0)(path, v)
+    if ladder[0] != 0 or ladder[-1] != 1:
+        raise ConfigError(path, ladder, "must start at 0 (the reference) and end at 1 (the target)",
+                          f"make the first entry 0 and the last 1")
+    for a, b in zip(ladder, ladder[1:]):
+        if not b > a:
+            raise ConfigError(path, ladder, f"must be strictly increasing (found {a} then {b}); negative or "
+                              "non-increasing temperatures are not allowed",
+                              "sort the values and remove duplicates")
+
+
+def check_custom_target(model: dict, explorer: str):
+    """Import the user's log-density and evaluate it on reference draws: finite values, right shape."""
+    import numpy as np
+
+    from tasks.tempering import targets
+
+    for field in ("log_density", "grad_log_density"):
+        path = f"model.{field}"
+        spec = model.get(field)
+        if field == "grad_log_density" and not spec:
+            if explorer == "hmc":
+                raise ConfigError(path, spec, "HMC needs the gradient of the log-density",
+                                  "set model.grad_log_density=package.module:function or tempering.explorer=rwm")
+            continue
+        if not isinstance(spec, str) or not spec:
+            raise ConfigError(path, spec, "must name an importable callable",
+                              f"set {path}=package.module:function")
+        try:
+            targets.load_callable(spec)
+        except Exception as exc:
+            raise ConfigError(path, spec, f"cannot be imported ({type(exc).__name__}: {exc})",
+                              "check the module is on PYTHONPATH and the name is 'package.module:function'") from None
+    t = build_target(model)
+    x = t.reference.sample(np.random.default_rng(0), 16)
+    try:
+        val = t.log_gamma(x)
+    except Exception as exc:
+        raise ConfigError("model.log_density", model["log_density"], f"raised {type(exc).__name__}: {exc} "
+                          f"on an input of shape {x.shape}", "make it map x [n, d] to log-densities [n]") from None
+    if not np.all(np.isfinite(val) | (val == -np.inf)) or np.any(val == np.inf):
+        raise ConfigError("model.log_density", model["log_density"],
+                          "returned NaN or +inf on draws from the reference", "return finite values (or -inf "
+                          "outside the support) for every x")
+    if explorer == "hmc":
+        g = t.grad_log_gamma(x)
+        if not np.all(np.isfinite(g)):
+            raise ConfigError("model.grad_log_density", model["grad_log_density"],
+                              "returned NaN or inf on draws from the reference", "return finite gradients")
+
+
+def build_target(model: dict):
+    """The task-side target object for a validated model section."""
+    from tasks.tempering import targets
+
+    name = model["name"]
+    if name == "ising":
+        return targets.make_ising(model["L"], model["T"], model["J"], model["h"], model["couplings"],
+                                  model["disorder_seed"])
+    if name == "gaussian_mixture":
+        return targets.make_gaussian_mixture(model["dim"], model["n_components"], model["separation"],
+                                             model["sigma"], model["reference_scale"], model["target_seed"],
+                                             model.get("weights"))
+    if name == "custom":
+        return targets.CustomTarget(log_density=model["log_density"],
+                                    grad_log_density=model.get("grad_log_density") or "",
+                                    reference=targets.GaussianReference(model["dim"], float(model["reference_scale"])))
+    raise ConfigError("model.name", name, "unknown target", f"use one of {', '.join(MODELS)}")
+
+
+def resolve_explorer(explorer: str, model_name: str) -> str:
+    if model_name == "ising":
+        if explorer == "auto":
+            return "heatbath"
+        if explorer not in ("metropolis", "heatbath"):
+            raise ConfigError("tempering.explorer", explorer, "is for continuous targets, the Ising model needs "
+                              "spin updates", "set tempering.explorer=heatbath or metropolis")
+        return explorer
+    if explorer == "auto":
+        return "hmc" if model_name == "gaussian_mixture" else "rwm"
+    if explorer not in ("rwm", "hmc"):
+        raise ConfigError("tempering.explorer", explorer, "is an Ising spin update, the target is continuous",
+                          "set tempering.explorer=rwm or hmc")
+    return explorer
+
+
+def check_tempering(cfg: dict):
+    _unknown_keys(cfg, "tempering", set(TEMPERING) | TEMPERING_OPTIONAL)
+    _apply(cfg, {f"tempering.{k}": r for k, r in TEMPERING.items()})
+    t = cfg["tempering"]
+    check_ladder(t.get("ladder"), t["n_replicas"])
+    model = cfg["model"]
+    name = model.get("name")
+    if name not in MODELS:
+        raise ConfigError("model.name", name, "unknown target", f"use model=ising, model=gaussian_mixture or "
+                          "model=custom")
+    _unknown_keys(cfg, "model", set(MODEL_RULES[name]) | MODEL_EXTRA[name] | {"name"})
+    _apply(cfg, {f"model.{k}": r for k, r in MODEL_RULES[name].items()})
+    explorer = resolve_explorer(t["explorer"], name)
+    if name == "gaussian_mixture":
+        w = model.get("weights")
+        if w is not None:
+            if not isinstance(w, (list, tuple)) or len(w) != model["n_components"]:
+                raise ConfigError("model.weights", w, f"must be a list of {model['n_components']} positive numbers "
+                                  "(one per component)", "set model.weights=null for equal weights")
+            for v in w:
+                real(gt=0)("model.weights", v)
+    if name == "custom":
+        check_custom_target(model, explorer)
+
+
+def check_backend(cfg: dict):
+    if cfg["backend"] == "cupy":
+        from tasks import backend
+
+        ok, why = backend.gpu_status()
+        if not ok:
+            raise ConfigError("backend", "cupy", f"no usable GPU: {why}",
+                              "use backend=numpy (or auto), or install pgmflow[gpu] on a machine with a CUDA GPU")
+
+
+def preflight_checks(cfg: dict) -> None:
+    """Validate a resolved config (plain dict). Raises ConfigError on the first problem."""
+    _apply(cfg, TOP)
+    from pipelines import cluster
+
+    cluster.check_cluster_config(cfg.get("cluster") or {})
+    if cfg["pipeline"]["name"] == "tempering":
+        check_tempering(cfg)
+    check_backend(cfg)

@@ -1,0 +1,212 @@
+"""MLflow tracking: the only module that talks to MLflow.
+
+A :class:`Tracker` wraps one MLflow run through ``MlflowClient`` (no global fluent state, so
+several runs can live in one process). It logs the resolved config (YAML artifact and flattened
+params), provenance tags, metrics with steps (batched), figures, tables and checkpoints, and ends
+the run FINISHED, FAILED (with the error message) or KILLED.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import platform
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+import yaml
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+IGNORED_FOR_HASH = ("resume", "progress", "verbose", "cluster", "tracking")
+
+
+def config_hash(cfg: dict) -> str:
+    """Hash of the parts of a resolved config that determine the results."""
+    core = {k: v for k, v in cfg.items() if k not in IGNORED_FOR_HASH}
+    return hashlib.sha256(json.dumps(core, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def flatten(d: dict, prefix: str = "") -> dict:
+    out = {}
+    for k, v in d.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, dict):
+            out.update(flatten(v, key + "."))
+        else:
+            out[key] = v
+    return out
+
+
+def git_info() -> dict:
+    """Commit and dirty flag of the pgmflow source tree (``unknown`` outside a git checkout)."""
+    def git(*args):
+        return subprocess.run(["git", "-C", str(REPO_ROOT), *args], capture_output=True, text=True, timeout=10)
+
+    try:
+        head = git("rev-parse", "HEAD")
+        if head.returncode != 0:
+            return {"git.commit": "unknown", "git.dirty": "unknown"}
+        dirty = git("status", "--porcelain", "--untracked-files=no")
+        return {"git.commit": head.stdout.strip(), "git.dirty": str(bool(dirty.stdout.strip())).lower()}
+    except (OSError, subprocess.SubprocessError):
+        return {"git.commit": "unknown", "git.dirty": "unknown"}
+
+
+def versions() -> dict:
+    import dask
+    import distributed
+    import numpy
+
+    from pipelines import __version__
+
+    out = {"version.pgmflow": __version__, "version.numpy": numpy.__version__, "version.dask": dask.__version__,
+           "version.distributed": distributed.__version__, "version.python": platform.python_version()}
+    try:
+        import mlflow
+
+        out["version.mlflow"] = mlflow.__version__
+    except Exception:  # pragma: no cover
+        pass
+    return out
+
+
+def default_artifact_location(uri: str) -> str | None:
+    """For a local SQLite store, artifacts go to ./mlartifacts beside the database file."""
+    if uri.startswith("sqlite:///"):
+        db = Path(uri[len("sqlite:///"):])
+        if not db.is_absolute():
+            db = Path(os.environ.get("PGMFLOW_ORIG_CWD", os.getcwd())) / db
+        return (db.parent / "mlartifacts").resolve().as_uri()
+    return None
+
+
+def _absolute_uri(uri: str) -> str:
+    if uri.startswith("sqlite:///") and not uri.startswith("sqlite:////"):
+        rel = uri[len("sqlite:///"):]
+        base = Path(os.environ.get("PGMFLOW_ORIG_CWD", os.getcwd()))
+        return "sqlite:///" + str((base / rel).resolve())
+    return uri
+
+
+class Tracker:
+    """One MLflow run. Use :meth:`start` (new run) or :meth:`resume` (continue a run)."""
+
+    def __init__(self, uri: str, experiment: str, artifact_location: str | None = None):
+        import logging
+
+        from mlflow.tracking import MlflowClient
+
+        logging.getLogger("mlflow").setLevel(logging.WARNING)
+        logging.getLogger("alembic").setLevel(logging.WARNING)
+        self.uri = _absolute_uri(uri)
+        self.client = MlflowClient(tracking_uri=self.uri)
+        self.experiment_name = experiment
+        self.artifact_location = artifact_location or default_artifact_location(self.uri)
+        self.run_id: str | None = None
+        self._pending: list = []
+        self._last_flush = time.monotonic()
+
+    # --- lifecycle ---------------------------------------------------------------------------
+    def _experiment_id(self) -> str:
+        exp = self.client.get_experiment_by_name(self.experiment_name)
+        if exp is not None:
+            return exp.experiment_id
+        try:
+            return self.client.create_experiment(self.experiment_name, artifact_location=self.artifact_location)
+        except Exception:  # created concurrently by another run
+            exp = self.client.get_experiment_by_name(self.experiment_name)
+            if exp is None:
+                raise
+            return exp.experiment_id
+
+    def start(self, run_name: str, cfg: dict, tags: dict) -> str:
+        from mlflow.entities import Param
+
+        run = self.client.create_run(self._experiment_id(), run_name=run_name, tags={k: str(v) for k, v in tags.items()})
+        self.run_id = run.info.run_id
+        flat = flatten(cfg)
+        params = [Param(k, str(v)[:6000]) for k, v in flat.items() if k != "resume"]
+        for i in range(0, len(params), 100):
+            self.client.log_batch(self.run_id, params=params[i:i + 100])
+        self.log_text(yaml.safe_dump(cfg, sort_keys=False), "config.yaml")
+        self.set_tags({"pgmflow.config_hash": config_hash(cfg)})
+        return self.run_id
+
+    def resume(self, run_id: str) -> dict:
+        """Reopen an existing run (status RUNNING again); returns its recorded config."""
+        self.client.get_run(run_id)  # raises if unknown
+        self.run_id = run_id
+        cfg = yaml.safe_load(self.read_text("config.yaml"))
+        self.client.update_run(run_id, status="RUNNING")
+        self.set_tags({"pgmflow.resumed": "true"})
+        return cfg
+
+    def end(self, status: str = "FINISHED", message: str | None = None):
+        if self.run_id is None:
+            return
+        try:
+            self.flush()
+        except Exception:
+            pass
+        if message:
+            self.set_tags({"pgmflow.error": message[:5000]})
+            self.log_text(message, "error.txt")
+        self.client.set_terminated(self.run_id, status=status)
+
+    @property
+    def ui_hint(self) -> str:
+        exp = self.client.get_experiment_by_name(self.experiment_name)
+        store = self.uri
+        return (f"MLflow run {self.run_id} (experiment '{self.experiment_name}', id {exp.experiment_id}) in {store}; "
+                f"open the UI with: mlflow ui --backend-store-uri {store}")
+
+    # --- logging -----------------------------------------------------------------------------
+    def set_tags(self, tags: dict):
+        from mlflow.entities import RunTag
+
+        self.client.log_batch(self.run_id, tags=[RunTag(k, str(v)) for k, v in tags.items()])
+
+    def log_metrics(self, metrics: dict, step: int, flush: bool = False):
+        from mlflow.entities import Metric
+
+        ts = int(time.time() * 1000)
+        for k, v in metrics.items():
+            if v is None:
+                continue
+            v = float(v)
+            if v != v or v in (float("inf"), float("-inf")):
+                continue  # MLflow stores NaN poorly; absent means undefined
+            self._pending.append(Metric(k, v, ts, int(step)))
+        if flush or len(self._pending) > 500 or time.monotonic() - self._last_flush > 5:
+            self.flush()
+
+    def flush(self):
+        while self._pending:
+            batch, self._pending = self._pending[:1000], self._pending[1000:]
+            self.client.log_batch(self.run_id, metrics=batch)
+        self._last_flush = time.monotonic()
+
+    def log_artifact(self, local_path: str | Path, artifact_path: str | None = None):
+        self.client.log_artifact(self.run_id, str(local_path), artifact_path)
+
+    def log_text(self, text: str, artifact_file: str):
+        self.client.log_text(self.run_id, text, artifact_file)
+
+    def log_dict(self, d: dict, artifact_file: str):
+        self.client.log_text(self.run_id, json.dumps(d, indent=2, sort_keys=True, default=str), artifact_file)
+
+    def log_figure(self, fig, artifact_file: str):
+        self.client.log_figure(self.run_id, fig, artifact_file)
+
+    def list_artifacts(self, path: str | None = None) -> list[str]:
+        return [a.path for a in self.client.list_artifacts(self.run_id, path)]
+
+    def download(self, artifact_path: str) -> Path:
+        d = tempfile.mkdtemp(prefix="pgmflow-")
+        return Path(self.client.download_artifacts(self.run_id, artifact_path, d))
+
+    def read_text(self, artifact_path: str) -> str:
+        return self.download(artifact_path).read_text()

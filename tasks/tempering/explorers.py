@@ -1,0 +1,136 @@
+"""Explorers: local moves of each replica at its own level, vectorised over replicas.
+
+Contract (blackjax style): ``explore_*(..., replica_ids, levels...) -> (new_x, ExploreInfo)``; the
+input state is never modified. Randomness is keyed by identity: the Ising kernel uses Philox
+counters built from (chain, replica, sweep, site); the continuous explorers draw from
+``generator(seed, STAGE_EXPLORE, chain, replica, scan)``, one stream per replica, so a replica's
+moves do not depend on which other replicas share its block.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+
+from tasks import rng as _rng
+from tasks.tempering import targets as _targets
+
+ISING_METHODS = ("metropolis", "heatbath")
+CONTINUOUS_METHODS = ("rwm", "hmc")
+
+
+class ExploreInfo(NamedTuple):
+    """Diagnostics of one exploration phase, per replica (host arrays).
+
+    loglik: float64 [R], l(x) after the moves.
+    energy: float64 [R], the Ising energy E(s) (NaN for continuous targets).
+    abs_m: float64 [R], |magnetisation| per site (Ising) or |x|_2 (continuous).
+    accept: float64 [R], fraction of local moves accepted (Ising: spin changes per site update).
+    """
+
+    loglik: np.ndarray
+    energy: np.ndarray
+    abs_m: np.ndarray
+    accept: np.ndarray
+
+
+def ising_initial_spins(target, replica_ids, seed: int, chain: int) -> np.ndarray:
+    """Independent uniform spins per replica: int8 [R, L, L]."""
+    out = np.empty((len(replica_ids), target.L, target.L), dtype=np.int8)
+    for i, r in enumerate(replica_ids):
+        g = _rng.generator(seed, _rng.STAGE_INIT, chain, int(r))
+        out[i] = np.where(g.random((target.L, target.L)) < 0.5, 1, -1)
+    return out
+
+
+def explore_ising(target, spins, b, replica_ids, philox_key, chain: int, sweep0: int, n_sweeps: int,
+                  method: str):
+    """``n_sweeps`` checkerboard sweeps of each replica at inverse temperature ``b * beta_model``.
+
+    spins: int8 [R, L, L] (numpy or cupy; copied, not modified); b: float64 [R].
+    Returns ``(new_spins, ExploreInfo)``.
+    """
+    from tasks.tempering import ising_kernels as K
+
+    new = spins.copy()
+    thr = K.ising_thresholds(np.asarray(b, dtype=np.float64) * target.beta_model, target.J_abs, target.h, method)
+    n_changed = K.ising_sweep(new, target.bonds_h, target.bonds_v, thr, philox_key,
+                              np.asarray(replica_ids, dtype=np.int64), chain, sweep0, n_sweeps)
+    energy, mag = K.ising_energy_magnetisation(new, target.bonds_h, target.bonds_v, target.J_abs, target.h)
+    n = target.n_sites
+    info = ExploreInfo(loglik=-target.beta_model * energy, energy=energy,
+                       abs_m=np.abs(mag).astype(np.float64) / n,
+                       accept=np.asarray(n_changed, dtype=np.float64) / (n * max(n_sweeps, 1)))
+    return new, info
+
+
+def continuous_initial_state(target, replica_ids, seed: int, chain: int) -> np.ndarray:
+    """Independent reference draws per replica: float64 [R, d]."""
+    out = np.empty((len(replica_ids), target.dim))
+    for i, r in enumerate(replica_ids):
+        out[i] = target.reference.sample(_rng.generator(seed, _rng.STAGE_INIT, chain, int(r)), 1)[0]
+    return out
+
+
+def _draws(replica_ids, seed, chain, scan, n_steps, dim):
+    """Per-replica random numbers: iid reference normals [R, d], move normals [R, n, d], uniforms [R, n]."""
+    R = len(replica_ids)
+    z0 = np.empty((R, dim))
+    z = np.empty((R, n_steps, dim))
+    u = np.empty((R, n_steps))
+    for i, r in enumerate(replica_ids):
+        g = _rng.generator(seed, _rng.STAGE_EXPLORE, chain, int(r), int(scan))
+        z0[i] = g.standard_normal(dim)
+        z[i] = g.standard_normal((n_steps, dim))
+        u[i] = g.random(n_steps)
+    return z0, z, u
+
+
+def explore_continuous(target, x, b, step, replica_ids, seed: int, chain: int, scan: int, n_steps: int,
+                       method: str, n_leapfrog: int = 10):
+    """Random-walk Metropolis or HMC moves of each replica on ``pi_b``.
+
+    x: float64 [R, d] (not modified); b: [R] levels' annealing parameters; step: [R] proposal
+    scale (RWM) or leapfrog step size (HMC). Replicas at ``b == 0`` are drawn exactly from the
+    reference instead (an independent sample is the best local move there).
+    Returns ``(new_x, ExploreInfo)``.
+    """
+    x = np.array(x, dtype=np.float64, copy=True)
+    b = np.asarray(b, dtype=np.float64)
+    step = np.asarray(step, dtype=np.float64)[:, None]
+    R, d = x.shape
+    z0, z, u = _draws(replica_ids, seed, chain, scan, n_steps, d)
+    n_acc = np.zeros(R)
+    logp = _targets.continuous_log_pi(target, x, b)
+    for t in range(n_steps):
+        if method == "rwm":
+            prop = x + step * z[:, t, :]
+            logp_prop = _targets.continuous_log_pi(target, prop, b)
+            log_ratio = logp_prop - logp
+        elif method == "hmc":
+            p0 = z[:, t, :]
+            q = x.copy()
+            p = p0 + 0.5 * step * _targets.continuous_grad_log_pi(target, q, b)
+            for i in range(n_leapfrog):
+                q = q + step * p
+                g = _targets.continuous_grad_log_pi(target, q, b)
+                p = p + (step if i < n_leapfrog - 1 else 0.5 * step) * g
+            prop = q
+            logp_prop = _targets.continuous_log_pi(target, prop, b)
+            log_ratio = (logp_prop - 0.5 * np.sum(p * p, axis=1)) - (logp - 0.5 * np.sum(p0 * p0, axis=1))
+        else:
+            raise ValueError(f"unknown continuous explorer {method!r}")
+        log_ratio = np.where(np.isfinite(log_ratio), log_ratio, -np.inf)
+        acc = np.log(u[:, t]) < log_ratio
+        x[acc] = prop[acc]
+        logp = np.where(acc, logp_prop, logp)
+        n_acc += acc
+    at_ref = b == 0.0
+    if at_ref.any():
+        x[at_ref] = target.reference.scale * z0[at_ref]
+        n_acc[at_ref] = n_steps
+    ll = _targets.continuous_loglik(target, x)
+    info = ExploreInfo(loglik=ll, energy=np.full(R, np.nan), abs_m=np.linalg.norm(x, axis=1),
+                       accept=n_acc / max(n_steps, 1))
+    return x, info

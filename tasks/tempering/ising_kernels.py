@@ -1,0 +1,677 @@
+"""Checkerboard sweeps of the 2D Ising model (ferromagnet or +-J spin glass), CPU and GPU.
+
+This is the explorer kernel of parallel tempering on Ising models: ``R`` replicas of one
+``L x L`` periodic lattice (``L`` even), each at its own inverse temperature, are swept in one
+call. It is the hot loop of the project, so it comes as a numba kernel for the CPU and a CuPy
+``RawKernel`` for the GPU behind the single function :func:`ising_sweep`; both draw every random
+number from Philox4x32-10 keyed by the site's identity and use the same integer thresholds, so
+they produce the same bits.
+
+Model (names as in the paper; code names in brackets)
+-----------------------------------------------------
+Spins ``s_i in {-1, +1}`` [``spins``, int8], couplings ``J_ij = J_abs * bond_ij`` with
+``bond_ij in {-1, +1}`` [``bonds_h``: bond between ``(i, j)`` and ``(i, (j+1) % L)``;
+``bonds_v``: bond between ``(i, j)`` and ``((i+1) % L, j)``], external field ``h``::
+
+    E(s) = - sum_<ij> J_abs * bond_ij * s_i * s_j  -  h * sum_i s_i
+
+Site update rule (both methods)
+-------------------------------
+For a site with spin ``s`` let ``n`` be the number of its four neighbours ``k`` with
+``bond_k * s_k > 0``, so its local field is ``sum_k J_k s_k = J_abs * (2n - 4)``. With ``u`` a
+uniform uint32 the new spin is ``+1 if u < thr[r, n, (s + 1) // 2] else -1`` where
+``thr = ising_thresholds(...)`` (an int64 table in ``[0, 2**32]``, computed once on the host).
+
+Sweep and random numbers
+------------------------
+A sweep updates all sites of colour 0 (``(i + j) % 2 == 0``) from the current state, then all
+sites of colour 1. For global sweep ``t``, colour ``c``, row ``i`` and the site ``(i, j)`` of
+colour ``c`` let ``q = j // 2`` and ``G = (L // 2 + 3) // 4``; its ``u`` is word ``q & 3`` of::
+
+    philox4x32_10(counter=(i * G + (q >> 2), 2 * t + c, replica_id & 0xffffffff, chain & 0xffffffff),
+                  key=(key[0], key[1]))
+
+(counter words taken mod 2**32). Same-colour sites do not interact, so the result does not
+depend on the order in which sites, rows or replicas are processed, nor on how replicas are
+split between calls: it depends only on ``(key, chain, replica_ids, sweep0 + t)``.
+
+CPU layout note: the numba kernel copies the lattice into a split "checkerboard" layout
+(``[R, 2, L, L // 2]``: colour, row, index ``q`` of the site among its row's sites of that
+colour), where every neighbour access is unit-stride and the update loops vectorise, sweeps
+there, and copies back. The copies cost about as much as one sweep, so pass ``n_sweeps > 1``
+per call where possible.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+
+import numpy as np
+
+from tasks import backend
+from tasks.philox import numba_philox4x32
+
+__all__ = [
+    "METHODS",
+    "ising_thresholds",
+    "ising_sweep",
+    "ising_energy_magnetisation",
+    "numpy_checkerboard_sweep",
+]
+
+METHODS = ("heatbath", "metropolis")
+
+_TWO32 = 1 << 32
+_MASK32 = 0xFFFFFFFF
+
+
+# --------------------------------------------------------------------------------------------
+# Thresholds (host)
+# --------------------------------------------------------------------------------------------
+
+
+def ising_thresholds(betas_eff, J_abs: float, h: float, method: str) -> np.ndarray:
+    """Integer acceptance thresholds of the site update, one table per replica.
+
+    Parameters
+    ----------
+    betas_eff : array_like of float, shape [R]
+        Inverse temperature of each replica (finite).
+    J_abs : float
+        Coupling magnitude ``|J|``.
+    h : float
+        External field.
+    method : {"heatbath", "metropolis"}
+
+    Returns
+    -------
+    numpy.ndarray of int64, shape [R, 5, 2]
+        ``thr[r, n, b]`` for ``n`` = number of satisfied neighbour bonds (0..4) and
+        ``b = (s + 1) // 2`` (0 for ``s = -1``, 1 for ``s = +1``); the new spin is ``+1`` iff
+        ``u < thr`` for a uniform uint32 ``u``. Values lie in ``[0, 2**32]``.
+
+    With local field ``x = J_abs * (2n - 4) + h``:
+
+    * heatbath: ``P(+1) = 1 / (1 + exp(-2 beta x))`` for either ``s``; ``thr = rint(P(+1) * 2**32)``.
+    * metropolis: flip probability ``a = min(1, exp(-beta dE))``, ``dE = 2 s x``;
+      ``thr = 2**32 - rint(a * 2**32)`` for ``s = +1`` (stay up with probability ``1 - a``) and
+      ``thr = rint(a * 2**32)`` for ``s = -1``. (Complementing the rounded ``a`` rather than
+      rounding ``1 - a`` keeps tiny flip probabilities exact to 2**-32.)
+    * ``beta == 0`` exactly: ``thr = 2**31`` for both methods -- an independent fair draw per site.
+      (Metropolis at ``beta = 0`` accepts every flip, which would flip every spin deterministically.)
+
+    ``rint`` is float64 round-half-to-even of a number already scaled by ``2**32`` (an exact
+    power-of-two scaling), i.e. probabilities are rounded to the nearest multiple of ``2**-32``.
+    Everything is computed in float64 on the host, so CPU and GPU kernels get identical tables.
+    """
+    if method not in METHODS:
+        raise ValueError(f"method must be one of {METHODS}, got {method!r}")
+    betas = np.asarray(betas_eff, dtype=np.float64)
+    if betas.ndim != 1:
+        raise ValueError(f"betas_eff must have shape [R], got {betas.shape}")
+    if not np.all(np.isfinite(betas)):
+        raise ValueError("betas_eff must be finite")
+    J_abs = float(J_abs)
+    h = float(h)
+    if not (math.isfinite(J_abs) and math.isfinite(h)):
+        raise ValueError(f"J_abs and h must be finite, got J_abs={J_abs}, h={h}")
+
+    n = np.arange(5, dtype=np.float64)
+    x = J_abs * (2.0 * n - 4.0) + h  # [5] local field incl. h
+    beta = betas[:, None, None]  # [R, 1, 1]
+    s = np.array([-1.0, 1.0])  # [2] indexed by b = (s + 1) // 2
+    scale = float(_TWO32)
+    if method == "heatbath":
+        z = 2.0 * beta * x[None, :, None]  # [R, 5, 1]
+        # Numerically stable logistic: 1/(1+exp(-z)) = exp(z)/(1+exp(z)).
+        ez = np.exp(-np.abs(z))
+        p_plus = np.where(z >= 0, 1.0 / (1.0 + ez), ez / (1.0 + ez))
+        thr = np.rint(p_plus * scale) * np.ones((1, 1, 2))  # [R, 5, 2]
+    else:
+        dE = 2.0 * s[None, None, :] * x[None, :, None]  # [1, 5, 2]
+        a = np.exp(np.minimum(0.0, -beta * dE))  # [R, 5, 2] in (0, 1]
+        a_int = np.rint(a * scale)
+        thr = np.where(s[None, None, :] > 0, scale - a_int, a_int)
+    thr = np.where(beta == 0.0, float(1 << 31), thr)
+    out = thr.astype(np.int64)
+    # Exact: every value is an integer in [0, 2**32] held in float64.
+    return np.ascontiguousarray(np.broadcast_to(out, (betas.shape[0], 5, 2)))
+
+
+# --------------------------------------------------------------------------------------------
+# Energy, magnetisation
+# --------------------------------------------------------------------------------------------
+
+
+def ising_energy_magnetisation(spins, bonds_h, bonds_v, J_abs: float, h: float):
+    """Energy and magnetisation of each replica.
+
+    Parameters
+    ----------
+    spins : numpy or cupy int8 array, shape [R, L, L], values +-1
+    bonds_h, bonds_v : int8 arrays, shape [L, L], values +-1 (same array module as ``spins``,
+        or host arrays, which are copied over)
+    J_abs, h : float
+
+    Returns
+    -------
+    (E, M) : host numpy arrays, float64 [R] and int64 [R]
+        ``E = -J_abs * sum_bonds bond * s_i * s_j - h * M`` and ``M = sum_i s_i``.
+    """
+    xp = backend.array_module(spins)
+    if spins.ndim != 3:
+        raise ValueError(f"spins must have shape [R, L, L], got {spins.shape}")
+    s = spins.astype(xp.int64)  # [R, L, L]
+    bh = xp.asarray(bonds_h).astype(xp.int64)  # [L, L]
+    bv = xp.asarray(bonds_v).astype(xp.int64)  # [L, L]
+    bond_sum = (bh[None] * s * xp.roll(s, -1, axis=2)).sum(axis=(1, 2)) + (
+        bv[None] * s * xp.roll(s, -1, axis=1)
+    ).sum(axis=(1, 2))  # [R] int64
+    M = s.sum(axis=(1, 2))  # [R] int64
+    E = -float(J_abs) * bond_sum.astype(xp.float64) - float(h) * M.astype(xp.float64)
+    return backend.to_numpy(E).astype(np.float64), backend.to_numpy(M).astype(np.int64)
+
+
+# --------------------------------------------------------------------------------------------
+# The NumPy peer (benchmark baseline)
+# --------------------------------------------------------------------------------------------
+
+
+def numpy_checkerboard_sweep(spins, J_abs: float, h: float, beta: float, rng, n_sweeps: int):
+    """Metropolis checkerboard sweeps of a ferromagnet, written the obvious NumPy way.
+
+    The peer that ``benchmarks/tempering.py`` measures :func:`ising_sweep` against: per half
+    sweep, neighbour sums with ``np.roll``, one ``rng.random`` draw per site of the whole
+    lattice, ``exp`` acceptance, ``np.where``. It samples the same distribution as
+    ``ising_sweep`` with Metropolis thresholds and all bonds +1, but not the same bits.
+
+    Parameters
+    ----------
+    spins : numpy int8 array, shape [R, L, L] (or [L, L]), values +-1; updated in place.
+    J_abs, h, beta : float
+    rng : numpy.random.Generator
+    n_sweeps : int
+
+    Returns
+    -------
+    spins (the same array).
+    """
+    L = spins.shape[-1]
+    ii, jj = np.indices((L, L))
+    colours = [((ii + jj) % 2) == c for c in (0, 1)]  # [L, L] bool each
+    for _ in range(n_sweeps):
+        for mask in colours:
+            nbr = (
+                np.roll(spins, 1, axis=-1)
+                + np.roll(spins, -1, axis=-1)
+                + np.roll(spins, 1, axis=-2)
+                + np.roll(spins, -1, axis=-2)
+            )
+            dE = 2.0 * spins * (J_abs * nbr + h)
+            accept = rng.random(spins.shape) < np.exp(-beta * dE)
+            spins[...] = np.where(mask & accept, -spins, spins)
+    return spins
+
+
+# --------------------------------------------------------------------------------------------
+# numba kernel (CPU)
+# --------------------------------------------------------------------------------------------
+
+
+@functools.lru_cache(maxsize=None)
+def _numba_kernels():
+    """Compile (lazily, once per process; numba's on-disk cache is shared between processes)
+    the CPU kernels. Returns a dict of njit functions."""
+    nb = backend.numba()
+    philox = numba_philox4x32()
+
+    @nb.njit(cache=True, parallel=True, fastmath=False)
+    def to_checkerboard(spins, S):
+        """spins int8 [R, L, L] -> S int8 [R, 2, L, L//2]; returns #entries not in {-1, +1}."""
+        R = spins.shape[0]
+        L = spins.shape[1]
+        H = L // 2
+        bad = 0
+        for ri in nb.prange(R * L):
+            r = ri // L
+            i = ri - r * L
+            p0 = i & 1  # colour 0 sits at j = 2q + (i & 1), colour 1 at the other parity
+            row = spins[r, i]
+            d0 = S[r, 0, i]
+            d1 = S[r, 1, i]
+            nbad = 0
+            for q in range(H):
+                a = row[2 * q + p0]
+                b = row[2 * q + 1 - p0]
+                d0[q] = a
+                d1[q] = b
+                nbad += (a * a != 1) + (b * b != 1)
+            bad += nbad
+        return bad
+
+    @nb.njit(cache=True, parallel=True, fastmath=False)
+    def from_checkerboard(S, spins):
+        """Inverse of to_checkerboard: S int8 [R, 2, L, L//2] -> spins int8 [R, L, L]."""
+        R = spins.shape[0]
+        L = spins.shape[1]
+        H = L // 2
+        for ri in nb.prange(R * L):
+            r = ri // L
+            i = ri - r * L
+            p0 = i & 1
+            row = spins[r, i]
+            s0 = S[r, 0, i]
+            s1 = S[r, 1, i]
+            for q in range(H):
+                row[2 * q + p0] = s0[q]
+                row[2 * q + 1 - p0] = s1[q]
+
+    @nb.njit(cache=True, fastmath=False, nogil=True)
+    def update_row(me, oth, up, dn, bu, bd, bs, bx, p, thr_r, ubuf, ctr0, ctr1, ctr2, ctr3, k0, k1):
+        """Update one row of one colour in the split layout; returns #changed spins.
+
+        me  int8 [H]: the row's sites of the colour being updated (in place)
+        oth int8 [H]: same row, other colour; up/dn int8 [H]: rows i-1/i+1, other colour
+        bu, bd, bs, bx int8 [H]: bonds to up, down, same-q and side (q-1 if p == 0 else q+1)
+        p: column parity of the colour in this row (j = 2q + p)
+        thr_r int64 [10]: thresholds, index 2n + (s+1)//2
+        ubuf int64 [4G]: scratch for the row's uniforms
+        ctr0: i*G (counter word 0 of group 0); ctr1..ctr3, k0, k1: Philox words (int64)
+        """
+        H = me.shape[0]
+        G = (H + 3) >> 2
+        # 1. all Philox outputs of the row (vectorisable: no dependence between groups)
+        for g in range(G):
+            x0, x1, x2, x3 = philox(ctr0 + g, ctr1, ctr2, ctr3, k0, k1)
+            ubuf[4 * g] = np.int64(x0)
+            ubuf[4 * g + 1] = np.int64(x1)
+            ubuf[4 * g + 2] = np.int64(x2)
+            ubuf[4 * g + 3] = np.int64(x3)
+        # 2. the site updates; the one site whose side neighbour wraps around is peeled off
+        cnt = 0
+        if p == 0:
+            q0 = 0  # side neighbour q - 1 wraps to H - 1
+            side = oth[H - 1]
+            lo = 1
+            hi = H
+            off = -1
+        else:
+            q0 = H - 1  # side neighbour q + 1 wraps to 0
+            side = oth[0]
+            lo = 0
+            hi = H - 1
+            off = 1
+        s = me[q0]
+        f = bu[q0] * up[q0] + bd[q0] * dn[q0] + bs[q0] * oth[q0] + bx[q0] * side
+        new = np.int8(1) if ubuf[q0] < thr_r[f + 4 + ((s + 1) >> 1)] else np.int8(-1)
+        cnt += new != s
+        me[q0] = new
+        for q in range(lo, hi):
+            s = me[q]
+            f = bu[q] * up[q] + bd[q] * dn[q] + bs[q] * oth[q] + bx[q] * oth[q + off]
+            new = np.int8(1) if ubuf[q] < thr_r[f + 4 + ((s + 1) >> 1)] else np.int8(-1)
+            cnt += new != s
+            me[q] = new
+        return cnt
+
+    @nb.njit(cache=True, parallel=True, fastmath=False)
+    def sweep_by_replica(S, B, thr, k0, k1, rids, chain, sweep0, n_sweeps, changed):
+        """Parallel over replicas; each replica runs all its sweeps (no barriers needed)."""
+        R = S.shape[0]
+        L = S.shape[2]
+        H = S.shape[3]
+        G = (H + 3) >> 2
+        for r in nb.prange(R):
+            ubuf = np.empty(4 * G, np.int64)
+            thr_r = thr[r]
+            rid = rids[r]
+            cnt = 0
+            for t in range(n_sweeps):
+                for c in range(2):
+                    ctr1 = 2 * (sweep0 + t) + c
+                    Sm = S[r, c]
+                    So = S[r, 1 - c]
+                    Bc = B[c]
+                    for i in range(L):
+                        p = (i + c) & 1
+                        cnt += update_row(
+                            Sm[i], So[i], So[(i - 1) % L], So[(i + 1) % L],
+                            Bc[0, i], Bc[1, i], Bc[2, i], Bc[3, i],
+                            p, thr_r, ubuf, i * G, ctr1, rid, chain, k0, k1,
+                        )
+            changed[r] = cnt
+
+    @nb.njit(cache=True, parallel=True, fastmath=False)
+    def sweep_by_rows(S, B, thr, k0, k1, rids, chain, sweep0, n_sweeps, rows_per_block, changed_blk):
+        """Parallel over blocks of rows within each colour (for few, large replicas)."""
+        R = S.shape[0]
+        L = S.shape[2]
+        H = S.shape[3]
+        G = (H + 3) >> 2
+        nbpr = (L + rows_per_block - 1) // rows_per_block
+        nblk = R * nbpr
+        for t in range(n_sweeps):
+            for c in range(2):
+                ctr1 = 2 * (sweep0 + t) + c
+                for b in nb.prange(nblk):
+                    r = b // nbpr
+                    i0 = (b - r * nbpr) * rows_per_block
+                    i1 = min(i0 + rows_per_block, L)
+                    ubuf = np.empty(4 * G, np.int64)
+                    Sm = S[r, c]
+                    So = S[r, 1 - c]
+                    Bc = B[c]
+                    thr_r = thr[r]
+                    rid = rids[r]
+                    cnt = 0
+                    for i in range(i0, i1):
+                        p = (i + c) & 1
+                        cnt += update_row(
+                            Sm[i], So[i], So[(i - 1) % L], So[(i + 1) % L],
+                            Bc[0, i], Bc[1, i], Bc[2, i], Bc[3, i],
+                            p, thr_r, ubuf, i * G, ctr1, rid, chain, k0, k1,
+                        )
+                    changed_blk[b] += cnt
+
+    return {
+        "to_checkerboard": to_checkerboard,
+        "from_checkerboard": from_checkerboard,
+        "sweep_by_replica": sweep_by_replica,
+        "sweep_by_rows": sweep_by_rows,
+        "update_row": update_row,
+    }
+
+
+def _split_bonds(bonds_h: np.ndarray, bonds_v: np.ndarray) -> np.ndarray:
+    """Bonds in the split layout: int8 [2 (colour), 4 (up, down, same, side), L, L//2].
+
+    For colour ``c``, row ``i``, ``p = (i + c) & 1`` and site ``j = 2q + p``: up = bond to
+    ``(i-1, j)``, down = to ``(i+1, j)``; the horizontal neighbour in the other colour's row at
+    the same ``q`` is ``(i, j+1)`` if ``p == 0`` else ``(i, j-1)``, and the one at the "side"
+    index (``q-1`` if ``p == 0`` else ``q+1``) is the other horizontal neighbour.
+    """
+    L = bonds_h.shape[0]
+    H = L // 2
+    i = np.arange(L)[:, None]  # [L, 1]
+    q = np.arange(H)[None, :]  # [1, H]
+    out = np.empty((2, 4, L, H), dtype=np.int8)
+    for c in (0, 1):
+        p = (i + c) & 1  # [L, 1]
+        j = 2 * q + p  # [L, H]
+        right = bonds_h[i, j]  # bond (i, j)-(i, j+1)
+        left = bonds_h[i, (j - 1) % L]  # bond (i, j-1)-(i, j)
+        out[c, 0] = bonds_v[(i - 1) % L, j]
+        out[c, 1] = bonds_v[i, j]
+        out[c, 2] = np.where(p == 0, right, left)
+        out[c, 3] = np.where(p == 0, left, right)
+    return out
+
+
+def _choose_by_replica(R: int, n_threads: int) -> bool:
+    """Parallelise over replicas when that keeps all threads busy (<= 25% idle), else over rows."""
+    if n_threads <= 1:
+        return True
+    if R < n_threads:
+        return False
+    waves = -(-R // n_threads)
+    return (waves * n_threads - R) <= 0.25 * R
+
+
+def _sweep_numba(spins, bonds_h, bonds_v, thr, key, replica_ids, chain, sweep0, n_sweeps, mode=None):
+    nb = backend.numba()
+    k = _numba_kernels()
+    R, L, _ = spins.shape
+    H = L // 2
+    work = spins if spins.flags.c_contiguous else np.ascontiguousarray(spins)
+    S = np.empty((R, 2, L, H), dtype=np.int8)
+    bad = k["to_checkerboard"](work, S)
+    if bad:
+        raise ValueError(f"spins must contain only -1 and +1; found {bad} other entries")
+    B = _split_bonds(bonds_h, bonds_v)
+    thr2 = np.ascontiguousarray(thr.reshape(R, 10))
+    k0, k1 = int(key[0]), int(key[1])
+    chain32 = int(chain) & _MASK32
+    rids = np.ascontiguousarray(replica_ids, dtype=np.int64) & _MASK32
+    if mode is None:
+        mode = "replica" if _choose_by_replica(R, nb.get_num_threads()) else "rows"
+    if mode == "replica":
+        changed = np.zeros(R, dtype=np.int64)
+        k["sweep_by_replica"](S, B, thr2, k0, k1, rids, chain32, int(sweep0), int(n_sweeps), changed)
+    elif mode == "rows":
+        # ~4 blocks per thread in total, so that rows, not replicas, balance the load
+        n_blocks_per_replica = max(1, -(-4 * nb.get_num_threads() // R))
+        rows_per_block = max(1, -(-L // n_blocks_per_replica))
+        nbpr = -(-L // rows_per_block)
+        changed_blk = np.zeros(R * nbpr, dtype=np.int64)
+        k["sweep_by_rows"](
+            S, B, thr2, k0, k1, rids, chain32, int(sweep0), int(n_sweeps), rows_per_block, changed_blk
+        )
+        changed = changed_blk.reshape(R, nbpr).sum(axis=1)
+    else:
+        raise ValueError(f"unknown mode {mode!r}")
+    k["from_checkerboard"](S, work)
+    if work is not spins:
+        spins[...] = work
+    return changed
+
+
+# --------------------------------------------------------------------------------------------
+# CuPy kernel (GPU)
+# --------------------------------------------------------------------------------------------
+
+_CUDA_SOURCE = r"""
+typedef unsigned int pgm_u32;
+typedef unsigned long long pgm_u64;
+typedef long long pgm_i64;
+
+#define PHILOX_M0 0xD2511F53u
+#define PHILOX_M1 0xCD9E8D57u
+#define PHILOX_W0 0x9E3779B9u
+#define PHILOX_W1 0xBB67AE85u
+
+/* Philox4x32-10 (Random123); c[4] in: counter, out: the four random words. */
+__device__ __forceinline__ void pgm_philox4x32_10(pgm_u32 c[4], pgm_u32 k0, pgm_u32 k1)
+{
+    #pragma unroll
+    for (int rnd = 0; rnd < 10; ++rnd) {
+        if (rnd > 0) { k0 += PHILOX_W0; k1 += PHILOX_W1; }
+        const pgm_u32 hi0 = __umulhi(PHILOX_M0, c[0]);
+        const pgm_u32 lo0 = PHILOX_M0 * c[0];
+        const pgm_u32 hi1 = __umulhi(PHILOX_M1, c[2]);
+        const pgm_u32 lo1 = PHILOX_M1 * c[2];
+        const pgm_u32 n0 = hi1 ^ c[1] ^ k0;
+        const pgm_u32 n2 = hi0 ^ c[3] ^ k1;
+        c[0] = n0; c[1] = lo1; c[2] = n2; c[3] = lo0;
+    }
+}
+
+/* One colour of one checkerboard sweep. One thread per (replica r, row i, group g of 4 sites
+   of this colour in row i); threads = R * L * G with G = (L/2 + 3) / 4.
+   spins  int8  [R, L, L]  (in place)
+   bonds_h, bonds_v int8 [L, L]
+   thr    int64 [R, 10]    (index 2n + (s+1)/2)
+   rid32  uint32 [R]       (replica_id & 0xffffffff)
+   counts uint32 [R, L, G] (per-thread count of changed spins, accumulated over launches) */
+extern "C" __global__ void pgm_ising_colour(
+    signed char* __restrict__ spins,
+    const signed char* __restrict__ bonds_h,
+    const signed char* __restrict__ bonds_v,
+    const pgm_i64* __restrict__ thr,
+    const pgm_u32* __restrict__ rid32,
+    pgm_u32* __restrict__ counts,
+    const int R, const int L, const int colour,
+    const pgm_u32 ctr1, const pgm_u32 chain32, const pgm_u32 key0, const pgm_u32 key1)
+{
+    const int H = L >> 1;
+    const int G = (H + 3) >> 2;
+    const pgm_i64 tid = (pgm_i64)blockIdx.x * (pgm_i64)blockDim.x + (pgm_i64)threadIdx.x;
+    const pgm_i64 total = (pgm_i64)R * (pgm_i64)L * (pgm_i64)G;
+    if (tid >= total) return;
+    const int g = (int)(tid % G);
+    const pgm_i64 ri = tid / G;
+    const int i = (int)(ri % L);
+    const int r = (int)(ri / L);
+
+    pgm_u32 u[4];
+    u[0] = (pgm_u32)i * (pgm_u32)G + (pgm_u32)g;
+    u[1] = ctr1;
+    u[2] = rid32[r];
+    u[3] = chain32;
+    pgm_philox4x32_10(u, key0, key1);
+
+    signed char* S = spins + (pgm_i64)r * L * L;
+    const pgm_i64* T = thr + (pgm_i64)r * 10;
+    const int p = (i + colour) & 1;
+    const int im = (i == 0) ? L - 1 : i - 1;
+    const int ip = (i == L - 1) ? 0 : i + 1;
+    const signed char* row = S + (pgm_i64)i * L;
+    const signed char* rowm = S + (pgm_i64)im * L;
+    const signed char* rowp = S + (pgm_i64)ip * L;
+    const signed char* bh = bonds_h + (pgm_i64)i * L;
+    const signed char* bvd = bonds_v + (pgm_i64)i * L;
+    const signed char* bvu = bonds_v + (pgm_i64)im * L;
+
+    pgm_u32 cnt = 0;
+    #pragma unroll
+    for (int w = 0; w < 4; ++w) {
+        const int q = 4 * g + w;
+        if (q < H) {
+            const int j = 2 * q + p;
+            const int jm = (j == 0) ? L - 1 : j - 1;
+            const int jp = (j == L - 1) ? 0 : j + 1;
+            const int s = row[j];
+            const int f = bh[j] * row[jp] + bh[jm] * row[jm] + bvd[j] * rowp[j] + bvu[j] * rowm[j];
+            const pgm_i64 t = T[f + 4 + ((s + 1) >> 1)];
+            const int ns = ((pgm_i64)u[w] < t) ? 1 : -1;
+            cnt += (ns != s);
+            S[(pgm_i64)i * L + j] = (signed char)ns;
+        }
+    }
+    if (cnt) counts[tid] += cnt;
+}
+"""
+
+_CUDA_KERNEL_NAME = "pgm_ising_colour"
+_CUDA_BLOCK = 256
+# counts are uint32 and grow by at most 4 per launch; flush them to int64 well before overflow
+_CUDA_MAX_SWEEPS_PER_FLUSH = 1 << 28
+
+
+@functools.lru_cache(maxsize=None)
+def _cupy_kernel():
+    """Compile (lazily, once per process; CuPy caches the binary on disk) the GPU kernel."""
+    cp = backend.cupy()
+    return cp.RawKernel(_CUDA_SOURCE, _CUDA_KERNEL_NAME, options=("-std=c++11",))
+
+
+def _sweep_cupy(spins, bonds_h, bonds_v, thr, key, replica_ids, chain, sweep0, n_sweeps):
+    cp = backend.cupy()
+    kern = _cupy_kernel()
+    R, L, _ = spins.shape
+    G = (L // 2 + 3) // 4
+    work = spins if spins.flags.c_contiguous else cp.ascontiguousarray(spins)
+    bh = cp.ascontiguousarray(cp.asarray(bonds_h, dtype=cp.int8))
+    bv = cp.ascontiguousarray(cp.asarray(bonds_v, dtype=cp.int8))
+    thr_d = cp.ascontiguousarray(cp.asarray(thr, dtype=cp.int64).reshape(R, 10))
+    rid32 = cp.asarray((np.asarray(backend.to_numpy(replica_ids), dtype=np.int64) & _MASK32).astype(np.uint32))
+    counts = cp.zeros(R * L * G, dtype=cp.uint32)
+    changed = np.zeros(R, dtype=np.int64)
+    n_threads = R * L * G
+    grid = ((n_threads + _CUDA_BLOCK - 1) // _CUDA_BLOCK,)
+    block = (_CUDA_BLOCK,)
+    k0, k1 = np.uint32(int(key[0])), np.uint32(int(key[1]))
+    chain32 = np.uint32(int(chain) & _MASK32)
+    done = 0
+    for t_local in range(n_sweeps):
+        t = int(sweep0) + t_local
+        for c in (0, 1):
+            ctr1 = np.uint32((2 * t + c) & _MASK32)
+            kern(grid, block, (work, bh, bv, thr_d, rid32, counts,
+                               np.int32(R), np.int32(L), np.int32(c), ctr1, chain32, k0, k1))
+        done += 1
+        if done == _CUDA_MAX_SWEEPS_PER_FLUSH:
+            changed += cp.asnumpy(counts.reshape(R, -1).sum(axis=1, dtype=cp.int64))
+            counts.fill(0)
+            done = 0
+    changed += cp.asnumpy(counts.reshape(R, -1).sum(axis=1, dtype=cp.int64))
+    if work is not spins:
+        spins[...] = work
+    return changed
+
+
+# --------------------------------------------------------------------------------------------
+# Dispatcher
+# --------------------------------------------------------------------------------------------
+
+
+def _validate_sweep_args(spins, bonds_h, bonds_v, thr, key, replica_ids, sweep0, n_sweeps):
+    if spins.ndim != 3 or spins.shape[1] != spins.shape[2]:
+        raise ValueError(f"spins must have shape [R, L, L], got {spins.shape}")
+    if spins.dtype != np.int8:
+        raise TypeError(f"spins must be int8, got {spins.dtype}")
+    R, L, _ = spins.shape
+    if L < 2 or L % 2:
+        raise ValueError(f"lattice side L must be even and >= 2, got {L}")
+    bonds = []
+    for name, b in (("bonds_h", bonds_h), ("bonds_v", bonds_v)):
+        b = np.asarray(backend.to_numpy(b))
+        if b.shape != (L, L):
+            raise ValueError(f"{name} must have shape [L, L] = [{L}, {L}], got {b.shape}")
+        if not np.all((b == 1) | (b == -1)):
+            raise ValueError(f"{name} must contain only -1 and +1")
+        bonds.append(b.astype(np.int8))
+    thr_h = np.asarray(backend.to_numpy(thr))
+    if thr_h.shape != (R, 5, 2):
+        raise ValueError(f"thr must have shape [R, 5, 2] = [{R}, 5, 2], got {thr_h.shape}")
+    if thr_h.dtype != np.int64:
+        raise TypeError(f"thr must be int64 (from ising_thresholds), got {thr_h.dtype}")
+    if thr_h.size and (thr_h.min() < 0 or thr_h.max() > _TWO32):
+        raise ValueError("thr values must lie in [0, 2**32]")
+    key_h = np.asarray(backend.to_numpy(key))
+    if key_h.shape != (2,) or key_h.dtype.kind not in "iu":
+        raise ValueError(f"key must be an integer array of shape [2], got {key_h.dtype} {key_h.shape}")
+    if key_h.min() < 0 or key_h.max() > _MASK32:
+        raise ValueError("key words must lie in [0, 2**32)")
+    rid_h = np.asarray(backend.to_numpy(replica_ids))
+    if rid_h.shape != (R,) or rid_h.dtype.kind not in "iu":
+        raise ValueError(f"replica_ids must be an integer array of shape [R] = [{R}], got {rid_h.shape}")
+    if int(sweep0) < 0 or int(n_sweeps) < 0:
+        raise ValueError(f"sweep0 and n_sweeps must be >= 0, got {sweep0}, {n_sweeps}")
+    return bonds[0], bonds[1], thr_h, key_h, rid_h
+
+
+def ising_sweep(spins, bonds_h, bonds_v, thr, key, replica_ids, chain: int, sweep0: int, n_sweeps: int):
+    """Run ``n_sweeps`` checkerboard sweeps of every replica, in place.
+
+    Parameters
+    ----------
+    spins : int8 array [R, L, L], values +-1, numpy or cupy -- updated IN PLACE.
+        Its array type picks the kernel: numpy -> numba (CPU, all ``numba.get_num_threads()``
+        threads), cupy -> CUDA RawKernel. The other array arguments may live on either side.
+    bonds_h, bonds_v : int8 [L, L], values +-1 (see the module docstring).
+    thr : int64 [R, 5, 2], from :func:`ising_thresholds`.
+    key : uint32 [2], Philox key.
+    replica_ids : int64 [R], global replica identities (Philox counter word 2, mod 2**32).
+    chain : int, chain identity (counter word 3, mod 2**32).
+    sweep0 : int >= 0, global index of the first sweep (counter word 1 = 2*t + colour, mod 2**32).
+    n_sweeps : int >= 0.
+
+    Returns
+    -------
+    numpy.ndarray int64 [R] (host, for either backend)
+        Number of site updates that changed the spin, per replica, over all ``n_sweeps``.
+
+    The result (spins and counts) depends only on the arguments, not on the backend, thread
+    count or how replicas are batched: both kernels implement the module-level spec bit for bit.
+    """
+    bh, bv, thr_h, key_h, rid_h = _validate_sweep_args(
+        spins, bonds_h, bonds_v, thr, key, replica_ids, sweep0, n_sweeps
+    )
+    if spins.shape[0] == 0 or int(n_sweeps) == 0:
+        return np.zeros(spins.shape[0], dtype=np.int64)
+    if type(spins).__module__.startswith("cupy"):
+        return _sweep_cupy(spins, bonds_h, bonds_v, thr, key_h, rid_h, chain, sweep0, int(n_sweeps))
+    if not isinstance(spins, np.ndarray):
+        raise TypeError(f"spins must be a numpy or cupy array, got {type(spins).__name__}")
+    return _sweep_numba(spins, bh, bv, thr_h, key_h, rid_h, chain, sweep0, int(n_sweeps))
