@@ -344,8 +344,9 @@ def run(ctx) -> dict:
     xs = _gather_states(ex, states)
     results = _final_results(cfg, target, final_betas, last_traces, rts, exact_log_z, exact_how, history)
     results["wall_seconds"] = time.monotonic() - t_start
-    tracker.log_metrics({k: v for k, v in results.items() if isinstance(v, (int, float)) and not isinstance(v, bool)},
-                        step=n_rounds, flush=True)
+    per_round = set(history[-1]) if history else set()  # already logged at this step
+    tracker.log_metrics({k: v for k, v in results.items() if isinstance(v, (int, float)) and not isinstance(v, bool)
+                         and k not in per_round}, step=n_rounds, flush=True)
     tracker.log_dict({k: v for k, v in results.items() if k != "per_level"}, "results.json")
     for c in range(C):
         tracker.log_text(_csv(results["per_level"][c]), f"tables/per_temperature_chain{c}.csv")

@@ -121,7 +121,11 @@ def explore_continuous(target, x, b, step, replica_ids, seed: int, chain: int, s
             log_ratio = (logp_prop - 0.5 * np.sum(p * p, axis=1)) - (logp - 0.5 * np.sum(p0 * p0, axis=1))
         else:
             raise ValueError(f"unknown continuous explorer {method!r}")
-        log_ratio = np.where(np.isfinite(log_ratio), log_ratio, -np.inf)
+        if np.isnan(logp_prop).any():
+            i = int(np.flatnonzero(np.isnan(logp_prop))[0])
+            raise FloatingPointError(f"the log-density returned NaN at x={np.array2string(prop[i], precision=4)} "
+                                     f"(replica {int(replica_ids[i])}, scan {scan}); return -inf outside the support")
+        log_ratio = np.where(np.isnan(log_ratio), -np.inf, log_ratio)  # -inf - (-inf): both outside
         acc = np.log(u[:, t]) < log_ratio
         x[acc] = prop[acc]
         logp = np.where(acc, logp_prop, logp)

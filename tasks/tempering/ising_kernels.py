@@ -222,13 +222,20 @@ def numpy_checkerboard_sweep(spins, J_abs: float, h: float, beta: float, rng, n_
 @functools.lru_cache(maxsize=None)
 def _numba_kernels():
     """Compile (lazily, once per process; numba's on-disk cache is shared between processes)
-    the CPU kernels. Returns a dict of njit functions."""
+    the CPU kernels. Returns a dict of njit functions.
+
+    Internal layout (see the module docstring): spins live in padded planes
+    ``S[r, c, i, 1 + q]`` (int8 [R, 2, L, H + 2], H = L // 2) with halo columns
+    ``S[..., 0] = S[..., H]`` and ``S[..., H + 1] = S[..., 1]`` so that the horizontal neighbour
+    that wraps around needs no special case; bonds in ``B[c, i, k, q]`` (int8 [2, L, 4, H], see
+    :func:`_plane_bonds`).
+    """
     nb = backend.numba()
     philox = numba_philox4x32()
 
     @nb.njit(cache=True, parallel=True, fastmath=False)
-    def to_checkerboard(spins, S):
-        """spins int8 [R, L, L] -> S int8 [R, 2, L, L//2]; returns #entries not in {-1, +1}."""
+    def to_planes(spins, S):
+        """spins int8 [R, L, L] -> S int8 [R, 2, L, H+2] (with halos); returns #entries not +-1."""
         R = spins.shape[0]
         L = spins.shape[1]
         H = L // 2
@@ -240,19 +247,23 @@ def _numba_kernels():
             row = spins[r, i]
             d0 = S[r, 0, i]
             d1 = S[r, 1, i]
-            nbad = 0
+            nbad = np.int32(0)
             for q in range(H):
                 a = row[2 * q + p0]
                 b = row[2 * q + 1 - p0]
-                d0[q] = a
-                d1[q] = b
-                nbad += (a * a != 1) + (b * b != 1)
+                d0[q + 1] = a
+                d1[q + 1] = b
+                nbad = np.int32(nbad + (((a != 1) & (a != -1)) | ((b != 1) & (b != -1))))
+            d0[0] = d0[H]
+            d0[H + 1] = d0[1]
+            d1[0] = d1[H]
+            d1[H + 1] = d1[1]
             bad += nbad
         return bad
 
     @nb.njit(cache=True, parallel=True, fastmath=False)
-    def from_checkerboard(S, spins):
-        """Inverse of to_checkerboard: S int8 [R, 2, L, L//2] -> spins int8 [R, L, L]."""
+    def from_planes(S, spins):
+        """Inverse of to_planes: S int8 [R, 2, L, H+2] -> spins int8 [R, L, L]."""
         R = spins.shape[0]
         L = spins.shape[1]
         H = L // 2
@@ -264,147 +275,215 @@ def _numba_kernels():
             s0 = S[r, 0, i]
             s1 = S[r, 1, i]
             for q in range(H):
-                row[2 * q + p0] = s0[q]
-                row[2 * q + 1 - p0] = s1[q]
+                row[2 * q + p0] = s0[q + 1]
+                row[2 * q + 1 - p0] = s1[q + 1]
 
     @nb.njit(cache=True, fastmath=False, nogil=True)
-    def update_row(me, oth, up, dn, bu, bd, bs, bx, p, thr_r, ubuf, ctr0, ctr1, ctr2, ctr3, k0, k1):
-        """Update one row of one colour in the split layout; returns #changed spins.
+    def fill_uniforms(ubuf, m0, m1, ctr1, ctr2, ctr3, k0, k1, u_special):
+        """Philox words of counters (m, ctr1, ctr2, ctr3), m in [m0, m1), into ubuf.
 
-        me  int8 [H]: the row's sites of the colour being updated (in place)
-        oth int8 [H]: same row, other colour; up/dn int8 [H]: rows i-1/i+1, other colour
-        bu, bd, bs, bx int8 [H]: bonds to up, down, same-q and side (q-1 if p == 0 else q+1)
-        p: column parity of the colour in this row (j = 2q + p)
-        thr_r int64 [10]: thresholds, index 2n + (s+1)//2
-        ubuf int64 [4G]: scratch for the row's uniforms
-        ctr0: i*G (counter word 0 of group 0); ctr1..ctr3, k0, k1: Philox words (int64)
+        ubuf uint32 [>= 4 (m1 - m0)]: ``ubuf[4 (m - m0) + w]`` = word w. Vectorises over m.
+        Returns True iff some word is >= u_special (uint64).
         """
-        H = me.shape[0]
-        G = (H + 3) >> 2
-        # 1. all Philox outputs of the row (vectorisable: no dependence between groups)
-        for g in range(G):
-            x0, x1, x2, x3 = philox(ctr0 + g, ctr1, ctr2, ctr3, k0, k1)
-            ubuf[4 * g] = np.int64(x0)
-            ubuf[4 * g + 1] = np.int64(x1)
-            ubuf[4 * g + 2] = np.int64(x2)
-            ubuf[4 * g + 3] = np.int64(x3)
-        # 2. the site updates; the one site whose side neighbour wraps around is peeled off
+        big = False
+        for m in range(m0, m1):
+            x0, x1, x2, x3 = philox(m, ctr1, ctr2, ctr3, k0, k1)
+            o = 4 * (m - m0)
+            ubuf[o] = np.uint32(x0)
+            ubuf[o + 1] = np.uint32(x1)
+            ubuf[o + 2] = np.uint32(x2)
+            ubuf[o + 3] = np.uint32(x3)
+            big |= (x0 >= u_special) | (x1 >= u_special) | (x2 >= u_special) | (x3 >= u_special)
+        return big
+
+    @nb.njit(cache=True, fastmath=False, nogil=True)
+    def update_rows_fast(Sm, So, Bc, ubuf, X, c, i0, i1):
+        """Update rows i0..i1-1 of colour c; returns #changed spins.
+
+        Sm, So int8 [L, H+2]: padded planes of colour c (updated) and 1-c; Bc int8 [L, 4, H];
+        ubuf uint32 [(i1-i0) * 4G]: the rows' Philox words; X uint32 [10]: thresholds clipped
+        to 2**32 - 1. ``u < X`` equals the spec's ``u < thr`` for every u < 2**32 - 1; callers
+        route chunks containing u == 2**32 - 1 to update_rows_exact.
+
+        The loop is written for the auto-vectoriser: the number n of satisfied bonds is
+        built from the four equality bits with adder logic, the threshold is picked by a tree
+        of selects on (s, n bits), all in <= 32-bit lanes.
+        """
+        L = Sm.shape[0]
+        H = Sm.shape[1] - 2
+        G4 = 4 * ((H + 3) >> 2)
+        x0 = X[0]
+        x1 = X[1]
+        x2 = X[2]
+        x3 = X[3]
+        x4 = X[4]
+        x5 = X[5]
+        x6 = X[6]
+        x7 = X[7]
+        x8 = X[8]
+        x9 = X[9]
         cnt = 0
-        if p == 0:
-            q0 = 0  # side neighbour q - 1 wraps to H - 1
-            side = oth[H - 1]
-            lo = 1
-            hi = H
-            off = -1
-        else:
-            q0 = H - 1  # side neighbour q + 1 wraps to 0
-            side = oth[0]
-            lo = 0
-            hi = H - 1
-            off = 1
-        s = me[q0]
-        f = bu[q0] * up[q0] + bd[q0] * dn[q0] + bs[q0] * oth[q0] + bx[q0] * side
-        new = np.int8(1) if ubuf[q0] < thr_r[f + 4 + ((s + 1) >> 1)] else np.int8(-1)
-        cnt += new != s
-        me[q0] = new
-        for q in range(lo, hi):
-            s = me[q]
-            f = bu[q] * up[q] + bd[q] * dn[q] + bs[q] * oth[q] + bx[q] * oth[q + off]
-            new = np.int8(1) if ubuf[q] < thr_r[f + 4 + ((s + 1) >> 1)] else np.int8(-1)
-            cnt += new != s
-            me[q] = new
+        for i in range(i0, i1):
+            o = 0 if ((i + c) & 1) == 0 else 2  # side neighbour: q-1 (p == 0) or q+1 (p == 1)
+            im = i - 1 if i > 0 else L - 1
+            ip = i + 1 if i < L - 1 else 0
+            ub = (i - i0) * G4
+            ur = ubuf[ub:ub + H]
+            me = Sm[i, 1:H + 1]
+            oth = So[i, 1:H + 1]
+            side = So[i, o:o + H]
+            up = So[im, 1:H + 1]
+            dn = So[ip, 1:H + 1]
+            bu = Bc[i, 0]
+            bd = Bc[i, 1]
+            bs = Bc[i, 2]
+            bx = Bc[i, 3]
+            rc = np.int32(0)
+            for q in range(H):
+                s = me[q]
+                e0 = bu[q] == up[q]  # bond satisfied: bond_k * s_k > 0
+                e1 = bd[q] == dn[q]
+                e2 = bs[q] == oth[q]
+                e3 = bx[q] == side[q]
+                # n = e0 + e1 + e2 + e3 = n0 + 2 n1 + 4 n2
+                a01 = e0 ^ e1
+                b01 = e0 & e1
+                a23 = e2 ^ e3
+                b23 = e2 & e3
+                n0 = a01 ^ a23
+                n1 = (a01 & a23) ^ b01 ^ b23
+                n2 = b01 & b23
+                sp = s > 0
+                t0 = x1 if sp else x0
+                t1 = x3 if sp else x2
+                t2 = x5 if sp else x4
+                t3 = x7 if sp else x6
+                t4 = x9 if sp else x8
+                t01 = t1 if n0 else t0
+                t23 = t3 if n0 else t2
+                t03 = t23 if n1 else t01
+                t = t4 if n2 else t03
+                new = np.int8(1) if ur[q] < t else np.int8(-1)
+                rc = np.int32(rc + (new != s))  # int32 accumulator keeps the loop in 32-bit lanes
+                me[q] = new
+            cnt += rc
+            Sm[i, 0] = Sm[i, H]
+            Sm[i, H + 1] = Sm[i, 1]
         return cnt
 
+    @nb.njit(cache=True, fastmath=False, nogil=True)
+    def update_rows_exact(Sm, So, Bc, ubuf, T, c, i0, i1):
+        """Same as update_rows_fast with the spec's int64 comparison ``u < T[2n + (s+1)//2]``
+        (T int64 [10]); a plain loop, used for the (rare) chunks that contain a large u."""
+        L = Sm.shape[0]
+        H = Sm.shape[1] - 2
+        G4 = 4 * ((H + 3) >> 2)
+        cnt = 0
+        for i in range(i0, i1):
+            o = 0 if ((i + c) & 1) == 0 else 2
+            im = i - 1 if i > 0 else L - 1
+            ip = i + 1 if i < L - 1 else 0
+            ub = (i - i0) * G4
+            for q in range(H):
+                s = Sm[i, q + 1]
+                n = (
+                    (Bc[i, 0, q] == So[im, q + 1])
+                    + (Bc[i, 1, q] == So[ip, q + 1])
+                    + (Bc[i, 2, q] == So[i, q + 1])
+                    + (Bc[i, 3, q] == So[i, q + o])
+                )
+                u = np.int64(ubuf[ub + q])
+                new = np.int8(1) if u < T[2 * n + (1 if s > 0 else 0)] else np.int8(-1)
+                cnt += new != s
+                Sm[i, q + 1] = new
+            Sm[i, 0] = Sm[i, H]
+            Sm[i, H + 1] = Sm[i, 1]
+        return cnt
+
+    @nb.njit(cache=True, fastmath=False, nogil=True)
+    def sweep_chunk(S, B, X, T, r, c, i0, i1, ubuf, ctr1, rid, chain, k0, k1, u_special):
+        """Philox words for rows i0..i1-1 of colour c of replica r, then their updates."""
+        H = S.shape[3] - 2
+        G = (H + 3) >> 2
+        big = fill_uniforms(ubuf, i0 * G, i1 * G, ctr1, rid, chain, k0, k1, u_special)
+        if big:
+            return update_rows_exact(S[r, c], S[r, 1 - c], B[c], ubuf, T[r], c, i0, i1)
+        return update_rows_fast(S[r, c], S[r, 1 - c], B[c], ubuf, X[r], c, i0, i1)
+
     @nb.njit(cache=True, parallel=True, fastmath=False)
-    def sweep_by_replica(S, B, thr, k0, k1, rids, chain, sweep0, n_sweeps, changed):
-        """Parallel over replicas; each replica runs all its sweeps (no barriers needed)."""
+    def sweep_by_replica(S, B, X, T, k0, k1, rids, chain, sweep0, n_sweeps, rows_per_chunk, u_special, changed):
+        """Parallel over replicas; each replica runs all its sweeps (no barrier needed)."""
         R = S.shape[0]
         L = S.shape[2]
-        H = S.shape[3]
+        H = S.shape[3] - 2
         G = (H + 3) >> 2
         for r in nb.prange(R):
-            ubuf = np.empty(4 * G, np.int64)
-            thr_r = thr[r]
+            ubuf = np.empty(4 * G * rows_per_chunk, np.uint32)
             rid = rids[r]
             cnt = 0
             for t in range(n_sweeps):
                 for c in range(2):
                     ctr1 = 2 * (sweep0 + t) + c
-                    Sm = S[r, c]
-                    So = S[r, 1 - c]
-                    Bc = B[c]
-                    for i in range(L):
-                        p = (i + c) & 1
-                        cnt += update_row(
-                            Sm[i], So[i], So[(i - 1) % L], So[(i + 1) % L],
-                            Bc[0, i], Bc[1, i], Bc[2, i], Bc[3, i],
-                            p, thr_r, ubuf, i * G, ctr1, rid, chain, k0, k1,
-                        )
+                    for i0 in range(0, L, rows_per_chunk):
+                        i1 = min(i0 + rows_per_chunk, L)
+                        cnt += sweep_chunk(S, B, X, T, r, c, i0, i1, ubuf, ctr1, rid, chain, k0, k1, u_special)
             changed[r] = cnt
 
     @nb.njit(cache=True, parallel=True, fastmath=False)
-    def sweep_by_rows(S, B, thr, k0, k1, rids, chain, sweep0, n_sweeps, rows_per_block, changed_blk):
-        """Parallel over blocks of rows within each colour (for few, large replicas)."""
+    def sweep_by_rows(S, B, X, T, k0, k1, rids, chain, sweep0, n_sweeps, rows_per_chunk, u_special, changed_blk):
+        """Parallel over chunks of rows within each colour (for few, large replicas); one
+        parallel region per colour of each sweep."""
         R = S.shape[0]
         L = S.shape[2]
-        H = S.shape[3]
+        H = S.shape[3] - 2
         G = (H + 3) >> 2
-        nbpr = (L + rows_per_block - 1) // rows_per_block
-        nblk = R * nbpr
+        nbpr = (L + rows_per_chunk - 1) // rows_per_chunk
         for t in range(n_sweeps):
             for c in range(2):
                 ctr1 = 2 * (sweep0 + t) + c
-                for b in nb.prange(nblk):
+                for b in nb.prange(R * nbpr):
                     r = b // nbpr
-                    i0 = (b - r * nbpr) * rows_per_block
-                    i1 = min(i0 + rows_per_block, L)
-                    ubuf = np.empty(4 * G, np.int64)
-                    Sm = S[r, c]
-                    So = S[r, 1 - c]
-                    Bc = B[c]
-                    thr_r = thr[r]
-                    rid = rids[r]
-                    cnt = 0
-                    for i in range(i0, i1):
-                        p = (i + c) & 1
-                        cnt += update_row(
-                            Sm[i], So[i], So[(i - 1) % L], So[(i + 1) % L],
-                            Bc[0, i], Bc[1, i], Bc[2, i], Bc[3, i],
-                            p, thr_r, ubuf, i * G, ctr1, rid, chain, k0, k1,
-                        )
-                    changed_blk[b] += cnt
+                    i0 = (b - r * nbpr) * rows_per_chunk
+                    i1 = min(i0 + rows_per_chunk, L)
+                    ubuf = np.empty(4 * G * rows_per_chunk, np.uint32)
+                    changed_blk[b] += sweep_chunk(
+                        S, B, X, T, r, c, i0, i1, ubuf, ctr1, rids[r], chain, k0, k1, u_special
+                    )
 
     return {
-        "to_checkerboard": to_checkerboard,
-        "from_checkerboard": from_checkerboard,
+        "to_planes": to_planes,
+        "from_planes": from_planes,
         "sweep_by_replica": sweep_by_replica,
         "sweep_by_rows": sweep_by_rows,
-        "update_row": update_row,
+        "fill_uniforms": fill_uniforms,
+        "update_rows_fast": update_rows_fast,
+        "update_rows_exact": update_rows_exact,
     }
 
 
-def _split_bonds(bonds_h: np.ndarray, bonds_v: np.ndarray) -> np.ndarray:
-    """Bonds in the split layout: int8 [2 (colour), 4 (up, down, same, side), L, L//2].
+def _plane_bonds(bonds_h: np.ndarray, bonds_v: np.ndarray) -> np.ndarray:
+    """Bonds in the plane layout: int8 [2 (colour), L, 4, L//2], values +-1.
 
-    For colour ``c``, row ``i``, ``p = (i + c) & 1`` and site ``j = 2q + p``: up = bond to
-    ``(i-1, j)``, down = to ``(i+1, j)``; the horizontal neighbour in the other colour's row at
-    the same ``q`` is ``(i, j+1)`` if ``p == 0`` else ``(i, j-1)``, and the one at the "side"
-    index (``q-1`` if ``p == 0`` else ``q+1``) is the other horizontal neighbour.
+    ``out[c, i, k, q]`` is bond k of site ``(i, j = 2q + p)``, ``p = (i + c) & 1``, with k = 0: up
+    (to ``(i-1, j)``), 1: down (to ``(i+1, j)``), 2: the horizontal neighbour found at the same
+    ``q`` in the other colour's row (``(i, j+1)`` if ``p == 0`` else ``(i, j-1)``), 3: the one at
+    the "side" index (``q-1`` if ``p == 0`` else ``q+1``). (Four bytes per site rather than four
+    bits: the kernel's equality tests then stay in byte lanes, which measured faster.)
     """
     L = bonds_h.shape[0]
     H = L // 2
     i = np.arange(L)[:, None]  # [L, 1]
     q = np.arange(H)[None, :]  # [1, H]
-    out = np.empty((2, 4, L, H), dtype=np.int8)
+    out = np.empty((2, L, 4, H), dtype=np.int8)
     for c in (0, 1):
         p = (i + c) & 1  # [L, 1]
         j = 2 * q + p  # [L, H]
         right = bonds_h[i, j]  # bond (i, j)-(i, j+1)
         left = bonds_h[i, (j - 1) % L]  # bond (i, j-1)-(i, j)
-        out[c, 0] = bonds_v[(i - 1) % L, j]
-        out[c, 1] = bonds_v[i, j]
-        out[c, 2] = np.where(p == 0, right, left)
-        out[c, 3] = np.where(p == 0, left, right)
+        out[c, :, 0] = bonds_v[(i - 1) % L, j]
+        out[c, :, 1] = bonds_v[i, j]
+        out[c, :, 2] = np.where(p == 0, right, left)
+        out[c, :, 3] = np.where(p == 0, left, right)
     return out
 
 
@@ -418,39 +497,55 @@ def _choose_by_replica(R: int, n_threads: int) -> bool:
     return (waves * n_threads - R) <= 0.25 * R
 
 
-def _sweep_numba(spins, bonds_h, bonds_v, thr, key, replica_ids, chain, sweep0, n_sweeps, mode=None):
+_U_MAX = _MASK32  # u values >= this go through the exact int64 path (see update_rows_fast)
+_CHUNK_GROUPS = 1024  # Philox groups per chunk of rows: 16 KiB of uniforms, stays in L1
+
+
+def _sweep_numba(spins, bonds_h, bonds_v, thr, key, replica_ids, chain, sweep0, n_sweeps,
+                 mode=None, u_special=_U_MAX):
+    """numba path of :func:`ising_sweep` (arguments already validated, host arrays).
+
+    ``mode`` ("replica" | "rows" | None = automatic) and ``u_special`` (uniforms >= it send
+    their chunk of rows through the exact path; the default is the only value the fast path
+    needs) are for tests: every choice gives the same bits.
+    """
     nb = backend.numba()
     k = _numba_kernels()
     R, L, _ = spins.shape
     H = L // 2
+    G = (H + 3) // 4
     work = spins if spins.flags.c_contiguous else np.ascontiguousarray(spins)
-    S = np.empty((R, 2, L, H), dtype=np.int8)
-    bad = k["to_checkerboard"](work, S)
+    S = np.empty((R, 2, L, H + 2), dtype=np.int8)
+    bad = k["to_planes"](work, S)
     if bad:
-        raise ValueError(f"spins must contain only -1 and +1; found {bad} other entries")
-    B = _split_bonds(bonds_h, bonds_v)
-    thr2 = np.ascontiguousarray(thr.reshape(R, 10))
+        raise ValueError(f"spins must contain only -1 and +1; found {bad} rows of sites with other values")
+    B = _plane_bonds(bonds_h, bonds_v)
+    T = np.ascontiguousarray(thr.reshape(R, 10), dtype=np.int64)
+    X = np.minimum(T, _MASK32).astype(np.uint32)
     k0, k1 = int(key[0]), int(key[1])
     chain32 = int(chain) & _MASK32
     rids = np.ascontiguousarray(replica_ids, dtype=np.int64) & _MASK32
+    rows_per_chunk = max(1, min(L, _CHUNK_GROUPS // G))
+    us = np.uint64(u_special)
     if mode is None:
         mode = "replica" if _choose_by_replica(R, nb.get_num_threads()) else "rows"
     if mode == "replica":
         changed = np.zeros(R, dtype=np.int64)
-        k["sweep_by_replica"](S, B, thr2, k0, k1, rids, chain32, int(sweep0), int(n_sweeps), changed)
+        k["sweep_by_replica"](S, B, X, T, k0, k1, rids, chain32, int(sweep0), int(n_sweeps),
+                              rows_per_chunk, us, changed)
     elif mode == "rows":
-        # ~4 blocks per thread in total, so that rows, not replicas, balance the load
-        n_blocks_per_replica = max(1, -(-4 * nb.get_num_threads() // R))
-        rows_per_block = max(1, -(-L // n_blocks_per_replica))
-        nbpr = -(-L // rows_per_block)
+        # enough chunks for every thread: at least ~4 per thread in total
+        want = 4 * nb.get_num_threads()
+        per_rep = -(-want // R)
+        rows_per_chunk = max(1, min(rows_per_chunk, L // per_rep if per_rep <= L else 1))
+        nbpr = -(-L // rows_per_chunk)
         changed_blk = np.zeros(R * nbpr, dtype=np.int64)
-        k["sweep_by_rows"](
-            S, B, thr2, k0, k1, rids, chain32, int(sweep0), int(n_sweeps), rows_per_block, changed_blk
-        )
+        k["sweep_by_rows"](S, B, X, T, k0, k1, rids, chain32, int(sweep0), int(n_sweeps),
+                           rows_per_chunk, us, changed_blk)
         changed = changed_blk.reshape(R, nbpr).sum(axis=1)
     else:
         raise ValueError(f"unknown mode {mode!r}")
-    k["from_checkerboard"](S, work)
+    k["from_planes"](S, work)
     if work is not spins:
         spins[...] = work
     return changed

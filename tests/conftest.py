@@ -1,0 +1,81 @@
+"""Shared fixtures: real Hydra composition, real MLflow stores in temporary directories, real
+LocalClusters with worker processes (session-scoped, shared through the `address` profile)."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+CONF = REPO / "conf"
+sys.path.insert(0, str(REPO))
+
+
+def compose(overrides=()) -> dict:
+    """The resolved config for these overrides, composed by Hydra exactly as the CLI does."""
+    from hydra import compose as hcompose
+    from hydra import initialize_config_dir
+    from omegaconf import OmegaConf
+
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        cfg = hcompose("config", overrides=list(overrides))
+    d = OmegaConf.to_container(cfg, resolve=True)
+    d.pop("hydra", None)
+    return d
+
+
+def gpu_available() -> bool:
+    from tasks import backend
+
+    return backend.gpu_status()[0]
+
+
+def pytest_collection_modifyitems(config, items):
+    if gpu_available():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA GPU with CuPy")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
+
+
+@pytest.fixture
+def mlflow_uri(tmp_path):
+    """A fresh SQLite MLflow store in a temporary directory."""
+    return f"sqlite:///{tmp_path / 'mlflow.db'}"
+
+
+def _cluster(n):
+    import logging
+
+    from distributed import LocalCluster
+
+    env = {"NUMBA_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
+    return LocalCluster(n_workers=n, threads_per_worker=1, processes=True, dashboard_address=":0",
+                        silence_logs=logging.ERROR, env=env)
+
+
+@pytest.fixture(scope="session")
+def cluster2():
+    """A real LocalCluster with 2 worker processes, shared by the tests of a session."""
+    c = _cluster(2)
+    yield c
+    c.close()
+
+
+@pytest.fixture(scope="session")
+def cluster_factory():
+    """Start LocalClusters of a given size on demand (kept for the session)."""
+    made = {}
+
+    def get(n):
+        if n not in made:
+            made[n] = _cluster(n)
+        return made[n]
+
+    yield get
+    for c in made.values():
+        c.close()
