@@ -228,14 +228,15 @@ def _numba_kernels():
     ``S[r, c, i, 1 + q]`` (int8 [R, 2, L, H + 2], H = L // 2) with halo columns
     ``S[..., 0] = S[..., H]`` and ``S[..., H + 1] = S[..., 1]`` so that the horizontal neighbour
     that wraps around needs no special case; bonds in ``B[c, i, k, q]`` (int8 [2, L, 4, H], see
-    :func:`_plane_bonds`).
+    ``plane_bonds``).
     """
     nb = backend.numba()
     philox = numba_philox4x32()
 
     @nb.njit(cache=True, parallel=True, fastmath=False)
     def to_planes(spins, S):
-        """spins int8 [R, L, L] -> S int8 [R, 2, L, H+2] (with halos); returns #entries not +-1."""
+        """spins int8 [R, L, L] -> S int8 [R, 2, L, H+2] (with halos); returns the number of
+        (row, q) pairs holding a value other than -1/+1."""
         R = spins.shape[0]
         L = spins.shape[1]
         H = L // 2
@@ -243,21 +244,21 @@ def _numba_kernels():
         for ri in nb.prange(R * L):
             r = ri // L
             i = ri - r * L
-            p0 = i & 1  # colour 0 sits at j = 2q + (i & 1), colour 1 at the other parity
             row = spins[r, i]
-            d0 = S[r, 0, i]
-            d1 = S[r, 1, i]
+            # colour 0 sits at j = 2q + (i & 1), colour 1 at the other parity
+            ev = S[r, 0, i] if (i & 1) == 0 else S[r, 1, i]  # the colour at even j
+            od = S[r, 1, i] if (i & 1) == 0 else S[r, 0, i]
             nbad = np.int32(0)
-            for q in range(H):
-                a = row[2 * q + p0]
-                b = row[2 * q + 1 - p0]
-                d0[q + 1] = a
-                d1[q + 1] = b
+            for q in range(H):  # constant offsets: an interleaved load the vectoriser handles
+                a = row[2 * q]
+                b = row[2 * q + 1]
+                ev[q + 1] = a
+                od[q + 1] = b
                 nbad = np.int32(nbad + (((a != 1) & (a != -1)) | ((b != 1) & (b != -1))))
-            d0[0] = d0[H]
-            d0[H + 1] = d0[1]
-            d1[0] = d1[H]
-            d1[H + 1] = d1[1]
+            ev[0] = ev[H]
+            ev[H + 1] = ev[1]
+            od[0] = od[H]
+            od[H + 1] = od[1]
             bad += nbad
         return bad
 
@@ -270,13 +271,46 @@ def _numba_kernels():
         for ri in nb.prange(R * L):
             r = ri // L
             i = ri - r * L
-            p0 = i & 1
             row = spins[r, i]
-            s0 = S[r, 0, i]
-            s1 = S[r, 1, i]
+            ev = S[r, 0, i] if (i & 1) == 0 else S[r, 1, i]
+            od = S[r, 1, i] if (i & 1) == 0 else S[r, 0, i]
             for q in range(H):
-                row[2 * q + p0] = s0[q + 1]
-                row[2 * q + 1 - p0] = s1[q + 1]
+                row[2 * q] = ev[q + 1]
+                row[2 * q + 1] = od[q + 1]
+
+    @nb.njit(cache=True, parallel=True, fastmath=False)
+    def plane_bonds(bonds_h, bonds_v, B):
+        """Bonds in the plane layout: bonds_h, bonds_v int8 [L, L] -> B int8 [2, L, 4, H];
+        returns the number of bonds that are not -1/+1.
+
+        ``B[c, i, k, q]`` is bond k of site ``(i, j = 2q + p)``, ``p = (i + c) & 1``, with k = 0:
+        up (to ``(i-1, j)``), 1: down (to ``(i+1, j)``), 2: the horizontal neighbour found at the
+        same ``q`` in the other colour's row (``(i, j+1)`` if ``p == 0`` else ``(i, j-1)``), 3:
+        the one at the "side" index (``q-1`` if ``p == 0`` else ``q+1``). Four bytes per site
+        rather than four bits: the kernel's equality tests then stay in byte lanes, which
+        measured faster than unpacking bits.
+        """
+        L = bonds_h.shape[0]
+        H = L // 2
+        bad = 0
+        for ci in nb.prange(2 * L):
+            c = ci // L
+            i = ci - c * L
+            p = (i + c) & 1
+            im = i - 1 if i > 0 else L - 1
+            nbad = 0
+            for q in range(H):
+                j = 2 * q + p
+                jm = j - 1 if j > 0 else L - 1
+                right = bonds_h[i, j]
+                left = bonds_h[i, jm]
+                B[c, i, 0, q] = bonds_v[im, j]
+                B[c, i, 1, q] = bonds_v[i, j]
+                B[c, i, 2, q] = right if p == 0 else left
+                B[c, i, 3, q] = left if p == 0 else right
+                nbad += (right * right != 1) + (bonds_v[i, j] * bonds_v[i, j] != 1)
+            bad += nbad
+        return bad
 
     @nb.njit(cache=True, fastmath=False, nogil=True)
     def fill_uniforms(ubuf, m0, m1, ctr1, ctr2, ctr3, k0, k1, u_special):
@@ -452,6 +486,7 @@ def _numba_kernels():
 
     return {
         "to_planes": to_planes,
+        "plane_bonds": plane_bonds,
         "from_planes": from_planes,
         "sweep_by_replica": sweep_by_replica,
         "sweep_by_rows": sweep_by_rows,
@@ -459,32 +494,6 @@ def _numba_kernels():
         "update_rows_fast": update_rows_fast,
         "update_rows_exact": update_rows_exact,
     }
-
-
-def _plane_bonds(bonds_h: np.ndarray, bonds_v: np.ndarray) -> np.ndarray:
-    """Bonds in the plane layout: int8 [2 (colour), L, 4, L//2], values +-1.
-
-    ``out[c, i, k, q]`` is bond k of site ``(i, j = 2q + p)``, ``p = (i + c) & 1``, with k = 0: up
-    (to ``(i-1, j)``), 1: down (to ``(i+1, j)``), 2: the horizontal neighbour found at the same
-    ``q`` in the other colour's row (``(i, j+1)`` if ``p == 0`` else ``(i, j-1)``), 3: the one at
-    the "side" index (``q-1`` if ``p == 0`` else ``q+1``). (Four bytes per site rather than four
-    bits: the kernel's equality tests then stay in byte lanes, which measured faster.)
-    """
-    L = bonds_h.shape[0]
-    H = L // 2
-    i = np.arange(L)[:, None]  # [L, 1]
-    q = np.arange(H)[None, :]  # [1, H]
-    out = np.empty((2, L, 4, H), dtype=np.int8)
-    for c in (0, 1):
-        p = (i + c) & 1  # [L, 1]
-        j = 2 * q + p  # [L, H]
-        right = bonds_h[i, j]  # bond (i, j)-(i, j+1)
-        left = bonds_h[i, (j - 1) % L]  # bond (i, j-1)-(i, j)
-        out[c, :, 0] = bonds_v[(i - 1) % L, j]
-        out[c, :, 1] = bonds_v[i, j]
-        out[c, :, 2] = np.where(p == 0, right, left)
-        out[c, :, 3] = np.where(p == 0, left, right)
-    return out
 
 
 def _choose_by_replica(R: int, n_threads: int) -> bool:
@@ -518,8 +527,10 @@ def _sweep_numba(spins, bonds_h, bonds_v, thr, key, replica_ids, chain, sweep0, 
     S = np.empty((R, 2, L, H + 2), dtype=np.int8)
     bad = k["to_planes"](work, S)
     if bad:
-        raise ValueError(f"spins must contain only -1 and +1; found {bad} rows of sites with other values")
-    B = _plane_bonds(bonds_h, bonds_v)
+        raise ValueError(f"spins must contain only -1 and +1; {bad} pairs of sites hold other values")
+    B = np.empty((2, L, 4, H), dtype=np.int8)
+    if k["plane_bonds"](bonds_h, bonds_v, B):
+        raise ValueError("bonds_h and bonds_v must contain only -1 and +1")
     T = np.ascontiguousarray(thr.reshape(R, 10), dtype=np.int64)
     X = np.minimum(T, _MASK32).astype(np.uint32)
     k0, k1 = int(key[0]), int(key[1])
@@ -660,39 +671,56 @@ def _cupy_kernel():
     return cp.RawKernel(_CUDA_SOURCE, _CUDA_KERNEL_NAME, options=("-std=c++11",))
 
 
-def _sweep_cupy(spins, bonds_h, bonds_v, thr, key, replica_ids, chain, sweep0, n_sweeps):
-    cp = backend.cupy()
-    kern = _cupy_kernel()
+def _sweep_cuda(spins, bonds_h, bonds_v, thr, key, replica_ids, chain, sweep0, n_sweeps, xp, launch):
+    """Host side of the GPU path: prepare device arrays, launch ``pgm_ising_colour`` once per
+    colour of each sweep, reduce the per-thread change counts.
+
+    ``xp`` is the array module of ``spins`` and ``launch(grid, block, args)`` runs the kernel
+    (a CuPy ``RawKernel``; the tests pass NumPy and the same CUDA source compiled for the host
+    CPU, so this code is exercised without a GPU too). Returns int64 [R] on the host.
+    """
     R, L, _ = spins.shape
     G = (L // 2 + 3) // 4
-    work = spins if spins.flags.c_contiguous else cp.ascontiguousarray(spins)
-    bh = cp.ascontiguousarray(cp.asarray(bonds_h, dtype=cp.int8))
-    bv = cp.ascontiguousarray(cp.asarray(bonds_v, dtype=cp.int8))
-    thr_d = cp.ascontiguousarray(cp.asarray(thr, dtype=cp.int64).reshape(R, 10))
-    rid32 = cp.asarray((np.asarray(backend.to_numpy(replica_ids), dtype=np.int64) & _MASK32).astype(np.uint32))
-    counts = cp.zeros(R * L * G, dtype=cp.uint32)
+    work = spins if spins.flags.c_contiguous else xp.ascontiguousarray(spins)
+    if bool(((work != 1) & (work != -1)).any()):
+        raise ValueError("spins must contain only -1 and +1")
+    bh = xp.ascontiguousarray(xp.asarray(bonds_h, dtype=xp.int8))
+    bv = xp.ascontiguousarray(xp.asarray(bonds_v, dtype=xp.int8))
+    if bool((((bh != 1) & (bh != -1)) | ((bv != 1) & (bv != -1))).any()):
+        raise ValueError("bonds_h and bonds_v must contain only -1 and +1")
+    thr_d = xp.ascontiguousarray(xp.asarray(thr, dtype=xp.int64).reshape(R, 10))
+    rid32 = xp.asarray((np.asarray(backend.to_numpy(replica_ids), dtype=np.int64) & _MASK32).astype(np.uint32))
+    counts = xp.zeros(R * L * G, dtype=xp.uint32)  # [R, L, G] per-thread counts
     changed = np.zeros(R, dtype=np.int64)
     n_threads = R * L * G
     grid = ((n_threads + _CUDA_BLOCK - 1) // _CUDA_BLOCK,)
     block = (_CUDA_BLOCK,)
     k0, k1 = np.uint32(int(key[0])), np.uint32(int(key[1]))
     chain32 = np.uint32(int(chain) & _MASK32)
-    done = 0
+    pending = 0
     for t_local in range(n_sweeps):
         t = int(sweep0) + t_local
         for c in (0, 1):
             ctr1 = np.uint32((2 * t + c) & _MASK32)
-            kern(grid, block, (work, bh, bv, thr_d, rid32, counts,
-                               np.int32(R), np.int32(L), np.int32(c), ctr1, chain32, k0, k1))
-        done += 1
-        if done == _CUDA_MAX_SWEEPS_PER_FLUSH:
-            changed += cp.asnumpy(counts.reshape(R, -1).sum(axis=1, dtype=cp.int64))
+            launch(grid, block, (work, bh, bv, thr_d, rid32, counts,
+                                 np.int32(R), np.int32(L), np.int32(c), ctr1, chain32, k0, k1))
+        pending += 1
+        if pending == _CUDA_MAX_SWEEPS_PER_FLUSH:
+            changed += backend.to_numpy(counts.reshape(R, -1).sum(axis=1, dtype=xp.int64))
             counts.fill(0)
-            done = 0
-    changed += cp.asnumpy(counts.reshape(R, -1).sum(axis=1, dtype=cp.int64))
+            pending = 0
+    changed += backend.to_numpy(counts.reshape(R, -1).sum(axis=1, dtype=xp.int64))
     if work is not spins:
         spins[...] = work
     return changed
+
+
+def _sweep_cupy(spins, bonds_h, bonds_v, thr, key, replica_ids, chain, sweep0, n_sweeps):
+    """GPU path of :func:`ising_sweep` (``spins`` a CuPy array)."""
+    cp = backend.cupy()
+    with cp.cuda.Device(spins.device.id):
+        return _sweep_cuda(spins, bonds_h, bonds_v, thr, key, replica_ids, chain, sweep0,
+                           n_sweeps, cp, _cupy_kernel())
 
 
 # --------------------------------------------------------------------------------------------
@@ -713,9 +741,11 @@ def _validate_sweep_args(spins, bonds_h, bonds_v, thr, key, replica_ids, sweep0,
         b = np.asarray(backend.to_numpy(b))
         if b.shape != (L, L):
             raise ValueError(f"{name} must have shape [L, L] = [{L}, {L}], got {b.shape}")
-        if not np.all((b == 1) | (b == -1)):
+        if b.dtype.kind not in "iu":
+            raise TypeError(f"{name} must be an integer array (int8 +-1), got {b.dtype}")
+        if b.dtype != np.int8 and not np.all((b == 1) | (b == -1)):  # int8 is checked by each path
             raise ValueError(f"{name} must contain only -1 and +1")
-        bonds.append(b.astype(np.int8))
+        bonds.append(np.ascontiguousarray(b, dtype=np.int8))
     thr_h = np.asarray(backend.to_numpy(thr))
     if thr_h.shape != (R, 5, 2):
         raise ValueError(f"thr must have shape [R, 5, 2] = [{R}, 5, 2], got {thr_h.shape}")
