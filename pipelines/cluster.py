@@ -23,6 +23,10 @@ TYPES = ("local", "address", "slurm", "pbs", "kubernetes", "local_cuda", "synchr
 EXTRAS = {"slurm": ("dask_jobqueue", "slurm"), "pbs": ("dask_jobqueue", "pbs"),
           "kubernetes": ("dask_kubernetes", "kubernetes"), "local_cuda": ("dask_cuda", "gpu")}
 PACKAGED_FILE = Path(__file__).resolve().parent.parent / "dask_cluster.yaml"
+# Used when no dask_cluster.yaml exists (an installed pgmflow run outside the source tree).
+BUILTIN_PROFILES = {"local": {"type": "local", "n_workers": None, "threads_per_worker": 1},
+                    "address": {"type": "address", "address": "tcp://127.0.0.1:8786", "timeout": 10},
+                    "synchronous": {"type": "synchronous"}}
 
 
 @dataclass
@@ -49,6 +53,8 @@ def _resolve_file(path: str) -> Path:
 def load_profiles(path: str) -> tuple[Path, dict]:
     """Parse a cluster file; every problem is a ConfigError naming cluster.file."""
     p = _resolve_file(path)
+    if not p.exists() and str(path) == "dask_cluster.yaml":
+        return Path("<built-in>"), {k: dict(v) for k, v in BUILTIN_PROFILES.items()}
     if not p.exists():
         raise ConfigError("cluster.file", str(path), f"file not found (looked at {p})",
                           "point cluster.file at a dask_cluster.yaml or remove the override")

@@ -79,12 +79,14 @@ def _draws(replica_ids, seed, chain, scan, n_steps, dim):
     z0 = np.empty((R, dim))
     z = np.empty((R, n_steps, dim))
     u = np.empty((R, n_steps))
+    jit = np.empty((R, n_steps))
     for i, r in enumerate(replica_ids):
         g = _rng.generator(seed, _rng.STAGE_EXPLORE, chain, int(r), int(scan))
         z0[i] = g.standard_normal(dim)
         z[i] = g.standard_normal((n_steps, dim))
         u[i] = g.random(n_steps)
-    return z0, z, u
+        jit[i] = g.random(n_steps)
+    return z0, z, u, jit
 
 
 def explore_continuous(target, x, b, step, replica_ids, seed: int, chain: int, scan: int, n_steps: int,
@@ -100,7 +102,7 @@ def explore_continuous(target, x, b, step, replica_ids, seed: int, chain: int, s
     b = np.asarray(b, dtype=np.float64)
     step = np.asarray(step, dtype=np.float64)[:, None]
     R, d = x.shape
-    z0, z, u = _draws(replica_ids, seed, chain, scan, n_steps, d)
+    z0, z, u, jit = _draws(replica_ids, seed, chain, scan, n_steps, d)
     n_acc = np.zeros(R)
     logp = _targets.continuous_log_pi(target, x, b)
     for t in range(n_steps):
@@ -109,13 +111,16 @@ def explore_continuous(target, x, b, step, replica_ids, seed: int, chain: int, s
             logp_prop = _targets.continuous_log_pi(target, prop, b)
             log_ratio = logp_prop - logp
         elif method == "hmc":
+            # The step size is jittered by +-20% per trajectory (Neal 2011), so that no fixed
+            # trajectory length can resonate with a half-period of the target and stall the chain.
+            eps = step * (0.8 + 0.4 * jit[:, t:t + 1])
             p0 = z[:, t, :]
             q = x.copy()
-            p = p0 + 0.5 * step * _targets.continuous_grad_log_pi(target, q, b)
+            p = p0 + 0.5 * eps * _targets.continuous_grad_log_pi(target, q, b)
             for i in range(n_leapfrog):
-                q = q + step * p
+                q = q + eps * p
                 g = _targets.continuous_grad_log_pi(target, q, b)
-                p = p + (step if i < n_leapfrog - 1 else 0.5 * step) * g
+                p = p + (eps if i < n_leapfrog - 1 else 0.5 * eps) * g
             prop = q
             logp_prop = _targets.continuous_log_pi(target, prop, b)
             log_ratio = (logp_prop - 0.5 * np.sum(p * p, axis=1)) - (logp - 0.5 * np.sum(p0 * p0, axis=1))
