@@ -81,7 +81,27 @@ def tempering_figures(target, betas, traces, history, results) -> dict:
     fig.tight_layout()
     figs["round_trips"] = fig
 
-    # 4. log Z estimates per round, with the exact value where known
+    # 4. autocorrelation of the energy (log-likelihood) and |m| at a few levels, last round
+    from tasks.tempering import diagnostics
+
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
+    series = [("energy" if ising else "log-likelihood", tr.energy if ising else tr.loglik),
+              ("|magnetisation|" if ising else "|x|", tr.abs_m)]
+    max_lag = max(1, min(200, tr.scans.shape[0] // 4))
+    for ax, (name, data) in zip(axes, series):
+        for k in _levels_to_show(K, 5):
+            rho = diagnostics.autocorrelation(data[:, k], max_lag=max_lag)
+            ess = float(diagnostics.effective_sample_size(data[:, k]))
+            ax.plot(np.arange(rho.shape[-1]), rho, lw=1, label=f"level {k} (b={b[k]:.2g}), ESS {ess:.0f}")
+        ax.axhline(0, color="k", lw=0.5)
+        ax.set_xlabel("lag (scans)")
+        ax.set_ylabel(f"autocorrelation of {name}")
+        ax.legend(fontsize=7)
+    fig.suptitle(f"Autocorrelation (last round, chain 0, {tr.scans.shape[0]} scans)")
+    fig.tight_layout()
+    figs["autocorrelation"] = fig
+
+    # 5. log Z estimates per round, with the exact value where known
     fig, ax = plt.subplots(figsize=(7, 4.2))
     ests = np.array([h["log_z_ss"] for h in history])
     ses = np.array([h["log_z_ss_se"] for h in history])

@@ -398,6 +398,8 @@ def _final_results(cfg, target, betas, traces, rts, exact_log_z, exact_how, hist
            "barrier": lam, "round_trips": trips,
            "swap_accept_mean": float(np.mean([1 - r.mean() for r in rej])),
            "local_accept_mean": float(np.mean([t.local_accept.mean() for t in traces])),
+           "local_accept_per_replica": [t.replica_accept.mean(axis=0).tolist() for t in traces],
+           "swap_accept_per_pair": [t.accept_prob.mean(axis=0).tolist() for t in traces],
            "n_levels": len(betas[0]), "n_chains": C, "scans_total": total_scans,
            "exact_log_z_source": exact_how, "per_level": per_level, "log_z_table": rows}
     if target.kind == "ising":

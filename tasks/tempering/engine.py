@@ -79,6 +79,7 @@ class SwapRecord(NamedTuple):
         pair (proposed or not: its expectation is the same, so all scans inform the schedule).
     proposed: bool [K-1], the pairs proposed at this scan (even or odd).
     accepted: bool [K-1].
+    replica_accept: float64 [R], local acceptance of each *replica* (indexed by replica id).
     """
 
     scan: int
@@ -90,6 +91,7 @@ class SwapRecord(NamedTuple):
     accept_prob: np.ndarray
     proposed: np.ndarray
     accepted: np.ndarray
+    replica_accept: np.ndarray
 
 
 def initial_record(n_replicas: int) -> SwapRecord:
@@ -98,7 +100,7 @@ def initial_record(n_replicas: int) -> SwapRecord:
     nan = np.full(K, np.nan)
     return SwapRecord(scan=-1, levels=np.arange(K, dtype=np.int64), loglik=nan, energy=nan, abs_m=nan,
                       local_accept=nan, accept_prob=np.full(K - 1, np.nan), proposed=np.zeros(K - 1, bool),
-                      accepted=np.zeros(K - 1, bool))
+                      accepted=np.zeros(K - 1, bool), replica_accept=nan)
 
 
 def init_block(target, replica_ids, params: ExploreParams) -> BlockState:
@@ -183,7 +185,8 @@ def communicate(prev: SwapRecord, betas: np.ndarray, scheme: str, seed: int, cha
         levels[r0], levels[r1] = k + 1, k
     return SwapRecord(scan=int(scan), levels=levels, loglik=ll, energy=by_replica("energy")[at_level],
                       abs_m=by_replica("abs_m")[at_level], local_accept=by_replica("accept")[at_level],
-                      accept_prob=accept_prob, proposed=proposed, accepted=accepted)
+                      accept_prob=accept_prob, proposed=proposed, accepted=accepted,
+                      replica_accept=by_replica("accept"))
 
 
 def run_scans(state: BlockState, prev: list, betas: np.ndarray, step_sizes: np.ndarray, target,
@@ -208,7 +211,7 @@ class RoundTrace(NamedTuple):
     """The records of one round of one chain, stacked over scans (the per-level recorder).
 
     scans: int64 [T]; levels: int64 [T, R] (post-swap); loglik, energy, abs_m, local_accept: [T, K];
-    accept_prob: [T, K-1]; proposed, accepted: bool [T, K-1].
+    accept_prob: [T, K-1]; proposed, accepted: bool [T, K-1]; replica_accept: [T, R].
     """
 
     scans: np.ndarray
@@ -220,6 +223,7 @@ class RoundTrace(NamedTuple):
     accept_prob: np.ndarray
     proposed: np.ndarray
     accepted: np.ndarray
+    replica_accept: np.ndarray
 
 
 def stack_records(records) -> RoundTrace:

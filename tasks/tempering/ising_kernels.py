@@ -249,7 +249,7 @@ def _numba_kernels():
     _nb = backend.numba()
     _philox = numba_philox4x32()
 
-    @_nb.njit(cache=True, parallel=True, fastmath=False)
+    @_nb.njit(cache=True, parallel=True, fastmath=False, nogil=True)
     def to_planes(spins, S):
         """spins int8 [R, L, L] -> S int8 [R, 2, L, H+2] (with halos); returns the number of
         (row, q) pairs holding a value other than -1/+1."""
@@ -278,7 +278,7 @@ def _numba_kernels():
             bad += nbad
         return bad
 
-    @_nb.njit(cache=True, parallel=True, fastmath=False)
+    @_nb.njit(cache=True, parallel=True, fastmath=False, nogil=True)
     def from_planes(S, spins):
         """Inverse of to_planes: S int8 [R, 2, L, H+2] -> spins int8 [R, L, L]."""
         R = spins.shape[0]
@@ -294,7 +294,7 @@ def _numba_kernels():
                 row[2 * q] = ev[q + 1]
                 row[2 * q + 1] = od[q + 1]
 
-    @_nb.njit(cache=True, parallel=True, fastmath=False)
+    @_nb.njit(cache=True, parallel=True, fastmath=False, nogil=True)
     def plane_bonds(bonds_h, bonds_v, B):
         """Bonds in the plane layout: bonds_h, bonds_v int8 [L, L] -> B int8 [2, L, 4, H];
         returns the number of bonds that are not -1/+1.
@@ -460,7 +460,7 @@ def _numba_kernels():
             return _update_rows_exact(S[r, c], S[r, 1 - c], B[c], ubuf, T[r], c, i0, i1)
         return _update_rows_fast(S[r, c], S[r, 1 - c], B[c], ubuf, X[r], c, i0, i1)
 
-    @_nb.njit(cache=True, parallel=True, fastmath=False)
+    @_nb.njit(cache=True, parallel=True, fastmath=False, nogil=True)
     def sweep_by_replica(S, B, X, T, k0, k1, rids, chain, sweep0, n_sweeps, rows_per_chunk, u_special, changed):
         """Parallel over replicas; each replica runs all its sweeps (no barrier needed)."""
         R = S.shape[0]
@@ -479,7 +479,7 @@ def _numba_kernels():
                         cnt += _sweep_chunk(S, B, X, T, r, c, i0, i1, ubuf, ctr1, rid, chain, k0, k1, u_special)
             changed[r] = cnt
 
-    @_nb.njit(cache=True, parallel=True, fastmath=False)
+    @_nb.njit(cache=True, parallel=True, fastmath=False, nogil=True)
     def sweep_by_rows(S, B, X, T, k0, k1, rids, chain, sweep0, n_sweeps, rows_per_chunk, u_special, changed_blk):
         """Parallel over chunks of rows within each colour (for few, large replicas); one
         parallel region per colour of each sweep."""
@@ -751,6 +751,8 @@ def _validate_sweep_args(spins, bonds_h, bonds_v, thr, key, replica_ids, sweep0,
         raise ValueError(f"spins must have shape [R, L, L], got {spins.shape}")
     if spins.dtype != np.int8:
         raise TypeError(f"spins must be int8, got {spins.dtype}")
+    if not getattr(spins.flags, "writeable", True):  # (CuPy arrays have no such flag)
+        raise ValueError("spins must be writeable: ising_sweep updates it in place")
     R, L, _ = spins.shape
     if L < 2 or L % 2:
         raise ValueError(f"lattice side L must be even and >= 2, got {L}")

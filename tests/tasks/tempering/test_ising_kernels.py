@@ -274,6 +274,12 @@ def test_sweep_rejects_bad_input():
         K.ising_sweep(spins, bh, bv, thr, KEY, rids[:1], 0, 0, 1)
     with pytest.raises(ValueError, match=">= 0"):
         K.ising_sweep(spins, bh, bv, thr, KEY, rids, 0, -1, 1)
+    frozen = spins.copy()
+    frozen.flags.writeable = False
+    with pytest.raises(ValueError, match="writeable"):
+        K.ising_sweep(frozen, bh, bv, thr, KEY, rids, 0, 0, 1)
+    with pytest.raises(ValueError, match="-1 and \\+1"):
+        K.ising_sweep(spins, bh.astype(np.int64) * 3, bv, thr, KEY, rids, 0, 0, 1)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -388,17 +394,20 @@ static inline unsigned int __umulhi(unsigned int a, unsigned int b)
 """
 
 _HOST_DRIVER = r"""
-extern "C" void pgm_launch(unsigned int grid, unsigned int block,
+extern "C" void pgm_launch(unsigned int gx, unsigned int gy, unsigned int bx,
     signed char* spins, const signed char* bh, const signed char* bv, const long long* thr,
-    const unsigned int* rid32, unsigned int* counts, int R, int L, int colour,
+    const unsigned int* rid32, unsigned int* counts, int r0, int L, int colour,
     unsigned int ctr1, unsigned int chain32, unsigned int key0, unsigned int key1)
 {
-    blockDim.x = block;
-    for (unsigned int b = 0; b < grid; ++b) {
-        blockIdx.x = b;
-        for (unsigned int t = 0; t < block; ++t) {
-            threadIdx.x = t;
-            pgm_ising_colour(spins, bh, bv, thr, rid32, counts, R, L, colour, ctr1, chain32, key0, key1);
+    blockDim.x = bx; blockDim.y = 1;
+    for (unsigned int y = 0; y < gy; ++y) {
+        blockIdx.y = y;
+        for (unsigned int b = 0; b < gx; ++b) {
+            blockIdx.x = b;
+            for (unsigned int t = 0; t < bx; ++t) {
+                threadIdx.x = t;
+                pgm_ising_colour(spins, bh, bv, thr, rid32, counts, r0, L, colour, ctr1, chain32, key0, key1);
+            }
         }
     }
 }
@@ -420,20 +429,24 @@ def cuda_source_on_cpu(tmp_path_factory):
     so = ctypes.CDLL(str(lib))
     fn = so.pgm_launch
     P, U, I = ctypes.c_void_p, ctypes.c_uint, ctypes.c_int
-    fn.argtypes = [U, U, P, P, P, P, P, P, I, I, I, U, U, U, U]
+    fn.argtypes = [U, U, U, P, P, P, P, P, P, I, I, I, U, U, U, U]
     fn.restype = None
 
     def launch(grid, block, args):
+        assert len(grid) == 2 and block[1:] == (1,)
         arrays, scalars = args[:6], args[6:]
-        for a in arrays:
-            assert isinstance(a, np.ndarray) and a.flags.c_contiguous
-        fn(grid[0], block[0], *[a.ctypes.data for a in arrays], *[int(x) for x in scalars])
+        dtypes = [np.int8, np.int8, np.int8, np.int64, np.uint32, np.uint32]
+        for a, dt in zip(arrays, dtypes):
+            assert isinstance(a, np.ndarray) and a.flags.c_contiguous and a.dtype == dt
+        assert [type(x) for x in scalars] == [np.int32] * 3 + [np.uint32] * 4
+        fn(grid[0], grid[1], block[0], *[a.ctypes.data for a in arrays], *[int(x) for x in scalars])
 
     return launch
 
 
 @pytest.mark.parametrize("L", [2, 6, 8, 18])
-def test_cuda_source_on_cpu_matches_numba(cuda_source_on_cpu, L):
+def test_cuda_source_on_cpu_matches_numba(cuda_source_on_cpu, L, monkeypatch):
+    monkeypatch.setattr(K, "_CUDA_MAX_GRID_Y", 2)  # replicas in two launches: offsets matter
     rng = np.random.default_rng(L)
     R = 3
     spins, bh, bv = random_problem(rng, R, L)
