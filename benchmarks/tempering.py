@@ -115,9 +115,11 @@ def main(argv=None) -> int:
     threads = numba.get_num_threads()
     rng = np.random.default_rng(12345)
     scale = 0.25 if args.quick else 1.0
-    reps = 2 if args.quick else 5
-    # (R, L, peer sweeps, our sweeps): peer runs ~0.5 s, ours >= ~0.2 s per repeat
-    cases = [(64, 64, 20, 240), (16, 256, 12, 160), (1, 1024, 16, 160)]
+    reps = 3 if args.quick else 15
+    # (R, L, peer sweeps, our sweeps): a peer repeat runs ~0.5 s, one of ours ~10-50 ms. Ours
+    # takes the best of many short repeats: a parallel region waits for its slowest thread, so on
+    # a shared machine a repeat that overlaps another job's time slice is an outlier.
+    cases = [(64, 64, 20, 80), (16, 256, 12, 24), (1, 1024, 16, 24)]
     device = f"{cpu_name()}, {os.cpu_count()} logical CPUs, numba threads = {threads}"
     try:
         load = os.getloadavg()[0]
@@ -128,11 +130,16 @@ def main(argv=None) -> int:
     rows = []
     for R, L, ps, os_ in cases:
         ps_, os_ = max(2, int(ps * scale)), max(8, int(os_ * scale))
-        peer = bench_peer(R, L, ps_, max(2, reps - 2), rng)
+        peer = bench_peer(R, L, ps_, 2 if args.quick else 3, rng)
         ours4 = bench_ours(R, L, os_, 4, reps, rng)
         ours_long = bench_ours(R, L, os_, os_, reps, rng)
+        numba.set_num_threads(1)
+        try:
+            ours_1t = bench_ours(R, L, os_, os_, max(2, reps // 3), rng)
+        finally:
+            numba.set_num_threads(threads)
         rows.append({"lattice": f"{R} x {L}x{L}", "R": R, "L": L, "peer_numpy": peer,
-                     "ours_4_per_call": ours4, "ours_one_call": ours_long,
+                     "ours_4_per_call": ours4, "ours_one_call": ours_long, "ours_one_thread": ours_1t,
                      "ratio_4_per_call": ours4 / peer, "ratio_one_call": ours_long / peer})
     gpu_ok, gpu_desc = backend.gpu_status()
     gpu = None
@@ -141,12 +148,14 @@ def main(argv=None) -> int:
         gpu = {"lattice": f"{R} x {L}x{L}", "device": gpu_desc,
                "flips_per_ns": bench_gpu(R, L, 20 if args.quick else 100, reps)}
 
-    head = ("| lattice | peer NumPy (1 thread) | ours, 4 sweeps/call | ours, one call | "
-            "ratio (4/call) | ratio (one call) |")
-    lines = [head, "|---|---:|---:|---:|---:|---:|"]
+    head = (f"| lattice | peer NumPy (1 thread) | ours, 4 sweeps/call | ours, one call | "
+            f"ratio (4/call) | ratio (one call) | ours, 1 thread, one call |")
+    lines = [head, "|---|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
         lines.append(f"| {r['lattice']} | {r['peer_numpy']:.4f} | {r['ours_4_per_call']:.3f} | "
-                     f"{r['ours_one_call']:.3f} | {r['ratio_4_per_call']:.1f}x | {r['ratio_one_call']:.1f}x |")
+                     f"{r['ours_one_call']:.3f} | {r['ratio_4_per_call']:.1f}x | {r['ratio_one_call']:.1f}x | "
+                     f"{r['ours_one_thread']:.3f} |")
+    # the targets are for all cores; the 1-thread column is context (immune to time slicing)
     worst = min(min(r["ours_4_per_call"], r["ours_one_call"]) for r in rows)
     worst_ratio = min(min(r["ratio_4_per_call"], r["ratio_one_call"]) for r in rows)
     verdict = (f"CPU targets: >= {TARGET_FLIPS_PER_NS} flips/ns (worst here {worst:.3f}: "

@@ -71,8 +71,66 @@ def run_from_hydra(cfg):
         _report(f"{type(exc).__name__}: {msg} (run with verbose=true for the traceback)", EXIT_FAILED)
 
 
+def _override_error(argv, exc) -> str:
+    """One line for a Hydra composition error: the override, what is wrong, the fix."""
+    import difflib
+
+    text = str(exc)
+    first = " ".join(text.strip().splitlines()[0].split()) if text.strip() else type(exc).__name__
+    if "Could not find" in text and "Available options" in text:
+        group = text.split("Could not find '")[1].split("'")[0]
+        grp, _, opt = group.rpartition("/")
+        options = []
+        for ln in text.split("Available options")[1].splitlines()[1:]:
+            if not ln.strip():
+                continue
+            if not ln.startswith(("\t", " ")):
+                break  # the end of the indented list ("Config search path:" follows)
+            options.append(ln.strip())
+        near = difflib.get_close_matches(opt, options, n=1)
+        hint = f"did you mean {grp}={near[0]}? " if near else ""
+        return f"{grp}={opt!r}: unknown option of config group '{grp}'; fix: {hint}use one of {', '.join(options)}"
+    if "Could not override" in text or "not in struct" in text:
+        key = text.split("Could not override '")[1].split("'")[0] if "Could not override '" in text else "?"
+        section, _, leaf = key.rpartition(".")
+        try:
+            from hydra import compose, initialize_config_dir
+
+            with initialize_config_dir(config_dir=conf_dir(), version_base="1.3"):
+                base = compose("config", overrides=[a for a in argv if "=" in a and a.split("=")[0].split(".")[0] in
+                                                    ("pipeline", "model", "experiment", "debug", "tracking", "cluster")
+                                                    and "." not in a.split("=")[0]])
+            node = base
+            for part in section.split(".") if section else []:
+                node = node[part]
+            known = list(node.keys())
+        except Exception:
+            known = []
+        near = difflib.get_close_matches(leaf, known, n=1)
+        hint = f"did you mean {section + '.' if section else ''}{near[0]}?" if near else \
+            "check the spelling (pgmflow --cfg job lists every key), or add a new key with +" + key + "=..."
+        return f"{key}: unknown key; fix: {hint}"
+    return f"overrides {' '.join(argv)!r}: {first}; fix: check the override syntax (key=value, group=option)"
+
+
+def _precheck(argv) -> None:
+    """Compose the config once before Hydra runs, so a bad override is one line and exit code 2."""
+    if any(a.startswith("-") for a in argv):
+        return  # --help, --cfg, -m/--multirun, --info...: Hydra's own handling
+    from hydra import compose, initialize_config_dir
+
+    from pipelines.errors import EXIT_BAD_INPUT
+
+    try:
+        with initialize_config_dir(config_dir=conf_dir(), version_base="1.3"):
+            compose("config", overrides=list(argv))
+    except Exception as exc:
+        _report(_override_error(argv, exc), EXIT_BAD_INPUT)
+
+
 def main():
     os.environ.setdefault("PGMFLOW_ORIG_CWD", os.getcwd())
+    _precheck(sys.argv[1:])
     import hydra
 
     app = hydra.main(config_path=conf_dir(), config_name="config", version_base="1.3")(run_from_hydra)

@@ -14,6 +14,7 @@ from typing import NamedTuple
 import numpy as np
 
 from tasks import rng as _rng
+from tasks.backend import to_numpy
 from tasks.tempering import targets as _targets
 
 ISING_METHODS = ("metropolis", "heatbath")
@@ -61,7 +62,7 @@ def explore_ising(target, spins, b, replica_ids, philox_key, chain: int, sweep0:
     n = target.n_sites
     info = ExploreInfo(loglik=-target.beta_model * energy, energy=energy,
                        abs_m=np.abs(mag).astype(np.float64) / n,
-                       accept=np.asarray(n_changed, dtype=np.float64) / (n * max(n_sweeps, 1)))
+                       accept=to_numpy(n_changed).astype(np.float64) / (n * max(n_sweeps, 1)))
     return new, info
 
 

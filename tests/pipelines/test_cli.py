@@ -47,6 +47,9 @@ BAD = [
     (["backend=cupy"], "backend='cupy'"),
     (["seed=-4"], "seed=-4"),
     (["resume=0123456789abcdef"], "resume"),
+    (["model=potts"], "model='potts'"),
+    (["tempering.n_replica=8"], "tempering.n_replica"),
+    (["model.LL=8"], "model.LL"),
 ]
 
 
