@@ -1,6 +1,6 @@
 """Ising checkerboard sweeps: our kernels against the plain NumPy sweep, in the same run.
 
-    .venv/bin/python benchmarks/tempering.py [--out results/tempering.md|.json] [--quick]
+    .venv/bin/python benchmarks/tempering.py [--out benchmarks/results/tempering.md|.json] [--quick]
 
 Measures spin flips per nanosecond -- site updates (accepted or not) per wall-clock nanosecond,
 after a warm-up call that compiles -- of
@@ -9,10 +9,11 @@ after a warm-up call that compiles -- of
   neighbour sums, one rng.random per site, exp acceptance, np.where; one thread), and
 * ours: ``ising_sweep`` (numba kernel on all ``numba.get_num_threads()`` threads), Metropolis,
   same ferromagnet, beta = 0.4407 (critical), in two call patterns: ``sweeps/call = 4`` (what the
-  tempering pipeline does between swaps, so per-call costs count) and one long call,
+  tempering pipeline does between swaps, so per-call costs count) and one long call (plus, for
+  context, one long call on a single thread),
 
 on the same lattices, and, when CuPy sees a GPU, the CUDA kernel on a batch of 1024 x 1024
-lattices. Each figure is the best of a few repeats (the machine may be shared). Targets on the
+lattices. Each figure is the best of several repeats (the machine may be shared). Targets on the
 CPU: >= 0.5 flips/ns and >= 15x the NumPy peer; on the GPU: >= 100 flips/ns.
 """
 
@@ -115,7 +116,7 @@ def main(argv=None) -> int:
     threads = numba.get_num_threads()
     rng = np.random.default_rng(12345)
     scale = 0.25 if args.quick else 1.0
-    reps = 3 if args.quick else 15
+    reps = 3 if args.quick else 25
     # (R, L, peer sweeps, our sweeps): a peer repeat runs ~0.5 s, one of ours ~10-50 ms. Ours
     # takes the best of many short repeats: a parallel region waits for its slowest thread, so on
     # a shared machine a repeat that overlaps another job's time slice is an outlier.
@@ -148,8 +149,8 @@ def main(argv=None) -> int:
         gpu = {"lattice": f"{R} x {L}x{L}", "device": gpu_desc,
                "flips_per_ns": bench_gpu(R, L, 20 if args.quick else 100, reps)}
 
-    head = (f"| lattice | peer NumPy (1 thread) | ours, 4 sweeps/call | ours, one call | "
-            f"ratio (4/call) | ratio (one call) | ours, 1 thread, one call |")
+    head = ("| lattice | peer NumPy (1 thread) | ours, 4 sweeps/call | ours, one call | "
+            "ratio (4/call) | ratio (one call) | ours, 1 thread, one call |")
     lines = [head, "|---|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
         lines.append(f"| {r['lattice']} | {r['peer_numpy']:.4f} | {r['ours_4_per_call']:.3f} | "

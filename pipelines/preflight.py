@@ -126,7 +126,8 @@ TEMPERING = {
     "checkpoint_every": integer(lo=0),
     "figures": boolean,
 }
-TEMPERING_OPTIONAL = {"ladder"}
+TEMPERING_OPTIONAL = {"ladder", "chain_overrides"}
+SHAPE_FIELDS = {"ising": ("L",), "gaussian_mixture": ("dim",), "custom": ("dim",)}
 
 MODEL_RULES = {
     "ising": {"L": integer(lo=2, hi=1 << 15, even=True), "T": real(gt=0), "J": real(nonzero=True), "h": real(),
@@ -157,6 +158,28 @@ def check_ladder(ladder, n_replicas):
             raise ConfigError(path, ladder, f"must be strictly increasing (found {a} then {b}); negative or "
                               "non-increasing temperatures are not allowed",
                               "sort the values and remove duplicates")
+
+
+def check_chain_overrides(overrides, model: dict, name: str):
+    """Several targets farmed at once: a list of model-field overrides, one per target."""
+    path = "tempering.chain_overrides"
+    if overrides is None:
+        return
+    if not isinstance(overrides, (list, tuple)) or not overrides or not all(isinstance(o, dict) for o in overrides):
+        raise ConfigError(path, overrides, "must be a list of mappings of model fields, one per target",
+                          f"e.g. '{path}=[{{T:2.0}},{{T:2.5}}]' or {path}=null")
+    known = set(MODEL_RULES[name]) | MODEL_EXTRA[name]
+    for i, ov in enumerate(overrides):
+        for key, value in ov.items():
+            if key not in known:
+                raise ConfigError(f"{path}[{i}].{key}", value, f"is not a field of model={name}",
+                                  f"use fields of the model: {', '.join(sorted(known))}")
+            if key in SHAPE_FIELDS[name] and value != model[key]:
+                raise ConfigError(f"{path}[{i}].{key}", value, "would change the shape of the state; every "
+                                  "target farmed in one run shares it", f"set model.{key} instead, or sweep it "
+                                  f"with pgmflow -m model.{key}=...")
+            if key in MODEL_RULES[name]:
+                MODEL_RULES[name][key](f"{path}[{i}].{key}", value)
 
 
 def check_custom_target(model: dict, explorer: str):
@@ -247,6 +270,7 @@ def check_tempering(cfg: dict):
     _unknown_keys(cfg, "model", set(MODEL_RULES[name]) | MODEL_EXTRA[name] | {"name"})
     _apply(cfg, {f"model.{k}": r for k, r in MODEL_RULES[name].items()})
     explorer = resolve_explorer(t["explorer"], name)
+    check_chain_overrides(t.get("chain_overrides"), model, name)
     if name == "gaussian_mixture":
         w = model.get("weights")
         if w is not None:

@@ -180,15 +180,24 @@ def run(ctx) -> dict:
     tcfg, mcfg = cfg["tempering"], cfg["model"]
     seed = int(cfg["seed"])
     tracker, ex = ctx.tracker, ctx.executor
-    target = preflight.build_target(mcfg)
+    # Targets farmed at once: one per entry of chain_overrides (or just the model), each run by
+    # n_chains independent chains; chain c runs target group c // n_chains.
+    overrides = tcfg.get("chain_overrides") or [{}]
+    G = len(overrides)
+    group_targets = [preflight.build_target({**mcfg, **ov}) for ov in overrides]
     method = preflight.resolve_explorer(tcfg["explorer"], mcfg["name"])
     ladder = tcfg.get("ladder")
     K = len(ladder) if ladder else int(tcfg["n_replicas"])
-    C = int(tcfg["n_chains"])
+    per_target = int(tcfg["n_chains"])
+    C = G * per_target
+    group_of = [c // per_target for c in range(C)]
+    chain_target = [group_targets[g] for g in group_of]
+    target = group_targets[0]
     n_rounds = int(tcfg["n_rounds"])
     n_blocks = ctx.cluster.n_workers if tcfg["n_blocks"] == "auto" else int(tcfg["n_blocks"])
     n_blocks = max(1, min(n_blocks, K))
-    layout, per_task = _layout(tcfg, target, K, C, ctx.cluster.n_workers, ctx.backend)
+    layout, per_task = _layout(tcfg, max(group_targets, key=lambda t: getattr(t, "n_sites", 0)), K, C,
+                               ctx.cluster.n_workers, ctx.backend)
     if layout == "chain":
         n_blocks = 1
     blocks = [np.asarray(b, dtype=np.int64) for b in np.array_split(np.arange(K), n_blocks)]
@@ -196,9 +205,11 @@ def run(ctx) -> dict:
                                    n_leapfrog=int(tcfg["n_leapfrog"]), seed=seed, chain=c,
                                    philox_key=_rng.philox_key(seed, _rng.STAGE_ISING_KEY, c), backend=ctx.backend)
               for c in range(C)]
-    exact_log_z, exact_how = reference_log_z(target)
-    tracker.set_tags({"pgmflow.tempering.explorer": method, "pgmflow.tempering.exact_log_z": exact_how})
-    target_h = ex.scatter(target)
+    group_exact = [reference_log_z(t) for t in group_targets]
+    tracker.set_tags({"pgmflow.tempering.explorer": method, "pgmflow.tempering.exact_log_z": group_exact[0][1],
+                      "pgmflow.tempering.targets": G})
+    group_h = [ex.scatter(t) for t in group_targets]
+    target_h = [group_h[g] for g in group_of]
     tok = tracker.run_id[:12]
 
     # ---- initial state or checkpoint --------------------------------------------------------
@@ -232,7 +243,7 @@ def run(ctx) -> dict:
         steps = [np.full(K, float(tcfg["step_size"])) for _ in range(C)]
         rts = [diagnostics.round_trip_init(K) for _ in range(C)]
         history = []
-        states = [[dask.delayed(engine.init_block, pure=True)(target_h, ids, params[c],
+        states = [[dask.delayed(engine.init_block, pure=True)(target_h[c], ids, params[c],
                                                                dask_key_name=f"pt-init-{tok}-c{c}-b{b}")
                    for b, ids in enumerate(blocks)] for c in range(C)]
 
@@ -255,7 +266,7 @@ def run(ctx) -> dict:
                 for s in range(scan0, scan0 + n_scans, per_task):
                     m = min(per_task, scan0 + n_scans - s)
                     out = dask.delayed(engine.run_scans, nout=2, pure=True)(
-                        st, prev, betas[c], steps[c], target_h, params[c], tcfg["swap"], s, m,
+                        st, prev, betas[c], steps[c], target_h[c], params[c], tcfg["swap"], s, m,
                         dask_key_name=f"pt-scans-{tok}-c{c}-s{s}")
                     st, prev = out[0], out[1]
                     rec_slots[c].append(len(outputs))
@@ -268,7 +279,7 @@ def run(ctx) -> dict:
                 st = list(states[c])
                 for s in range(scan0, scan0 + n_scans):
                     outs = [dask.delayed(engine.explore_block, nout=2, pure=True)(
-                        st[b], rec, betas[c], steps[c], target_h, params[c], s,
+                        st[b], rec, betas[c], steps[c], target_h[c], params[c], s,
                         dask_key_name=f"pt-explore-{tok}-c{c}-s{s}-b{b}") for b in range(n_blocks)]
                     st = [o[0] for o in outs]
                     rec = dask.delayed(engine.communicate, pure=True)(
@@ -308,22 +319,36 @@ def run(ctx) -> dict:
             last_traces.append(trace)
             levels[c] = trace.levels[-1].copy()
             rts[c] = diagnostics.round_trip_update(rts[c], trace.levels, K)
-            summaries.append(_round_summary(c, betas[c], trace, rts[c], target, exact_log_z))
-        agg = {k: float(np.mean([s[k] for s in summaries])) for k in summaries[0] if k != "chain"}
-        agg["log_z_ss_se"] = float(np.sqrt(np.sum([s["log_z_ss_se"] ** 2 for s in summaries])) / C)
-        agg["log_z_ti_se"] = float(np.sqrt(np.sum([s["log_z_ti_se"] ** 2 for s in summaries])) / C)
+            summaries.append(_round_summary(c, betas[c], trace, rts[c], chain_target[c],
+                                            group_exact[group_of[c]][0]))
+        log_z_keys = {"log_z_ss", "log_z_ss_se", "log_z_ti", "log_z_ti_se", "log_z_ss_error"}
+        agg = {k: float(np.mean([s[k] for s in summaries])) for k in summaries[0]
+               if k != "chain" and (G == 1 or k not in log_z_keys)}
+        if G == 1:
+            agg["log_z_ss_se"] = float(np.sqrt(np.sum([s["log_z_ss_se"] ** 2 for s in summaries])) / C)
+            agg["log_z_ti_se"] = float(np.sqrt(np.sum([s["log_z_ti_se"] ** 2 for s in summaries])) / C)
         agg["round_trips"] = float(np.sum([s["round_trips"] for s in summaries]))
         if target.kind == "ising":
-            site_updates = C * K * n_scans * int(tcfg["sweeps_per_scan"]) * target.n_sites
+            site_updates = sum(K * n_scans * int(tcfg["sweeps_per_scan"]) * t.n_sites for t in chain_target)
             agg["site_updates_per_ns"] = site_updates / (dt * 1e9)
         agg["scans_per_s"] = C * n_scans / dt
         agg["round_seconds"] = dt
         metrics = dict(agg)
         if C > 1:
             for s in summaries:
-                metrics.update({f"{k}_c{s['chain']}": v for k, v in s.items() if k in ("log_z_ss", "barrier")})
+                metrics.update({f"{k}_c{s['chain']}": v for k, v in s.items()
+                                if k in ("log_z_ss", "log_z_ss_se", "barrier")})
         tracker.log_metrics(metrics, step=rnd)
-        history.append({"round": rnd, "scans": n_scans, "betas": [b.tolist() for b in betas], **agg})
+        groups = []
+        for g in range(G):
+            ss_g = [s for c, s in enumerate(summaries) if group_of[c] == g]
+            n_g = len(ss_g)
+            groups.append({"log_z_ss": float(np.mean([s["log_z_ss"] for s in ss_g])),
+                           "log_z_ss_se": float(np.sqrt(np.sum([s["log_z_ss_se"] ** 2 for s in ss_g])) / n_g),
+                           "log_z_ti": float(np.mean([s["log_z_ti"] for s in ss_g])),
+                           "round_trips": int(np.sum([s["round_trips"] for s in ss_g]))})
+        history.append({"round": rnd, "scans": n_scans, "betas": [b.tolist() for b in betas], "groups": groups,
+                        **agg})
         bar.set(swap=agg["swap_accept_mean"], barrier=agg["barrier"], trips=int(agg["round_trips"]))
 
         # ---- adapt the ladder and the step sizes for the next round -------------------------
@@ -331,7 +356,7 @@ def run(ctx) -> dict:
             for c in range(C):
                 if tcfg["adapt_schedule"] and not ladder:
                     betas[c] = schedule.adapt_schedule(betas[c], _rejection(last_traces[c]))
-                if target.kind != "ising":
+                if chain_target[c].kind != "ising":
                     acc = last_traces[c].local_accept.mean(axis=0)
                     steps[c] = np.clip(steps[c] * np.exp(2.0 * (acc - TARGET_ACCEPT[method])), 1e-4, 1e3)
 
@@ -349,15 +374,29 @@ def run(ctx) -> dict:
     # ---- final analysis on the last round (fixed ladder) --------------------------------------
     final_betas = [np.asarray(h) for h in history[-1]["betas"]]
     xs = _gather_states(ex, states)
-    results = _final_results(cfg, target, final_betas, last_traces, rts, exact_log_z, exact_how, history)
+    per_group = []
+    for g in range(G):
+        cs = [c for c in range(C) if group_of[c] == g]
+        res_g = _final_results(cfg, group_targets[g], [final_betas[c] for c in cs], [last_traces[c] for c in cs],
+                               [rts[c] for c in cs], *group_exact[g], history)
+        res_g["chains"] = cs
+        res_g["model_overrides"] = overrides[g]
+        per_group.append(res_g)
+    if G == 1:
+        results = per_group[0]
+    else:
+        results = _combine_targets(per_group)
     results["wall_seconds"] = time.monotonic() - t_start
     per_round = set(history[-1]) if history else set()  # already logged at this step
+    per_round.discard("groups")
     tracker.log_metrics({k: v for k, v in results.items() if isinstance(v, (int, float)) and not isinstance(v, bool)
                          and k not in per_round}, step=n_rounds, flush=True)
     tracker.log_dict({k: v for k, v in results.items() if k != "per_level"}, "results.json")
-    for c in range(C):
-        tracker.log_text(_csv(results["per_level"][c]), f"tables/per_temperature_chain{c}.csv")
-    tracker.log_text(_csv(results["log_z_table"]), "tables/log_z.csv")
+    for res_g in per_group:
+        for c, rows in zip(res_g["chains"], res_g["per_level"]):
+            tracker.log_text(_csv(rows), f"tables/per_temperature_chain{c}.csv")
+    tracker.log_text(_csv([dict(target=g, **row) for g, res_g in enumerate(per_group) for row in res_g["log_z_table"]]),
+                     "tables/log_z.csv")
     with tempfile.TemporaryDirectory() as d:
         p = Path(d) / "final_state.npz"
         np.savez(p, betas=np.stack(final_betas), levels=np.stack(levels), x=np.stack(xs))
@@ -365,12 +404,34 @@ def run(ctx) -> dict:
     if tcfg["figures"]:
         from pipelines import figures
 
-        for name, fig in figures.tempering_figures(target, final_betas, last_traces, history, results).items():
-            tracker.log_figure(fig, f"figures/{name}.png")
-            figures.close(fig)
-    _print_summary(results)
-    results.pop("per_level")
+        for g, res_g in enumerate(per_group):
+            cs = res_g["chains"]
+            suffix = f"_target{g}" if G > 1 else ""
+            hist_g = [{**h, **h["groups"][g]} for h in history]
+            for name, fig in figures.tempering_figures(group_targets[g], [final_betas[c] for c in cs],
+                                                       [last_traces[c] for c in cs], hist_g, res_g).items():
+                tracker.log_figure(fig, f"figures/{name}{suffix}.png")
+                figures.close(fig)
+    for g, res_g in enumerate(per_group):
+        _print_summary(res_g, f"target {g} {res_g['model_overrides']}: " if G > 1 else "")
+        res_g.pop("per_level", None)
+    results.pop("per_level", None)
     return results
+
+
+def _combine_targets(per_group: list[dict]) -> dict:
+    """Results of several targets farmed at once: per-target entries plus flat per-target metrics."""
+    out = {"targets": per_group, "n_targets": len(per_group),
+           "objective": float(np.mean([r["objective"] for r in per_group])),
+           "barrier": float(np.mean([r["barrier"] for r in per_group])),
+           "round_trips": int(sum(r["round_trips"] for r in per_group)),
+           "swap_accept_mean": float(np.mean([r["swap_accept_mean"] for r in per_group])),
+           "scans_total": per_group[0]["scans_total"]}
+    for g, r in enumerate(per_group):
+        for k in ("log_z_ss", "log_z_ss_se", "log_z_ti", "log_z_ti_se", "log_z_exact", "log_z_ss_error_sigmas"):
+            if k in r:
+                out[f"{k}_target{g}"] = r[k]
+    return out
 
 
 def _final_results(cfg, target, betas, traces, rts, exact_log_z, exact_how, history):
@@ -424,8 +485,8 @@ def _final_results(cfg, target, betas, traces, rts, exact_log_z, exact_how, hist
     return res
 
 
-def _print_summary(res):
-    line = (f"pgmflow: log Z = {res['log_z_ss']:.6f} ± {res['log_z_ss_se']:.6f} (stepping stone), "
+def _print_summary(res, prefix=""):
+    line = (f"pgmflow: {prefix}log Z = {res['log_z_ss']:.6f} ± {res['log_z_ss_se']:.6f} (stepping stone), "
             f"{res['log_z_ti']:.6f} ± {res['log_z_ti_se']:.6f} (thermodynamic integration)")
     if "log_z_exact" in res:
         line += f"; exact {res['log_z_exact']:.6f} ({res['exact_log_z_source']}), error {res['log_z_ss_error_sigmas']:+.2f} SE"

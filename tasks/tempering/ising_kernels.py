@@ -165,6 +165,12 @@ def ising_energy_magnetisation(spins, bonds_h, bonds_v, J_abs: float, h: float):
     xp = backend.array_module(spins)
     if spins.ndim != 3:
         raise ValueError(f"spins must have shape [R, L, L], got {spins.shape}")
+    if xp is np:
+        # numba: integer sums without [R, L, L] int64 temporaries (which cost more than the sweeps).
+        bond_sum, M = _energy_kernel()(np.ascontiguousarray(spins), np.ascontiguousarray(bonds_h, dtype=np.int8),
+                                       np.ascontiguousarray(bonds_v, dtype=np.int8))
+        E = -float(J_abs) * bond_sum.astype(np.float64) - float(h) * M.astype(np.float64)
+        return E, M
     s = spins.astype(xp.int64)  # [R, L, L]
     bh = xp.asarray(bonds_h).astype(xp.int64)  # [L, L]
     bv = xp.asarray(bonds_v).astype(xp.int64)  # [L, L]
@@ -174,6 +180,39 @@ def ising_energy_magnetisation(spins, bonds_h, bonds_v, J_abs: float, h: float):
     M = s.sum(axis=(1, 2))  # [R] int64
     E = -float(J_abs) * bond_sum.astype(xp.float64) - float(h) * M.astype(xp.float64)
     return backend.to_numpy(E).astype(np.float64), backend.to_numpy(M).astype(np.int64)
+
+
+_energy_compiled = None
+
+
+def _energy_kernel():
+    """numba kernel: (spins int8 [R,L,L], bonds_h, bonds_v int8 [L,L]) -> (bond_sum int64 [R], M int64 [R]),
+    with bond_sum = sum_bonds bond * s_i * s_j (parallel over replicas)."""
+    global _energy_compiled
+    if _energy_compiled is None:
+        nb = backend.numba()
+
+        @nb.njit(parallel=True, cache=True)
+        def energy(spins, bh, bv):  # pragma: no cover - compiled
+            R, L, _ = spins.shape
+            bond_sum = np.zeros(R, dtype=np.int64)
+            mag = np.zeros(R, dtype=np.int64)
+            for r in nb.prange(R):
+                acc = 0
+                m = 0
+                for i in range(L):
+                    ip = i + 1 if i + 1 < L else 0
+                    for j in range(L):
+                        jp = j + 1 if j + 1 < L else 0
+                        si = np.int64(spins[r, i, j])
+                        acc += si * (np.int64(bh[i, j]) * spins[r, i, jp] + np.int64(bv[i, j]) * spins[r, ip, j])
+                        m += si
+                bond_sum[r] = acc
+                mag[r] = m
+            return bond_sum, mag
+
+        _energy_compiled = energy
+    return _energy_compiled
 
 
 # --------------------------------------------------------------------------------------------
