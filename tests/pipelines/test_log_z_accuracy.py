@@ -45,6 +45,17 @@ def test_kaufman_lattices(mlflow_uri, cluster2, L, T, K):
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("T,K,rounds", [(1.8, 96, 12), (TC, 64, 12), (3.0, 64, 11)])
+def test_kaufman_64x64(mlflow_uri, cluster2, T, K, rounds):
+    res, _ = run(["model.L=64", f"model.T={T}", f"tempering.n_replicas={K}", f"tempering.n_rounds={rounds}",
+                  "tempering.n_chains=2", "tempering.sweeps_per_scan=4", "tempering.figures=false", "progress=false"],
+                 mlflow_uri, cluster2)
+    assert res["exact_log_z_source"] == "kaufman"
+    _check(res)
+    assert res["round_trips"] >= 2
+
+
+@pytest.mark.slow
 def test_gaussian_mixture_log_z(mlflow_uri, cluster2):
     res, _ = run(["experiment=gaussian_mixture", "tempering.n_chains=2", "tempering.figures=false", "progress=false"],
                  mlflow_uri, cluster2)
