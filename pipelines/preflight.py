@@ -8,8 +8,7 @@ from __future__ import annotations
 
 import math
 import numbers
-from pathlib import Path
-from typing import Any, Callable
+from typing import Callable
 
 from pipelines.errors import ConfigError
 
@@ -152,7 +151,7 @@ def check_ladder(ladder, n_replicas):
         real(ge=0)(path, v)
     if ladder[0] != 0 or ladder[-1] != 1:
         raise ConfigError(path, ladder, "must start at 0 (the reference) and end at 1 (the target)",
-                          f"make the first entry 0 and the last 1")
+                          "make the first entry 0 and the last 1")
     for a, b in zip(ladder, ladder[1:]):
         if not b > a:
             raise ConfigError(path, ladder, f"must be strictly increasing (found {a} then {b}); negative or "
@@ -265,7 +264,7 @@ def check_tempering(cfg: dict):
     model = cfg["model"]
     name = model.get("name")
     if name not in MODELS:
-        raise ConfigError("model.name", name, "unknown target", f"use model=ising, model=gaussian_mixture or "
+        raise ConfigError("model.name", name, "unknown target", "use model=ising, model=gaussian_mixture or "
                           "model=custom")
     _unknown_keys(cfg, "model", set(MODEL_RULES[name]) | MODEL_EXTRA[name] | {"name"})
     _apply(cfg, {f"model.{k}": r for k, r in MODEL_RULES[name].items()})

@@ -53,6 +53,10 @@ def load_recorded_config(cfg: dict) -> dict:
         raise ConfigError("resume", run_id, f"no such MLflow run in {tr.uri}",
                           "pass the run id printed by the interrupted run (and the same tracking.uri)") from None
     tr.run_id = run_id
+    status = tr.client.get_run(run_id).info.status
+    if status == "FINISHED":
+        raise ConfigError("resume", run_id, "this run already finished; there is nothing to continue",
+                          "start a new run (drop resume=...)")
     try:
         import yaml
 

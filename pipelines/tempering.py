@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import io
 import json
-import math
 import tempfile
 import time
 from pathlib import Path
@@ -64,12 +63,17 @@ def _save_checkpoint(path: Path, rnd: int, betas, levels, steps, xs, rts, histor
              history=np.array(json.dumps(history)))
 
 
-def _load_checkpoint(tracker):
-    """The newest readable checkpoint of the run, or None."""
+def _load_checkpoint(tracker, max_round: int):
+    """The newest readable checkpoint of the run up to round ``max_round``, or None.
+
+    The final round's checkpoint is skipped on purpose: the final analysis needs that round's
+    traces, so a run killed after its last checkpoint re-runs the last round (identically).
+    """
     try:
         names = sorted(tracker.list_artifacts(CHECKPOINT_DIR))
     except Exception:
         return None
+    names = [n for n in names if int(Path(n).stem.split("_")[-1]) <= max_round]
     for name in reversed(names):
         try:
             with np.load(tracker.download(name), allow_pickle=False) as z:
@@ -213,7 +217,7 @@ def run(ctx) -> dict:
     tok = tracker.run_id[:12]
 
     # ---- initial state or checkpoint --------------------------------------------------------
-    ckpt = _load_checkpoint(tracker) if ctx.resumed else None
+    ckpt = _load_checkpoint(tracker, n_rounds - 1) if ctx.resumed else None
     if ckpt is not None:
         start_round = int(ckpt["round"]) + 1
         betas = [np.array(b) for b in ckpt["betas"]]

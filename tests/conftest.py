@@ -3,7 +3,6 @@ LocalClusters with worker processes (session-scoped, shared through the `address
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 

@@ -1,6 +1,5 @@
 """Every config composes and passes preflight; every experiment runs (shrunk by debug=default)."""
 
-from pathlib import Path
 
 import pytest
 

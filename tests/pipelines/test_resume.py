@@ -64,3 +64,8 @@ def test_killed_driver_resumes_to_identical_result(tmp_path):
     assert tr.client.get_run(run_id).info.status == "FINISHED"
     _, tr_full = run(OVERRIDES, uri)
     assert_same_results(tr_full, tr_resumed)
+
+    from pipelines.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="already finished"):
+        run(OVERRIDES + [f"resume={run_id}"], uri)
