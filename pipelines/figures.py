@@ -40,7 +40,7 @@ def tempering_figures(target, betas, traces, history, results) -> dict:
     ax.set_xlabel("scan")
     ax.set_ylabel("energy per site" if ising else "log-likelihood l(x)")
     ax.set_title("Traces per temperature (last round, chain 0)")
-    ax.legend(fontsize=8, ncol=2)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     fig.tight_layout()
     figs["energy_traces"] = fig
 
@@ -102,7 +102,9 @@ def tempering_figures(target, betas, traces, history, results) -> dict:
     figs["autocorrelation"] = fig
 
     # 5. log Z estimates per round, with the exact value where known
-    fig, ax = plt.subplots(figsize=(7, 4.2))
+    has_exact = "log_z_exact" in results
+    fig, axes = plt.subplots(1, 2 if has_exact else 1, figsize=(12 if has_exact else 7, 4.2), squeeze=False)
+    ax = axes[0, 0]
     ests = np.array([h["log_z_ss"] for h in history])
     ses = np.array([h["log_z_ss_se"] for h in history])
     ax.errorbar(rounds, ests, yerr=2 * ses, fmt="o-", capsize=3, label="stepping stone ± 2 SE")
@@ -114,6 +116,18 @@ def tempering_figures(target, betas, traces, history, results) -> dict:
     ax.set_ylabel("log Z")
     ax.set_title("log Z estimates")
     ax.legend(fontsize=8)
+    if has_exact:
+        ax2 = axes[0, 1]
+        last = slice(max(0, len(rounds) - 6), None)
+        r_last = np.asarray(rounds)[last]
+        ax2.errorbar(r_last, ests[last] - results["log_z_exact"], yerr=2 * ses[last], fmt="o-", capsize=3,
+                     label="stepping stone - exact ± 2 SE")
+        ax2.plot(r_last, ti[last] - results["log_z_exact"], "s--", ms=4, label="thermodynamic integration - exact")
+        ax2.axhline(0, color="k", lw=1)
+        ax2.set_xlabel("round")
+        ax2.set_ylabel("error in log Z")
+        ax2.set_title(f"Error against the exact value (final: {results['log_z_ss_error_sigmas']:+.2f} SE)")
+        ax2.legend(fontsize=8)
     fig.tight_layout()
     figs["log_z"] = fig
     return figs
