@@ -228,11 +228,10 @@ def run(ctx) -> dict:
         history = json.loads(str(ckpt["history"]))
         x = ckpt["x"]
         states = []
+        to_device = backend_mod.cupy().asarray if ctx.backend == "cupy" else (lambda a: a)
         for c in range(C):
-            xc = x[c]
-            if ctx.backend == "cupy":
-                xc = backend_mod.cupy().asarray(xc)
-            states.append([engine.BlockState(replica_ids=ids, x=xc[ids]) for ids in blocks])
+            states.append([engine.BlockState(replica_ids=ids, x=to_device(np.ascontiguousarray(x[c][ids])))
+                           for ids in blocks])
         print(f"pgmflow: resuming from the checkpoint after round {start_round - 1}", flush=True)
     else:
         start_round = 1
