@@ -13,7 +13,7 @@ import pytest
 from tests.pipelines.helpers import assert_same_results, run
 
 REPO = Path(__file__).resolve().parents[2]
-OVERRIDES = ["model.L=8", "model.T=2.3", "tempering.n_replicas=6", "tempering.n_rounds=9",
+OVERRIDES = ["model.L=8", "model.T=2.3", "tempering.n_replicas=6", "tempering.n_rounds=10",
              "tempering.sweeps_per_scan=2", "tempering.scans_per_task=16", "tempering.checkpoint_every=1",
              "progress=false", "tempering.figures=false"]
 
@@ -52,7 +52,7 @@ def test_killed_driver_resumes_to_identical_result(tmp_path):
     out = (tmp_path / "out.txt").read_text()
     run_id = out.split("tempering run ")[1].split()[0]
     assert "finished" not in out
-    assert not checkpoint_of_round(9), "the run finished before it was killed; the test proves nothing"
+    assert not checkpoint_of_round(10), "the run finished before it was killed; the test proves nothing"
 
     from pipelines.tracking import Tracker
 
