@@ -98,9 +98,12 @@ def _gather_states(ex, handles_per_chain):
 
 def _stepping_stone(betas, loglik):
     """Stepping stone, the mean of the forward and reverse estimators (their first-order biases,
-    -var/2 and +var/2 in log Z, cancel; as Pigeons.jl reports it). SE: the mean of their SEs."""
-    fwd, rev = estimators.stepping_stone_both(betas, loglik)
-    return 0.5 * (fwd[0] + rev[0]), 0.5 * (fwd[1] + rev[1])
+    -var/2 and +var/2 in log Z, cancel), with the joint SE that keeps correlations between levels."""
+    return tuple(estimators.stepping_stone_joint(betas, loglik))
+
+
+def _thermodynamic_integration(betas, loglik):
+    return tuple(estimators.thermodynamic_integration_joint(betas, loglik))
 
 
 def _rejection(trace: engine.RoundTrace) -> np.ndarray:
@@ -112,7 +115,7 @@ def _round_summary(c, betas, trace, rts, target, exact_log_z):
     lam, _ = schedule.communication_barrier(betas, rej)
     ll = trace.loglik.T  # [K, T]
     ss, ss_se = _stepping_stone(betas, ll)
-    ti, ti_se = estimators.thermodynamic_integration(betas, ll)
+    ti, ti_se = _thermodynamic_integration(betas, ll)
     out = {"chain": c, "barrier": float(lam), "swap_accept_mean": float(1 - rej.mean()),
            "swap_accepted_frac": float(trace.accepted[trace.proposed].mean()) if trace.proposed.any() else float("nan"),
            "local_accept_mean": float(trace.local_accept.mean()), "round_trips": int(rts.trips.sum()),
@@ -444,7 +447,7 @@ def _final_results(cfg, target, betas, traces, rts, exact_log_z, exact_how, hist
     for c in range(C):
         ll = traces[c].loglik.T
         ss, ss_se = _stepping_stone(betas[c], ll)
-        ti, ti_se = estimators.thermodynamic_integration(betas[c], ll)
+        ti, ti_se = _thermodynamic_integration(betas[c], ll)
         ss_all.append((target.log_z_reference + ss, ss_se))
         ti_all.append((target.log_z_reference + ti, ti_se))
         rows.append({"chain": c, "method": "stepping_stone", "log_z": ss_all[-1][0], "se": ss_se})

@@ -191,3 +191,51 @@ def per_level_summary(trace) -> LevelSummary:
     ess = effective_sample_size(x)
     mcse = np.sqrt(var / ess)
     return LevelSummary(mean=mean, var=var, ess=ess, mcse=mcse)
+
+
+def _series_se(phi: np.ndarray) -> float:
+    """SE of the mean of one (autocorrelated) series: sqrt(var / ESS)."""
+    var = float(np.var(phi))
+    if var == 0.0:
+        return 0.0
+    return float(np.sqrt(var / float(effective_sample_size(phi))))
+
+
+def stepping_stone_joint(betas, loglik) -> LogZEstimate:
+    """Stepping stone, mean of forward and reverse, with a *joint* standard error.
+
+    The estimate is ``(forward + reverse) / 2`` (see :func:`stepping_stone`; their first-order
+    biases of about -se^2/2 and +se^2/2 cancel). Its SE comes from the delta method applied to the
+    whole estimator at once: to first order the error is the mean over scans of the influence
+    series ``phi_t = sum_k w_{k,t} / mean(w_k) / 2 - sum_k v_{k+1,t} / mean(v_{k+1}) / 2`` (forward
+    weights ``w = exp(delta_k l_k)``, reverse weights ``v = exp(-delta_k l_{k+1})``), so
+    ``se = sqrt(var(phi) / ESS(phi))``. Unlike summing per-level variances as independent, this
+    accounts for the correlation between levels at the same scan and across lags, which parallel
+    tempering creates (swaps move one state through neighbouring levels).
+
+    Args: betas float [K]; loglik float [K, T] (scan-aligned: column t is one scan of the chain).
+    Returns: LogZEstimate(estimate, se).
+    """
+    b, ll = _check_inputs(betas, loglik)
+    fwd = stepping_stone(b, ll, "forward").estimate
+    rev = stepping_stone(b, ll, "reverse").estimate
+    delta = np.diff(b)[:, None]  # [K-1, 1]
+    a = delta * ll[:-1]
+    w = np.exp(a - a.max(axis=1, keepdims=True))  # [K-1, T]
+    c = -delta * ll[1:]
+    v = np.exp(c - c.max(axis=1, keepdims=True))  # [K-1, T]
+    phi = 0.5 * (w / w.mean(axis=1, keepdims=True)).sum(axis=0) - 0.5 * (v / v.mean(axis=1, keepdims=True)).sum(axis=0)
+    return LogZEstimate(0.5 * (fwd + rev), _series_se(phi))
+
+
+def thermodynamic_integration_joint(betas, loglik) -> LogZEstimate:
+    """Thermodynamic integration (trapezoid rule) with a joint SE: the SE of the mean over scans of
+    ``phi_t = sum_k c_k l_{k,t}`` (``c_k`` the trapezoid weights), which keeps the correlations
+    between levels. The discretisation bias is not in the SE."""
+    b, ll = _check_inputs(betas, loglik)
+    est = thermodynamic_integration(b, ll).estimate
+    d = np.diff(b)
+    c = np.zeros_like(b)
+    c[:-1] += 0.5 * d
+    c[1:] += 0.5 * d
+    return LogZEstimate(est, _series_se((c[:, None] * ll).sum(axis=0)))

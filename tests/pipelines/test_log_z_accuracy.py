@@ -37,7 +37,7 @@ def test_small_lattices_against_transfer_matrix(mlflow_uri, cluster2, extra):
                                    (32, 1.8, 32), (32, TC, 32), (32, 3.0, 28)])
 def test_kaufman_lattices(mlflow_uri, cluster2, L, T, K):
     res, _ = run([f"model.L={L}", f"model.T={T}", f"tempering.n_replicas={K}", "tempering.n_rounds=11",
-                  "tempering.n_chains=2", "tempering.sweeps_per_scan=4", "tempering.figures=false", "progress=false"],
+                  "tempering.n_chains=2", "tempering.sweeps_per_scan=8", "tempering.figures=false", "progress=false"],
                  mlflow_uri, cluster2)
     assert res["exact_log_z_source"] == "kaufman"
     _check(res)

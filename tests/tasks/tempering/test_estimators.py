@@ -160,3 +160,47 @@ def test_inputs_are_validated():
         E.stepping_stone(BETAS, np.zeros((BETAS.shape[0], 10)), direction="both")
     with pytest.raises(ValueError, match="strictly increasing"):
         E.stepping_stone([0.0, 0.0, 1.0], np.zeros((3, 10)))
+
+
+# --- joint standard errors (correlation between levels, as parallel tempering creates) ------------
+
+def draw_loglik_shared(rng, betas, T, shared):
+    """Exact draws whose noise is partly shared across levels at each scan (correlation ``shared``)."""
+    z_common = rng.standard_normal(T)
+    z_own = rng.standard_normal((betas.shape[0], T))
+    eps = np.sqrt(shared) * z_common[None, :] + np.sqrt(1 - shared) * z_own
+    x = np.abs(eps) * np.sqrt(variance(betas))[:, None]  # |x|: l depends on x^2 only; keep the marginal
+    return loglik(x)
+
+
+def test_joint_estimates_equal_the_level_wise_ones():
+    ll = draw_loglik(np.random.default_rng(0), BETAS, 4000)
+    fwd, rev = E.stepping_stone_both(BETAS, ll)
+    joint = E.stepping_stone_joint(BETAS, ll)
+    assert joint.estimate == pytest.approx(0.5 * (fwd.estimate + rev.estimate), abs=1e-12)
+    assert E.thermodynamic_integration_joint(BETAS, ll).estimate == pytest.approx(
+        E.thermodynamic_integration(BETAS, ll).estimate, abs=1e-12)
+
+
+def test_joint_se_matches_level_wise_se_for_independent_levels():
+    ll = draw_loglik(np.random.default_rng(1), BETAS, 20000)
+    lvl = 0.5 * sum(e.se for e in E.stepping_stone_both(BETAS, ll))
+    assert E.stepping_stone_joint(BETAS, ll).se == pytest.approx(lvl, rel=0.15)
+    assert E.thermodynamic_integration_joint(BETAS, ll).se == pytest.approx(
+        E.thermodynamic_integration(BETAS, ll).se, rel=0.15)
+
+
+def test_joint_se_is_calibrated_when_levels_are_correlated():
+    """With strongly shared noise the level-wise SE (independence) is too small; the joint one is not."""
+    rng = np.random.default_rng(2)
+    hits_joint = hits_levels = 0
+    n = 60
+    for _ in range(n):
+        ll = draw_loglik_shared(rng, BETAS, 3000, shared=0.9)
+        j = E.thermodynamic_integration_joint(BETAS, ll)
+        lv = E.thermodynamic_integration(BETAS, ll)
+        target = exact_trapezoid(BETAS)
+        hits_joint += abs(j.estimate - target) < 2 * j.se
+        hits_levels += abs(lv.estimate - target) < 2 * lv.se
+    assert 0.85 <= hits_joint / n <= 1.0
+    assert hits_levels / n < 0.8  # the independence assumption fails here, and the test can tell
