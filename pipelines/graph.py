@@ -8,6 +8,7 @@ stays where it is between rounds, and only what is gathered travels to the drive
 
 from __future__ import annotations
 
+import contextlib
 from typing import Callable, Sequence
 
 import dask
@@ -37,7 +38,7 @@ class Executor:
         if self.client is None:
             watch_keys = {outputs[i].key: i for i in watch}
             cb = _SyncCallback(watch_keys, on_done) if on_done and watch_keys else None
-            with (cb if cb is not None else _nullcontext()):
+            with cb if cb is not None else contextlib.nullcontext():
                 return list(dask.compute(*outputs, scheduler="synchronous", optimize_graph=False))
         from distributed import as_completed
 
@@ -60,14 +61,6 @@ class Executor:
             for h in handles:
                 if hasattr(h, "release"):
                     h.release()
-
-
-class _nullcontext:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return False
 
 
 class _SyncCallback(dask.callbacks.Callback):

@@ -257,7 +257,6 @@ def run(ctx) -> dict:
     bar = Progress(total_scans, "tempering", "scans", enabled=ctx.progress)
     last_traces: list[engine.RoundTrace] = []
     t_start = time.monotonic()
-    site_updates = 0
     tracker.set_tags({"pgmflow.tempering.layout": layout, "pgmflow.tempering.blocks": n_blocks,
                       "pgmflow.tempering.scans_per_task": per_task})
     for rnd in range(start_round, n_rounds + 1):
@@ -300,10 +299,10 @@ def run(ctx) -> dict:
 
         t_round = time.monotonic()
 
-        def on_done(i, _w=dict(zip(watch, watch_scans))):
-            bar.update(_w[i], round=f"{rnd}/{n_rounds}")
-
-        handles = ex.compute(outputs, watch=watch, on_done=on_done)
+        scans_of = dict(zip(watch, watch_scans))
+        round_label = f"{rnd}/{n_rounds}"
+        handles = ex.compute(outputs, watch=watch,
+                             on_done=lambda i: bar.update(scans_of[i], round=round_label))
         gathered = ex.gather([handles[i] for c in range(C) for i in rec_slots[c]])
         records, pos = [], 0
         for c in range(C):
