@@ -19,6 +19,11 @@ STAGE_EXPLORE = 3  # continuous explorers (identity: chain, replica, scan)
 STAGE_SWAP = 4  # swap decisions (identity: chain, scan)
 STAGE_DISORDER = 5  # quenched disorder of a spin glass (identity: disorder_seed)
 STAGE_TARGET = 6  # random construction of a target, e.g. mixture means (identity: target seed)
+STAGE_LDA_SYNTH_TOPICS = 7  # true topics and alpha of a synthetic LDA corpus (identity: none)
+STAGE_LDA_SYNTH_DOCS = 8  # documents of one shard of a synthetic LDA corpus (identity: shard index)
+STAGE_LDA_INIT = 9  # initial lambda of SVI for LDA (identity: none)
+STAGE_LDA_ORDER = 10  # order in which a shard's documents enter minibatches (identity: shard, epoch)
+STAGE_LDA_SPLIT = 11  # held-out documents and their observed/test halves (identity: shard)
 
 
 def seed_sequence(seed: int, stage: int, *identity: int) -> np.random.SeedSequence:

@@ -1,0 +1,360 @@
+"""The local E-step of LDA for a batch of documents (Hoffman, Blei, Wang and Paisley 2013, Alg. 2;
+seed 002, lines 1369-1432).
+
+For a document with unique words ``w_n`` and counts ``c_n`` the mean-field updates are::
+
+    phi_nk   ∝ exp(E[log theta_k] + E[log beta_{k,w_n}])          (token posteriors)
+    gamma_k  = alpha_k + sum_n c_n phi_nk                         (q(theta) = Dir(gamma))
+
+iterated from ``gamma = alpha + N_d / K`` until the mean absolute change of gamma falls below
+``tol`` (or ``max_iter``). With ``A = exp(E[log theta])`` and ``B = exp(E[log beta])`` the
+normaliser of ``phi_n`` is ``phinorm_n = sum_k A_k B_{k,w_n}``, so an iteration needs only
+products (the phi matrix is never formed). The sufficient statistics of the batch are
+``sstats_{k,w} = sum_d sum_{n: w_n = w} c_n phi_nk`` and the per-document bound is::
+
+    sum_n c_n log phinorm_n + sum_k (alpha_k - gamma_k) E[log theta_k]
+      + sum_k (lgamma(gamma_k) - lgamma(alpha_k)) + lgamma(sum alpha) - lgamma(sum gamma)
+
+(``E_q[log p(w, z | theta, beta) + log p(theta) - log q(z) - log q(theta)]`` with phi at its
+optimum). With posterior regularization the token posteriors are replaced each iteration by
+their KL projection onto the constraint set (``tasks.lda.regularization``), and the bound uses
+``log phinorm_n - KL(q_n || p_n)`` instead of ``log phinorm_n``.
+
+Layout: topic-word arrays passed here are *word-major* ``[n_cols, K]`` over a sorted set of word
+ids ``cols`` (only the columns the batch uses travel to a worker). Everything is float64, and a
+document's result does not depend on which other documents share the batch, so statistics of
+shards can be summed in any fixed order to the same bits.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from typing import NamedTuple
+
+import numpy as np
+
+from tasks import backend
+
+__all__ = ["EStepResult", "estep", "estep_numpy", "digamma", "exp_elog_dirichlet_rows"]
+
+
+class EStepResult(NamedTuple):
+    """What the E-step of one batch of documents returns."""
+
+    sstats: np.ndarray  # [n_cols, K] sum over the batch of c_n phi_nk, word-major over ``cols``
+    gamma: np.ndarray  # [n_docs, K] variational Dirichlet parameters of each document
+    doc_bound: float  # sum over the batch of the per-document ELBO terms (see module docstring)
+    n_tokens: float  # total word count of the batch
+    iterations: int  # sum over documents of E-step iterations
+
+
+def digamma(x: np.ndarray) -> np.ndarray:
+    """The digamma function (the same series as the numba kernel), for x > 0."""
+    return _kernels()["digamma_vec"](np.ascontiguousarray(x, dtype=np.float64).ravel()).reshape(np.shape(x))
+
+
+def exp_elog_dirichlet_rows(lam: np.ndarray, cols: np.ndarray | None = None) -> np.ndarray:
+    """``exp(E[log beta])`` for Dirichlet rows ``lam`` [K, V], word-major ``[len(cols), K]``.
+
+    ``E[log beta_kw] = digamma(lam_kw) - digamma(sum_w lam_kw)``; only the columns ``cols`` are
+    computed (all when None).
+    """
+    lam = np.asarray(lam, dtype=np.float64)
+    row = digamma(lam.sum(axis=1))  # [K]
+    sub = lam if cols is None else lam[:, cols]  # [K, C]
+    return np.ascontiguousarray(np.exp(digamma(sub) - row[:, None]).T)  # [C, K]
+
+
+def _local_ids(indices: np.ndarray, cols: np.ndarray) -> np.ndarray:
+    pos = np.searchsorted(cols, indices)
+    if indices.size and (pos.max() >= cols.size or np.any(cols[np.minimum(pos, cols.size - 1)] != indices)):
+        raise ValueError("the batch uses word ids that are not in cols")
+    return pos.astype(np.int64)
+
+
+def estep(indptr, indices, counts, docs, cols, exp_elog_beta, alpha, max_iter=100, tol=1e-3,
+          pr=None, return_gamma=True) -> EStepResult:
+    """E-step of the documents ``docs`` (local row ids of the CSR arrays) against topic columns ``cols``.
+
+    indptr [n+1], indices [nnz] (word ids), counts [nnz]: a CSR document-term shard.
+    cols [C]: sorted word ids covering every word of the documents; exp_elog_beta [C, K].
+    alpha [K]: the Dirichlet prior of theta. pr: a ``regularization.PRConfig`` or None.
+    """
+    docs = np.ascontiguousarray(docs, dtype=np.int64)
+    cols = np.ascontiguousarray(cols, dtype=np.int64)
+    eeb = np.ascontiguousarray(exp_elog_beta, dtype=np.float64)
+    alpha = np.ascontiguousarray(np.broadcast_to(alpha, (eeb.shape[1],)), dtype=np.float64)
+    # gather the batch into a compact CSR with local column ids
+    starts, ends = indptr[docs], indptr[docs + 1]
+    lens = (ends - starts).astype(np.int64)
+    bptr = np.zeros(docs.size + 1, np.int64)
+    np.cumsum(lens, out=bptr[1:])
+    take = np.repeat(starts - bptr[:-1], lens) + np.arange(bptr[-1]) if bptr[-1] else np.zeros(0, np.int64)
+    words = np.asarray(indices)[take]
+    cts = np.ascontiguousarray(np.asarray(counts)[take], dtype=np.float64)
+    loc = _local_ids(words, cols)
+    k = _kernels()
+    if pr is not None and _pr_active(pr):
+        gamma, sstats, bound, iters = _pr_kernel()(
+            bptr, loc, cts, words.astype(np.int64), eeb, alpha, int(max_iter), float(tol),
+            pr.seed_word_ids, pr.seed_topics, pr.seed_mass, float(pr.cap), int(pr.max_iter), float(pr.tol))
+    else:
+        gamma, sstats, bound, iters = k["estep"](bptr, loc, cts, eeb, alpha, int(max_iter), float(tol))
+    return EStepResult(sstats, gamma if return_gamma else np.zeros((0, eeb.shape[1])), float(bound),
+                       float(cts.sum()), int(iters))
+
+
+def _pr_active(pr) -> bool:
+    from tasks.lda import regularization
+
+    return regularization.is_active(pr)
+
+
+# --- reference implementation (NumPy, one document at a time) -------------------------------------
+
+def estep_numpy(indptr, indices, counts, docs, cols, exp_elog_beta, alpha, max_iter=100, tol=1e-3) -> EStepResult:
+    """Plain NumPy/SciPy version of :func:`estep` without constraints (the test oracle)."""
+    from scipy.special import digamma as dg
+    from scipy.special import gammaln
+
+    eeb = np.asarray(exp_elog_beta, dtype=np.float64)
+    K = eeb.shape[1]
+    alpha = np.broadcast_to(np.asarray(alpha, dtype=np.float64), (K,))
+    sstats = np.zeros_like(eeb)
+    gammas = np.zeros((len(docs), K))
+    bound, iters, ntok = 0.0, 0, 0.0
+    for j, d in enumerate(docs):
+        w = np.asarray(indices[indptr[d]:indptr[d + 1]])
+        c = np.asarray(counts[indptr[d]:indptr[d + 1]], dtype=np.float64)
+        loc = np.searchsorted(cols, w)
+        B = eeb[loc]  # [N, K]
+        gamma = alpha + c.sum() / K
+        ea = np.exp(dg(gamma) - dg(gamma.sum()))
+        norm = B @ ea + 1e-100
+        for _ in range(max_iter):
+            iters += 1
+            new = alpha + ea * ((c / norm) @ B)
+            ea = np.exp(dg(new) - dg(new.sum()))
+            norm = B @ ea + 1e-100
+            change = np.mean(np.abs(new - gamma))
+            gamma = new
+            if change < tol:
+                break
+        gammas[j] = gamma
+        sstats[loc] += np.outer(c / norm, ea) * B
+        elog = dg(gamma) - dg(gamma.sum())
+        bound += (c @ np.log(norm) + np.sum((alpha - gamma) * elog) + np.sum(gammaln(gamma) - gammaln(alpha))
+                  + gammaln(alpha.sum()) - gammaln(gamma.sum()))
+        ntok += c.sum()
+    return EStepResult(sstats, gammas, float(bound), float(ntok), int(iters))
+
+
+# --- numba kernels ----------------------------------------------------------------------------------
+
+@functools.lru_cache(maxsize=None)
+def _kernels():
+    nb = backend.numba()
+
+    @nb.njit(cache=True, nogil=True, fastmath=False)
+    def _digamma(x):
+        r = 0.0
+        while x < 6.0:
+            r -= 1.0 / x
+            x += 1.0
+        f = 1.0 / (x * x)
+        return r + math.log(x) - 0.5 / x - f * (1.0 / 12 - f * (1.0 / 120 - f * (1.0 / 252 - f * (
+            1.0 / 240 - f * (1.0 / 132)))))
+
+    @nb.njit(cache=True, nogil=True)
+    def digamma_vec(x):
+        out = np.empty_like(x)
+        for i in range(x.size):
+            out[i] = _digamma(x[i])
+        return out
+
+    @nb.njit(cache=True, nogil=True)
+    def _exp_elog(gamma, out):
+        s = 0.0
+        for k in range(gamma.size):
+            s += gamma[k]
+        ds = _digamma(s)
+        for k in range(gamma.size):
+            out[k] = math.exp(_digamma(gamma[k]) - ds)
+
+    @nb.njit(cache=True, nogil=True)
+    def _dirichlet_terms(alpha, gamma):
+        K = gamma.size
+        sg, sa = 0.0, 0.0
+        for k in range(K):
+            sg += gamma[k]
+            sa += alpha[k]
+        ds = _digamma(sg)
+        t = 0.0
+        for k in range(K):
+            t += (alpha[k] - gamma[k]) * (_digamma(gamma[k]) - ds) + math.lgamma(gamma[k]) - math.lgamma(alpha[k])
+        return t + math.lgamma(sa) - math.lgamma(sg)
+
+    @nb.njit(cache=True, nogil=True)
+    def _one_doc(lo, hi, loc, cts, eeb, alpha, max_iter, tol, gamma, ea, norm, new):
+        K = alpha.size
+        tot = 0.0
+        for n in range(lo, hi):
+            tot += cts[n]
+        for k in range(K):
+            gamma[k] = alpha[k] + tot / K
+        _exp_elog(gamma, ea)
+        for n in range(lo, hi):
+            s = 0.0
+            row = loc[n]
+            for k in range(K):
+                s += ea[k] * eeb[row, k]
+            norm[n - lo] = s + 1e-100
+        it = 0
+        while it < max_iter:
+            it += 1
+            for k in range(K):
+                new[k] = 0.0
+            for n in range(lo, hi):
+                r = cts[n] / norm[n - lo]
+                row = loc[n]
+                for k in range(K):
+                    new[k] += r * eeb[row, k]
+            change = 0.0
+            for k in range(K):
+                v = alpha[k] + ea[k] * new[k]
+                change += abs(v - gamma[k])
+                gamma[k] = v
+            _exp_elog(gamma, ea)
+            for n in range(lo, hi):
+                s = 0.0
+                row = loc[n]
+                for k in range(K):
+                    s += ea[k] * eeb[row, k]
+                norm[n - lo] = s + 1e-100
+            if change / K < tol:
+                break
+        return it
+
+    @nb.njit(cache=True, nogil=True, parallel=True)
+    def estep_kernel(bptr, loc, cts, eeb, alpha, max_iter, tol):
+        n_docs = bptr.size - 1
+        K = alpha.size
+        gamma = np.empty((n_docs, K))
+        ea_all = np.empty((n_docs, K))
+        norm_all = np.empty(loc.size)
+        bounds = np.zeros(n_docs)
+        iters = np.zeros(n_docs, np.int64)
+        for d in nb.prange(n_docs):
+            lo, hi = bptr[d], bptr[d + 1]
+            new = np.empty(K)
+            iters[d] = _one_doc(lo, hi, loc, cts, eeb, alpha, max_iter, tol, gamma[d], ea_all[d],
+                                norm_all[lo:hi], new)
+            b = 0.0
+            for n in range(lo, hi):
+                b += cts[n] * math.log(norm_all[n])
+            bounds[d] = b + _dirichlet_terms(alpha, gamma[d])
+        # sufficient statistics, accumulated in document order (deterministic for any thread count)
+        sstats = np.zeros(eeb.shape)
+        total, it = 0.0, 0
+        for d in range(n_docs):
+            for n in range(bptr[d], bptr[d + 1]):
+                r = cts[n] / norm_all[n]
+                row = loc[n]
+                for k in range(K):
+                    sstats[row, k] += r * ea_all[d, k] * eeb[row, k]
+            total += bounds[d]
+            it += iters[d]
+        return gamma, sstats, total, it
+
+    return {"estep": estep_kernel, "digamma_vec": digamma_vec, "_exp_elog": _exp_elog,
+            "_dirichlet_terms": _dirichlet_terms}
+
+
+@functools.lru_cache(maxsize=None)
+def _pr_kernel():
+    """The E-step with posterior regularization (not cached on disk: it closes over the projection)."""
+    from tasks.lda import regularization
+
+    nb = backend.numba()
+    project = regularization.project_kernel()
+    k = _kernels()
+    _exp_elog, _dirichlet_terms = k["_exp_elog"], k["_dirichlet_terms"]
+
+    @nb.njit(nogil=True)
+    def estep_pr_kernel(bptr, loc, cts, words, eeb, alpha, max_iter, tol, seed_ids, seed_topics, seed_mass, cap,
+                        pr_iter, pr_tol):
+        n_docs = bptr.size - 1
+        K = alpha.size
+        gamma = np.empty((n_docs, K))
+        sstats = np.zeros(eeb.shape)
+        ea = np.empty(K)
+        total, it_total = 0.0, 0
+        for d in range(n_docs):
+            lo, hi = bptr[d], bptr[d + 1]
+            N = hi - lo
+            p = np.empty((N, K))
+            q = np.empty((N, K))
+            norm = np.empty(N)
+            g = gamma[d]
+            tot = 0.0
+            for n in range(lo, hi):
+                tot += cts[n]
+            for k in range(K):
+                g[k] = alpha[k] + tot / K
+            c = cts[lo:hi]
+            w = words[lo:hi]
+            for it in range(max_iter):
+                it_total += 1
+                _exp_elog(g, ea)
+                for i in range(N):
+                    row = loc[lo + i]
+                    s = 0.0
+                    for k in range(K):
+                        p[i, k] = ea[k] * eeb[row, k]
+                        s += p[i, k]
+                    norm[i] = s + 1e-100
+                    for k in range(K):
+                        p[i, k] /= norm[i]
+                project(p, c, w, seed_ids, seed_topics, seed_mass, cap, pr_iter, pr_tol, q)
+                change = 0.0
+                for k in range(K):
+                    v = alpha[k]
+                    for i in range(N):
+                        v += c[i] * q[i, k]
+                    change += abs(v - g[k])
+                    g[k] = v
+                if change / K < tol:
+                    break
+            # final posteriors at the final gamma, then statistics and the bound
+            _exp_elog(g, ea)
+            b = 0.0
+            for i in range(N):
+                row = loc[lo + i]
+                s = 0.0
+                for k in range(K):
+                    p[i, k] = ea[k] * eeb[row, k]
+                    s += p[i, k]
+                norm[i] = s + 1e-100
+                for k in range(K):
+                    p[i, k] /= norm[i]
+            project(p, c, w, seed_ids, seed_topics, seed_mass, cap, pr_iter, pr_tol, q)
+            for i in range(N):
+                row = loc[lo + i]
+                kl = 0.0
+                for k in range(K):
+                    sstats[row, k] += c[i] * q[i, k]
+                    if q[i, k] > 0.0:
+                        kl += q[i, k] * math.log(q[i, k] / max(p[i, k], 1e-300))
+                b += c[i] * (math.log(norm[i]) - kl)
+            total += b + _dirichlet_terms(alpha, g)
+        return gamma, sstats, total, it_total
+
+    return estep_pr_kernel
+
+
+def warm_up() -> None:
+    """Compile (or load from the on-disk cache) the E-step kernels in this process."""
+    indptr = np.array([0, 2], np.int64)
+    estep(indptr, np.array([0, 1]), np.array([1.0, 2.0]), np.array([0]), np.array([0, 1]), np.full((2, 2), 0.5),
+          np.full(2, 0.5), max_iter=2)
