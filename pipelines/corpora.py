@@ -158,15 +158,17 @@ def open_checked(cfg: dict):
     field = {"uci": "docword", "text": "folder"}.get(c.get("kind"), "path")
     try:
         info = C.open_corpus(path)
-        stamp_file = Path(path) / ".validated"
+        # the stamp of a checked corpus lives in the launch directory, never inside the corpus
+        stamp_file = _path(".pgmflow/validated") / hashlib.sha256(str(Path(path).resolve()).encode()).hexdigest()[:24]
         stamp = _validated_stamp(info)
         if not (stamp_file.exists() and stamp_file.read_text() == stamp):
             for j in range(len(info.shard_docs)):
                 C.load_shard(info, j)  # raises CorpusError on negative counts, NaN, out-of-range word ids
             try:
+                stamp_file.parent.mkdir(parents=True, exist_ok=True)
                 stamp_file.write_text(stamp)
             except OSError:
-                pass  # a read-only corpus: check again next time
+                pass  # nowhere to write: check again next time
     except C.CorpusError as exc:
         raise _corpus_error(exc, f"corpus.{field}", c.get(field, path)) from None
     if info.n_docs == 0 or info.n_tokens <= 0:
@@ -251,8 +253,8 @@ def pr_config(cfg: dict, info):
 
 def exp_elog_beta(lam: np.ndarray, cols: np.ndarray, rowsum: np.ndarray | None = None) -> np.ndarray:
     """``exp(E[log beta])`` of the columns ``cols`` of lambda, word-major [len(cols), K]."""
-    from tasks.lda import estep
+    from scipy.special import digamma
 
     rowsum = lam.sum(axis=1) if rowsum is None else rowsum
     sub = lam[:, cols]
-    return np.ascontiguousarray(np.exp(estep.digamma(sub) - estep.digamma(rowsum)[:, None]).T)
+    return np.ascontiguousarray(np.exp(digamma(sub) - digamma(rowsum)[:, None]).T)

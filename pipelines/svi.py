@@ -111,6 +111,7 @@ def run(ctx) -> dict:
 
     # ---- shards onto the workers (once) ----------------------------------------------------
     keep = bool(scfg["keep_in_memory"])
+    t_prep = time.monotonic()
     prep = []
     for g, shards in enumerate(groups):
         with _annotate(ex, group_worker[g]):
@@ -145,6 +146,7 @@ def run(ctx) -> dict:
         next_cols = ex.gather(ex.compute(words))
     heldout_cols = ex.gather(ex.compute([dask.delayed(shard_tasks.heldout_words, pure=True)(
         states[g], dask_key_name=f"svi-hwords-{tok}-g{g}") for g in range(len(groups))]))
+    prepare_seconds = time.monotonic() - t_prep
 
     def heldout_perplexity(lam):
         rowsum = lam.sum(axis=1)
@@ -193,7 +195,9 @@ def run(ctx) -> dict:
             metrics = {"rho": sinfo.rho, "batch_docs": S_t,
                        "batch_bound_per_word": bound / ntok if ntok else float("nan"),
                        "docs_per_second": S_t / dt if dt > 0 else float("nan"), "docs_seen": state.docs_seen,
-                       "estep_iterations_per_doc": sum(s.iterations for s in per_shard) / max(S_t, 1)}
+                       "estep_iterations_per_doc": sum(s.iterations for s in per_shard) / max(S_t, 1),
+                       "step_seconds": dt, "estep_seconds_max_worker": max(
+                           sum(s.seconds for s in grp) for grp, _ in results)}
             done = i + 1
             if eval_every > 0 and (done % eval_every == 0 or done == n_steps):
                 ppl, _ = heldout_perplexity(state.lam)
@@ -213,12 +217,12 @@ def run(ctx) -> dict:
         elapsed = time.monotonic() - t_run
         tracker.flush()
         result = _finish(ctx, cfg, info, state, history, states, groups, alpha, eta, pr, heldout_perplexity,
-                         n_train, elapsed, docs_in_run, tmp)
+                         n_train, elapsed, docs_in_run, tmp, prepare_seconds)
     return result
 
 
 def _finish(ctx, cfg, info, state, history, states, groups, alpha, eta, pr, heldout_perplexity, n_train, elapsed,
-            docs_in_run, tmp) -> dict:
+            docs_in_run, tmp, prepare_seconds) -> dict:
     from pipelines import figures
 
     tracker, ex = ctx.tracker, ctx.executor
@@ -245,7 +249,7 @@ def _finish(ctx, cfg, info, state, history, states, groups, alpha, eta, pr, held
               "coherence_umass_mean": float(coherence.mean()), "coherence_umass": coherence.tolist(),
               "steps": state.count, "docs_seen": state.docs_seen, "train_docs": n_train,
               "docs_per_second": docs_in_run / elapsed if elapsed > 0 else float("nan"),
-              "seconds": elapsed, "top_words": names}
+              "seconds": elapsed, "prepare_seconds": prepare_seconds, "top_words": names}
     if info.true_topics:
         true = np.load(info.true_topics)
         assign, cos = evaluate.match_topics(lam, true)

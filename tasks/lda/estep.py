@@ -154,6 +154,10 @@ def estep_numpy(indptr, indices, counts, docs, cols, exp_elog_beta, alpha, max_i
 
 @functools.lru_cache(maxsize=None)
 def _kernels():
+    # Callees are bound to module globals, not closure cells: numba's on-disk cache key hashes a
+    # function's closure variables, and a jitted callee pickles differently in every process, which
+    # would make every process miss the cache (and recompile for seconds).
+    global _digamma, _exp_elog, _dirichlet_terms, _one_doc, _dot
     nb = backend.numba()
 
     @nb.njit(cache=True, nogil=True, fastmath=False)
@@ -196,44 +200,61 @@ def _kernels():
         return t + math.lgamma(sa) - math.lgamma(sg)
 
     @nb.njit(cache=True, nogil=True)
+    def _dot(a, B, n):
+        """sum_k a[k] B[n, k] with four interleaved partial sums (a fixed order: the same bits
+        everywhere, without fastmath's freedom to reorder)."""
+        K = a.size
+        s0 = 0.0
+        s1 = 0.0
+        s2 = 0.0
+        s3 = 0.0
+        k = 0
+        while k + 4 <= K:
+            s0 += a[k] * B[n, k]
+            s1 += a[k + 1] * B[n, k + 1]
+            s2 += a[k + 2] * B[n, k + 2]
+            s3 += a[k + 3] * B[n, k + 3]
+            k += 4
+        while k < K:
+            s0 += a[k] * B[n, k]
+            k += 1
+        return (s0 + s1) + (s2 + s3)
+
+    @nb.njit(cache=True, nogil=True)
     def _one_doc(lo, hi, loc, cts, eeb, alpha, max_iter, tol, gamma, ea, norm, new):
         K = alpha.size
+        N = hi - lo
+        Bd = np.empty((N, K))  # this document's rows of exp(E[log beta]), contiguous
         tot = 0.0
-        for n in range(lo, hi):
-            tot += cts[n]
+        for i in range(N):
+            tot += cts[lo + i]
+            row = loc[lo + i]
+            for k in range(K):
+                Bd[i, k] = eeb[row, k]
         for k in range(K):
             gamma[k] = alpha[k] + tot / K
         _exp_elog(gamma, ea)
-        for n in range(lo, hi):
-            s = 0.0
-            row = loc[n]
-            for k in range(K):
-                s += ea[k] * eeb[row, k]
-            norm[n - lo] = s + 1e-100
         it = 0
         while it < max_iter:
             it += 1
+            # one pass over the document: phinorm at the current gamma, and the new gamma's sums
             for k in range(K):
                 new[k] = 0.0
-            for n in range(lo, hi):
-                r = cts[n] / norm[n - lo]
-                row = loc[n]
+            for i in range(N):
+                nrm = _dot(ea, Bd, i) + 1e-100
+                r = cts[lo + i] / nrm
                 for k in range(K):
-                    new[k] += r * eeb[row, k]
+                    new[k] += r * Bd[i, k]
             change = 0.0
             for k in range(K):
                 v = alpha[k] + ea[k] * new[k]
                 change += abs(v - gamma[k])
                 gamma[k] = v
             _exp_elog(gamma, ea)
-            for n in range(lo, hi):
-                s = 0.0
-                row = loc[n]
-                for k in range(K):
-                    s += ea[k] * eeb[row, k]
-                norm[n - lo] = s + 1e-100
             if change / K < tol:
                 break
+        for i in range(N):  # phinorm at the final gamma (statistics and bound use it)
+            norm[i] = _dot(ea, Bd, i) + 1e-100
         return it
 
     @nb.njit(cache=True, nogil=True, parallel=True)

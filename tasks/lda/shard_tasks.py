@@ -11,6 +11,7 @@ do not depend on how shards are spread over workers.
 
 from __future__ import annotations
 
+import time
 from typing import NamedTuple
 
 import numpy as np
@@ -43,6 +44,7 @@ class ShardStats(NamedTuple):
     n_tokens: float
     n_docs: int
     iterations: int
+    seconds: float  # wall time of this shard's E-step (a timing: recorded, never compared)
 
 
 def train_split(n_docs: int, seed: int, shard_index: int, heldout_fraction: float) -> np.ndarray:
@@ -119,13 +121,14 @@ def estep_group(states, seed: int, epoch: int, step: int, steps_per_epoch: int, 
     """
     out = []
     for st in states:
+        t0 = time.perf_counter()
         sh = _data(st)
         docs = step_docs(st, seed, epoch, step, steps_per_epoch)
         res = _estep.estep(sh.indptr, sh.indices, sh.counts, docs, cols, exp_elog_beta, alpha, max_iter, tol,
                            pr=pr, return_gamma=False)
         used = np.flatnonzero(res.sstats.any(axis=1))
         out.append(ShardStats(st.index, cols[used], np.ascontiguousarray(res.sstats[used]), res.doc_bound,
-                              res.n_tokens, int(docs.size), res.iterations))
+                              res.n_tokens, int(docs.size), res.iterations, time.perf_counter() - t0))
     nxt = None if next_step is None else step_words(states, seed, next_step[0], next_step[1], steps_per_epoch)
     return out, nxt
 
