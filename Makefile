@@ -25,7 +25,9 @@ test-fast: $(STAMP)
 	$(BIN)/python -m pytest -q -m "not slow" $(PYTEST_ARGS)
 
 bench: $(STAMP)
+	$(BIN)/pip install -q -e '.[dev,bench]'
 	$(BIN)/python benchmarks/tempering.py
+	$(BIN)/python benchmarks/svi_lda.py
 
 ui: $(STAMP)
 	$(BIN)/mlflow ui --backend-store-uri sqlite:///mlflow.db

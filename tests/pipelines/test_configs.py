@@ -11,9 +11,14 @@ EXPERIMENTS = sorted(p.stem for p in (CONF / "experiment").glob("*.yaml"))
 MODELS = sorted(p.stem for p in (CONF / "model").glob("*.yaml"))
 
 
+PIPELINE_OF_MODEL = {"lda": "svi"}
+CORPORA = sorted(p.stem for p in (CONF / "corpus").glob("*.yaml"))
+
+
 def test_there_are_configs():
-    assert {"ising_critical", "gaussian_mixture", "spin_glass"} <= set(EXPERIMENTS)
-    assert {"ising", "gaussian_mixture", "custom"} <= set(MODELS)
+    assert {"ising_critical", "gaussian_mixture", "spin_glass", "lda_synthetic", "lda_seeded"} <= set(EXPERIMENTS)
+    assert {"ising", "gaussian_mixture", "custom", "lda"} <= set(MODELS)
+    assert {"docstrings", "synthetic", "uci", "text", "matrix_market", "npz", "sharded"} <= set(CORPORA)
 
 
 def test_every_field_is_documented():
@@ -33,15 +38,21 @@ def test_every_field_is_documented():
             if "@package" in s:
                 continue
             above = lines[i - 1].strip() if i else ""
-            if "#" not in ln and not above.startswith("#") and f.parent.name not in ("experiment", "debug",
-                                                                                      "debug_model"):
+            if "#" not in ln and not above.startswith("#") and f.parent.name not in (
+                    "experiment", "debug", "debug_model", "debug_pipeline"):
                 missing.append(f"{f.relative_to(CONF)}:{i + 1}: {s}")
     assert not missing, "\n".join(missing)
 
 
 @pytest.mark.parametrize("model", MODELS)
 def test_each_model_composes_and_passes_preflight(model):
-    preflight_checks(compose([f"model={model}"]))
+    preflight_checks(compose([f"pipeline={PIPELINE_OF_MODEL.get(model, 'tempering')}", f"model={model}"]))
+
+
+@pytest.mark.parametrize("corpus", CORPORA)
+def test_each_corpus_composes(corpus):
+    cfg = compose(["pipeline=svi", f"corpus={corpus}"])
+    assert cfg["corpus"]["kind"] and cfg["model"]["name"] == "lda"
 
 
 @pytest.mark.parametrize("exp", EXPERIMENTS)
@@ -61,6 +72,9 @@ def test_debug_shrinks_sizes():
 
 @pytest.mark.parametrize("exp", EXPERIMENTS)
 def test_each_experiment_runs_in_debug_mode(exp, mlflow_uri):
-    res, tr = run([f"experiment={exp}", "debug=default", "progress=false", "tempering.figures=false"], mlflow_uri)
+    svi = compose([f"experiment={exp}"])["pipeline"]["name"] == "svi"
+    res, tr = run([f"experiment={exp}", "debug=default", "progress=false",
+                   "svi.figures=false" if svi else "tempering.figures=false"], mlflow_uri)
     assert tr.client.get_run(tr.run_id).info.status == "FINISHED"
-    assert res["scans_total"] > 0 and res["objective"] is not None
+    assert res["objective"] is not None
+    assert (res["steps"] == 10) if svi else (res["scans_total"] > 0)
