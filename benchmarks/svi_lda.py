@@ -62,7 +62,7 @@ def cpu_name() -> str:
 
 def make_data(a, cache: Path):
     """The training corpus (sharded, on disk), the held-out documents and the true model."""
-    name = f"svi-bench-{a.n_docs}-{a.n_words}-{a.true_topics}-{a.mean_length}-{a.seed}"
+    name = f"svi-bench-{a.n_docs}-{a.n_words}-{a.true_topics}-{a.mean_length}-{a.seed}-{a.docs_per_shard}"
     path = cache / name
     if not (path / "meta.json").exists():
         synthetic.generate_corpus(str(path), a.n_docs, a.n_words, a.true_topics, seed=a.seed, alpha=0.1, eta=0.05,
@@ -142,16 +142,16 @@ def main():
     ap.add_argument("--mean-length", type=float, default=150)
     ap.add_argument("--heldout", type=int, default=1000)
     ap.add_argument("--batch-size", type=int, default=512)
-    ap.add_argument("--tau0", type=float, default=64.0)
+    ap.add_argument("--tau0", type=float, default=10.0)
     ap.add_argument("--kappa", type=float, default=0.7)
-    ap.add_argument("--docs-per-shard", type=int, default=1250)
+    ap.add_argument("--docs-per-shard", type=int, default=5000)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--peers", default="sklearn,gensim", help="comma-separated: sklearn,gensim (or none)")
     ap.add_argument("--quick", action="store_true", help="a smoke run on 2,000 documents")
     ap.add_argument("--out", default=None, help="write the table to this .md or .json file")
     a = ap.parse_args()
     if a.quick:
-        a.n_docs, a.n_words, a.heldout, a.docs_per_shard = 2000, 1000, 200, 250
+        a.n_docs, a.n_words, a.heldout, a.docs_per_shard = 2000, 1000, 200, 500
     cache = REPO / "benchmarks" / ".cache"
     cache.mkdir(parents=True, exist_ok=True)
     info, held, model = make_data(a, cache)

@@ -100,7 +100,9 @@ def estep(indptr, indices, counts, docs, cols, exp_elog_beta, alpha, max_iter=10
             bptr, loc, cts, words.astype(np.int64), eeb, alpha, int(max_iter), float(tol),
             pr.seed_word_ids, pr.seed_topics, pr.seed_mass, float(pr.cap), int(pr.max_iter), float(pr.tol))
     else:
-        gamma, sstats, bound, iters = k["estep"](bptr, loc, cts, eeb, alpha, int(max_iter), float(tol))
+        # one numba thread (a Dask worker per core): the serial kernel, which loads faster
+        name = "estep_parallel" if backend.numba().get_num_threads() > 1 else "estep_serial"
+        gamma, sstats, bound, iters = k[name](bptr, loc, cts, eeb, alpha, int(max_iter), float(tol))
     return EStepResult(sstats, gamma if return_gamma else np.zeros((0, eeb.shape[1])), float(bound),
                        float(cts.sum()), int(iters))
 
@@ -157,15 +159,22 @@ def _kernels():
     # Callees are bound to module globals, not closure cells: numba's on-disk cache key hashes a
     # function's closure variables, and a jitted callee pickles differently in every process, which
     # would make every process miss the cache (and recompile for seconds).
-    global _digamma, _exp_elog, _dirichlet_terms, _one_doc, _dot
+    global _digamma, _exp_elog, _dirichlet_terms, _one_doc, _norms, _run_doc, _accumulate
     nb = backend.numba()
 
     @nb.njit(cache=True, nogil=True, fastmath=False)
     def _digamma(x):
+        # below 6: psi(x) = psi(x + m) - sum_{i<m} 1/(x + i), the sum as one fraction P'/P with
+        # P = prod (x + i) (one division instead of m; the recurrence is the hot spot of the E-step)
         r = 0.0
-        while x < 6.0:
-            r -= 1.0 / x
-            x += 1.0
+        if x < 6.0:
+            p = 1.0
+            dp = 0.0
+            while x < 6.0:
+                dp = dp * x + p
+                p = p * x
+                x += 1.0
+            r = -dp / p
         f = 1.0 / (x * x)
         return r + math.log(x) - 0.5 / x - f * (1.0 / 12 - f * (1.0 / 120 - f * (1.0 / 252 - f * (
             1.0 / 240 - f * (1.0 / 132)))))
@@ -200,49 +209,43 @@ def _kernels():
         return t + math.lgamma(sa) - math.lgamma(sg)
 
     @nb.njit(cache=True, nogil=True)
-    def _dot(a, B, n):
-        """sum_k a[k] B[n, k] with four interleaved partial sums (a fixed order: the same bits
-        everywhere, without fastmath's freedom to reorder)."""
-        K = a.size
-        s0 = 0.0
-        s1 = 0.0
-        s2 = 0.0
-        s3 = 0.0
-        k = 0
-        while k + 4 <= K:
-            s0 += a[k] * B[n, k]
-            s1 += a[k + 1] * B[n, k + 1]
-            s2 += a[k + 2] * B[n, k + 2]
-            s3 += a[k + 3] * B[n, k + 3]
-            k += 4
-        while k < K:
-            s0 += a[k] * B[n, k]
-            k += 1
-        return (s0 + s1) + (s2 + s3)
+    def _norms(ea, BT, norm):
+        """norm[n] = sum_k ea[k] BT[k, n], each sum in k order (vectorised across n, not reordered)."""
+        K, N = BT.shape
+        for i in range(N):
+            norm[i] = 1e-100
+        for k in range(K):
+            a = ea[k]
+            for i in range(N):
+                norm[i] += a * BT[k, i]
 
     @nb.njit(cache=True, nogil=True)
     def _one_doc(lo, hi, loc, cts, eeb, alpha, max_iter, tol, gamma, ea, norm, new):
         K = alpha.size
         N = hi - lo
-        Bd = np.empty((N, K))  # this document's rows of exp(E[log beta]), contiguous
+        # this document's rows of exp(E[log beta]), contiguous in both layouts
+        Bd = np.empty((N, K))
+        BT = np.empty((K, N))
+        c = np.empty(N)
         tot = 0.0
         for i in range(N):
-            tot += cts[lo + i]
+            c[i] = cts[lo + i]
+            tot += c[i]
             row = loc[lo + i]
             for k in range(K):
                 Bd[i, k] = eeb[row, k]
+                BT[k, i] = eeb[row, k]
         for k in range(K):
             gamma[k] = alpha[k] + tot / K
         _exp_elog(gamma, ea)
+        _norms(ea, BT, norm)
         it = 0
         while it < max_iter:
             it += 1
-            # one pass over the document: phinorm at the current gamma, and the new gamma's sums
             for k in range(K):
                 new[k] = 0.0
             for i in range(N):
-                nrm = _dot(ea, Bd, i) + 1e-100
-                r = cts[lo + i] / nrm
+                r = c[i] / norm[i]
                 for k in range(K):
                     new[k] += r * Bd[i, k]
             change = 0.0
@@ -251,34 +254,28 @@ def _kernels():
                 change += abs(v - gamma[k])
                 gamma[k] = v
             _exp_elog(gamma, ea)
+            _norms(ea, BT, norm)
             if change / K < tol:
                 break
-        for i in range(N):  # phinorm at the final gamma (statistics and bound use it)
-            norm[i] = _dot(ea, Bd, i) + 1e-100
         return it
 
-    @nb.njit(cache=True, nogil=True, parallel=True)
-    def estep_kernel(bptr, loc, cts, eeb, alpha, max_iter, tol):
-        n_docs = bptr.size - 1
-        K = alpha.size
-        gamma = np.empty((n_docs, K))
-        ea_all = np.empty((n_docs, K))
-        norm_all = np.empty(loc.size)
-        bounds = np.zeros(n_docs)
-        iters = np.zeros(n_docs, np.int64)
-        for d in nb.prange(n_docs):
-            lo, hi = bptr[d], bptr[d + 1]
-            new = np.empty(K)
-            iters[d] = _one_doc(lo, hi, loc, cts, eeb, alpha, max_iter, tol, gamma[d], ea_all[d],
-                                norm_all[lo:hi], new)
-            b = 0.0
-            for n in range(lo, hi):
-                b += cts[n] * math.log(norm_all[n])
-            bounds[d] = b + _dirichlet_terms(alpha, gamma[d])
-        # sufficient statistics, accumulated in document order (deterministic for any thread count)
+    @nb.njit(cache=True, nogil=True)
+    def _run_doc(d, bptr, loc, cts, eeb, alpha, max_iter, tol, gamma, ea_all, norm_all, bounds, iters):
+        lo, hi = bptr[d], bptr[d + 1]
+        new = np.empty(alpha.size)
+        iters[d] = _one_doc(lo, hi, loc, cts, eeb, alpha, max_iter, tol, gamma[d], ea_all[d], norm_all[lo:hi], new)
+        b = 0.0
+        for n in range(lo, hi):
+            b += cts[n] * math.log(norm_all[n])
+        bounds[d] = b + _dirichlet_terms(alpha, gamma[d])
+
+    @nb.njit(cache=True, nogil=True)
+    def _accumulate(bptr, loc, cts, eeb, ea_all, norm_all, bounds, iters):
+        """Sufficient statistics, accumulated in document order (the same for any thread count)."""
+        K = ea_all.shape[1]
         sstats = np.zeros(eeb.shape)
         total, it = 0.0, 0
-        for d in range(n_docs):
+        for d in range(bptr.size - 1):
             for n in range(bptr[d], bptr[d + 1]):
                 r = cts[n] / norm_all[n]
                 row = loc[n]
@@ -286,9 +283,29 @@ def _kernels():
                     sstats[row, k] += r * ea_all[d, k] * eeb[row, k]
             total += bounds[d]
             it += iters[d]
+        return sstats, total, it
+
+    @nb.njit(cache=True, nogil=True, parallel=True)
+    def estep_parallel(bptr, loc, cts, eeb, alpha, max_iter, tol):
+        n_docs = bptr.size - 1
+        gamma, ea_all = np.empty((n_docs, alpha.size)), np.empty((n_docs, alpha.size))
+        norm_all, bounds, iters = np.empty(loc.size), np.zeros(n_docs), np.zeros(n_docs, np.int64)
+        for d in nb.prange(n_docs):
+            _run_doc(d, bptr, loc, cts, eeb, alpha, max_iter, tol, gamma, ea_all, norm_all, bounds, iters)
+        sstats, total, it = _accumulate(bptr, loc, cts, eeb, ea_all, norm_all, bounds, iters)
         return gamma, sstats, total, it
 
-    return {"estep": estep_kernel, "digamma_vec": digamma_vec, "_exp_elog": _exp_elog,
+    @nb.njit(cache=True, nogil=True)
+    def estep_serial(bptr, loc, cts, eeb, alpha, max_iter, tol):
+        n_docs = bptr.size - 1
+        gamma, ea_all = np.empty((n_docs, alpha.size)), np.empty((n_docs, alpha.size))
+        norm_all, bounds, iters = np.empty(loc.size), np.zeros(n_docs), np.zeros(n_docs, np.int64)
+        for d in range(n_docs):
+            _run_doc(d, bptr, loc, cts, eeb, alpha, max_iter, tol, gamma, ea_all, norm_all, bounds, iters)
+        sstats, total, it = _accumulate(bptr, loc, cts, eeb, ea_all, norm_all, bounds, iters)
+        return gamma, sstats, total, it
+
+    return {"estep_parallel": estep_parallel, "estep_serial": estep_serial, "digamma_vec": digamma_vec, "_exp_elog": _exp_elog,
             "_dirichlet_terms": _dirichlet_terms}
 
 

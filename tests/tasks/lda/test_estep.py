@@ -105,3 +105,16 @@ def test_topic_term_bound_is_zero_at_the_prior():
     lam = np.full((4, 7), 0.3)
     assert svi.topic_term_bound(lam, 0.3) == pytest.approx(0.0, abs=1e-10)
     assert svi.topic_term_bound(lam * 5, 0.3) < 0
+
+
+def test_serial_and_parallel_kernels_give_the_same_bits():
+    """Workers with one numba thread run the serial kernel, others the parallel one: same bits."""
+    X, lam = _corpus(D=80, seed=5)
+    cols = np.unique(X.indices).astype(np.int64)
+    eeb = estep.exp_elog_dirichlet_rows(lam, cols)
+    k = estep._kernels()
+    loc = np.searchsorted(cols, X.indices).astype(np.int64)
+    args = (X.indptr.astype(np.int64), loc, X.data.astype(np.float64), eeb, np.full(6, 0.2), 100, 1e-3)
+    a, b = k["estep_serial"](*args), k["estep_parallel"](*args)
+    for x, y in zip(a, b):
+        np.testing.assert_array_equal(x, y)
