@@ -311,15 +311,16 @@ def _kernels():
 
 @functools.lru_cache(maxsize=None)
 def _pr_kernel():
-    """The E-step with posterior regularization (not cached on disk: it closes over the projection)."""
+    """The E-step with posterior regularization. The projection is bound to a module global (not a
+    closure cell) so that numba's on-disk cache works across processes."""
+    global _project
     from tasks.lda import regularization
 
     nb = backend.numba()
-    project = regularization.project_kernel()
-    k = _kernels()
-    _exp_elog, _dirichlet_terms = k["_exp_elog"], k["_dirichlet_terms"]
+    _project = regularization.project_kernel()
+    _kernels()
 
-    @nb.njit(nogil=True)
+    @nb.njit(cache=True, nogil=True)
     def estep_pr_kernel(bptr, loc, cts, words, eeb, alpha, max_iter, tol, seed_ids, seed_topics, seed_mass, cap,
                         pr_iter, pr_tol):
         n_docs = bptr.size - 1
@@ -354,7 +355,7 @@ def _pr_kernel():
                     norm[i] = s + 1e-100
                     for k in range(K):
                         p[i, k] /= norm[i]
-                project(p, c, w, seed_ids, seed_topics, seed_mass, cap, pr_iter, pr_tol, q)
+                _project(p, c, w, seed_ids, seed_topics, seed_mass, cap, pr_iter, pr_tol, q)
                 change = 0.0
                 for k in range(K):
                     v = alpha[k]
@@ -376,7 +377,7 @@ def _pr_kernel():
                 norm[i] = s + 1e-100
                 for k in range(K):
                     p[i, k] /= norm[i]
-            project(p, c, w, seed_ids, seed_topics, seed_mass, cap, pr_iter, pr_tol, q)
+            _project(p, c, w, seed_ids, seed_topics, seed_mass, cap, pr_iter, pr_tol, q)
             for i in range(N):
                 row = loc[lo + i]
                 kl = 0.0
