@@ -55,7 +55,7 @@ def update(state: SVIState, sstats: np.ndarray, batch_docs: int, n_docs: int, et
 
 def topic_term_bound(lam: np.ndarray, eta: float) -> float:
     """``E_q[log p(beta | eta) - log q(beta | lambda)]`` summed over topics (the global ELBO term)."""
-    K, V = lam.shape
+    V = lam.shape[1]
     elog = digamma(lam) - digamma(lam.sum(axis=1))[:, None]
     return float(np.sum((eta - lam) * elog) + np.sum(gammaln(lam) - gammaln(eta))
                  + np.sum(gammaln(eta * V) - gammaln(lam.sum(axis=1))))
