@@ -177,7 +177,7 @@ def run(ctx) -> dict:
                 with _annotate(ex, group_worker[g]):
                     outs.append(dask.delayed(shard_tasks.estep_group, pure=True, nout=2)(
                         states[g], seed, epoch, step, T, next_cols[g], np.ascontiguousarray(eeb_union[pos]), alpha,
-                        max_iter, tol, pr, nxt,
+                        max_iter, tol, pr, nxt, ctx.backend,
                         dask_key_name=f"svi-estep-{tok}-i{i}-g{g}"))
             results = ex.gather(ex.compute(outs))
             per_shard = sorted((s for grp, _ in results for s in grp), key=lambda s: s.index)

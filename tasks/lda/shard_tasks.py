@@ -133,12 +133,13 @@ def step_words(states, seed: int, epoch: int, step: int, steps_per_epoch: int) -
 
 def estep_group(states, seed: int, epoch: int, step: int, steps_per_epoch: int, cols: np.ndarray,
                 exp_elog_beta: np.ndarray, alpha: np.ndarray, max_iter: int, tol: float, pr=None,
-                next_step: tuple | None = None) -> tuple[list[ShardStats], np.ndarray | None]:
+                next_step: tuple | None = None, backend: str = "numpy") -> tuple[list[ShardStats], np.ndarray | None]:
     """The E-step of one minibatch on a group of shards held by one worker.
 
     ``cols`` [C] are the word ids the group needs (from :func:`step_words`) and ``exp_elog_beta``
     [C, K] their ``exp(E[log beta])``. Returns one :class:`ShardStats` per shard (in the order of
     ``states``) and, when ``next_step = (epoch, step)`` is given, the word ids the group will need then.
+    ``backend="cupy"`` runs the E-step on the worker's GPU (``estep.estep_xp``).
     """
     out = []
     for st in states:
@@ -146,7 +147,7 @@ def estep_group(states, seed: int, epoch: int, step: int, steps_per_epoch: int, 
         sh = _data(st)
         docs = step_docs(st, seed, epoch, step, steps_per_epoch)
         res = _estep.estep(sh.indptr, sh.indices, sh.counts, docs, cols, exp_elog_beta, alpha, max_iter, tol,
-                           pr=pr, return_gamma=False)
+                           pr=pr, return_gamma=False, array_backend=backend)
         used = np.flatnonzero(res.sstats.any(axis=1))
         out.append(ShardStats(st.index, cols[used], np.ascontiguousarray(res.sstats[used]), res.doc_bound,
                               res.n_tokens, int(docs.size), res.iterations, time.perf_counter() - t0))
