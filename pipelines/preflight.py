@@ -345,10 +345,12 @@ def check_svi(cfg: dict):
     _optional_positive("model.eta", model.get("eta"))
     _unknown_keys(cfg, "pr", PR_KEYS)
     pr = cfg.get("pr") or {}
-    real(gt=0)("pr.seed_mass", pr.get("seed_mass", 0.7)) if not isinstance(pr.get("seed_mass"), dict) else None
-    if pr.get("seed_mass") is not None and not isinstance(pr.get("seed_mass"), dict) and pr["seed_mass"] > 1:
-        raise ConfigError("pr.seed_mass", pr["seed_mass"], "no distribution over topics can put more than all its "
-                          "mass on one topic", "use a mass in (0, 1]")
+    mass = pr.get("seed_mass", 0.7)
+    if not isinstance(mass, dict):  # a dict (per topic) is checked by make_pr_config
+        real(gt=0)("pr.seed_mass", mass)
+        if mass > 1:
+            raise ConfigError("pr.seed_mass", mass, "no distribution over topics can put more than all its mass "
+                              "on one topic", "use a mass in (0, 1]")
     if pr.get("topic_cap") is not None:
         real()("pr.topic_cap", pr["topic_cap"])
         if pr["topic_cap"] < 1:
