@@ -74,12 +74,18 @@ def _cached(c: dict, kind: str, build) -> str:
     tmp = cache / f".{out.name}.tmp-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.parent.mkdir(parents=True, exist_ok=True)
+    import time
+
+    # progress on stdout: stderr carries only the one-line error if the source is bad
+    print(f"pgmflow: building the {kind} corpus once into {out} (later runs reuse it) ...", flush=True)
+    t0 = time.monotonic()
     try:
         build(str(tmp))
         shutil.rmtree(out, ignore_errors=True)
         os.replace(tmp, out)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+    print(f"pgmflow: corpus built in {time.monotonic() - t0:.1f} s", flush=True)
     return str(out)
 
 
