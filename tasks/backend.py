@@ -34,6 +34,15 @@ def cupy():
     return _cupy
 
 
+@functools.lru_cache(maxsize=None)
+def cupyx():
+    """Import and return cupyx with ``cupyx.scipy.special`` loaded (raises ImportError without CuPy)."""
+    import cupyx as _cupyx  # noqa: PLC0415  (lazy by design)
+    import cupyx.scipy.special  # noqa: F401, PLC0415
+
+    return _cupyx
+
+
 def gpu_status() -> tuple[bool, str]:
     """Return ``(available, description)``: whether CuPy imports and sees a CUDA device.
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 TASKS = Path(__file__).resolve().parent.parent / "tasks"
 FORBIDDEN = {"dask", "distributed", "mlflow", "hydra", "omegaconf"}
-BACKEND_ONLY = {"numba", "cupy"}
+BACKEND_ONLY = {"numba", "cupy", "cupyx"}
 
 
 def _imports(path: Path):

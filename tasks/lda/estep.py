@@ -131,8 +131,8 @@ def estep_xp(bptr, loc, cts, eeb, alpha, max_iter, tol, xp, return_gamma=True, c
         from scipy.special import digamma as dg
         from scipy.special import gammaln
     else:
-        from cupyx.scipy.special import digamma as dg  # noqa: PLC0415  (GPU only)
-        from cupyx.scipy.special import gammaln  # noqa: PLC0415
+        cx = backend.cupyx()
+        dg, gammaln = cx.scipy.special.digamma, cx.scipy.special.gammaln
 
     K = eeb.shape[1]
     n_docs = bptr.size - 1
@@ -176,7 +176,7 @@ def estep_xp(bptr, loc, cts, eeb, alpha, max_iter, tol, xp, return_gamma=True, c
         if xp is np:
             np.add.at(sstats, r, contrib[pos])
         else:
-            xp.add.at(sstats, r, contrib[xp.asarray(pos)])
+            backend.cupyx().scatter_add(sstats, r, contrib[xp.asarray(pos)])
         el = dg(gamma) - dg(gamma.sum(axis=1, keepdims=True))
         b = (xp.sum(c * xp.log(norm)) + xp.sum((alpha_d[None, :] - gamma) * el)
              + xp.sum(gammaln(gamma) - gammaln(alpha_d)[None, :])
