@@ -43,21 +43,12 @@ sys.path.insert(0, str(REPO))
 
 import numpy as np  # noqa: E402
 
+from _machine import cpu_name  # noqa: E402
 from tasks.lda import corpus as C  # noqa: E402
 from tasks.lda import evaluate, synthetic  # noqa: E402
 
 TARGET_RATIO = 3.0
 TARGET_PPL_SLACK = 0.01
-
-
-def cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def make_data(a, cache: Path):

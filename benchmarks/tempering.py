@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import sys
 import time
 from pathlib import Path
@@ -32,6 +31,7 @@ sys.path.insert(0, str(REPO))
 
 import numpy as np  # noqa: E402
 
+from _machine import cpu_name  # noqa: E402
 from tasks import backend  # noqa: E402
 from tasks.tempering import ising_kernels as K  # noqa: E402
 
@@ -41,16 +41,6 @@ TARGET_FLIPS_PER_NS = 0.5
 TARGET_RATIO = 15.0
 TARGET_GPU_FLIPS_PER_NS = 100.0
 KEY = np.array([0x243F6A88, 0x85A308D3], dtype=np.uint32)
-
-
-def cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def best_time(fn, repeats: int) -> float:

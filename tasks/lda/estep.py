@@ -395,12 +395,26 @@ def _kernels():
 def _pr_kernel():
     """The E-step with posterior regularization. The projection is bound to a module global (not a
     closure cell) so that numba's on-disk cache works across processes."""
-    global _project
+    global _project, _token_posteriors
     from tasks.lda import regularization
 
     nb = backend.numba()
     _project = regularization.project_kernel()
     _kernels()
+
+    @nb.njit(cache=True, nogil=True)
+    def _token_posteriors(ea, eeb, loc, lo, p, norm):
+        """p[i] = the unconstrained token posterior of word i (ea * B row, normalised); norm[i] its normaliser."""
+        N, K = p.shape
+        for i in range(N):
+            row = loc[lo + i]
+            s = 0.0
+            for k in range(K):
+                p[i, k] = ea[k] * eeb[row, k]
+                s += p[i, k]
+            norm[i] = s + 1e-100
+            for k in range(K):
+                p[i, k] /= norm[i]
 
     @nb.njit(cache=True, nogil=True)
     def estep_pr_kernel(bptr, loc, cts, words, eeb, alpha, max_iter, tol, seed_ids, seed_topics, seed_mass, cap,
@@ -428,15 +442,7 @@ def _pr_kernel():
             for it in range(max_iter):
                 it_total += 1
                 _exp_elog(g, ea)
-                for i in range(N):
-                    row = loc[lo + i]
-                    s = 0.0
-                    for k in range(K):
-                        p[i, k] = ea[k] * eeb[row, k]
-                        s += p[i, k]
-                    norm[i] = s + 1e-100
-                    for k in range(K):
-                        p[i, k] /= norm[i]
+                _token_posteriors(ea, eeb, loc, lo, p, norm)
                 _project(p, c, w, seed_ids, seed_topics, seed_mass, cap, pr_iter, pr_tol, q)
                 change = 0.0
                 for k in range(K):
@@ -450,15 +456,7 @@ def _pr_kernel():
             # final posteriors at the final gamma, then statistics and the bound
             _exp_elog(g, ea)
             b = 0.0
-            for i in range(N):
-                row = loc[lo + i]
-                s = 0.0
-                for k in range(K):
-                    p[i, k] = ea[k] * eeb[row, k]
-                    s += p[i, k]
-                norm[i] = s + 1e-100
-                for k in range(K):
-                    p[i, k] /= norm[i]
+            _token_posteriors(ea, eeb, loc, lo, p, norm)
             _project(p, c, w, seed_ids, seed_topics, seed_mass, cap, pr_iter, pr_tol, q)
             for i in range(N):
                 row = loc[lo + i]
