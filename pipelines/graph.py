@@ -24,11 +24,19 @@ class Executor:
         return self.client is not None
 
     def scatter(self, obj):
-        """Put a (large, constant) object on every worker once; returns a handle."""
+        """Put a (large, constant) object on the cluster once; returns a handle.
+
+        Not ``client.scatter``: scattered data has no lineage, so a worker lost at the wrong moment
+        loses it for good and every task that needs it fails. Here the object is the result of a
+        task whose spec holds it, so the scheduler recomputes it elsewhere after a worker dies.
+        Each worker that needs it fetches it once.
+        """
         if self.client is None:
             return obj
-        # Wrapped in a list: scatter would otherwise split a tuple (NamedTuple) into its fields.
-        return self.client.scatter([obj], broadcast=True, hash=True)[0]
+        from dask.base import tokenize
+
+        key = f"const-{type(obj).__name__}-{tokenize(obj)}"
+        return self.client.submit(_identity, obj, key=key, pure=False)
 
     def compute(self, outputs: Sequence, watch: Sequence[int] = (), on_done: Callable[[int], None] | None = None):
         """Compute ``outputs`` (delayed objects); call ``on_done(i)`` as each watched output finishes.
@@ -61,6 +69,10 @@ class Executor:
             for h in handles:
                 if hasattr(h, "release"):
                     h.release()
+
+
+def _identity(x):
+    return x
 
 
 class _SyncCallback(dask.callbacks.Callback):
