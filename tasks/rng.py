@@ -24,6 +24,9 @@ STAGE_LDA_SYNTH_DOCS = 8  # documents of one shard of a synthetic LDA corpus (id
 STAGE_LDA_INIT = 9  # initial lambda of SVI for LDA (identity: none)
 STAGE_LDA_ORDER = 10  # order in which a shard's documents enter minibatches (identity: shard, epoch)
 STAGE_LDA_SPLIT = 11  # held-out documents and their observed/test halves (identity: shard)
+STAGE_TESLA_GRAPH = 12  # graphs and edge weights of a synthetic time-varying network (identity: none)
+STAGE_TESLA_GIBBS = 13  # Gibbs samples of a synthetic time-varying network (identity: time point)
+STAGE_TESLA_SPLIT = 14  # held-out samples for TESLA model selection (identity: none)
 
 
 def seed_sequence(seed: int, stage: int, *identity: int) -> np.random.SeedSequence:

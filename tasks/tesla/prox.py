@@ -1,0 +1,301 @@
+"""Exact proximal operators of the 1-D total variation and of the fused lasso penalty.
+
+Total-variation denoising of a series ``y`` [n]::
+
+    tv(y, lam) = argmin_x  0.5 * ||x - y||^2 + lam * sum_{t>=1} |x_t - x_{t-1}|
+
+is solved exactly by the direct algorithm of L. Condat, "A direct algorithm for 1D total
+variation denoising", IEEE Signal Processing Letters 20(11), 2013 (implemented here from the
+optimality conditions, restated below). Typical cost O(n); the worst case is O(n^2).
+
+Optimality conditions. With ``D`` [n-1, n] the first difference, ``(Dx)_t = x_{t+1} - x_t``, x
+is optimal iff ``y - x = D^T u`` for some ``u`` [n-1] with ``|u_t| <= lam`` and
+``u_t = lam * sign(x_{t+1} - x_t)`` wherever ``x_{t+1} != x_t``. Equivalently the partial sums
+``S_k = sum_{i<=k} (y_i - x_i) = -u_k`` stay in ``[-lam, lam]``, end at ``S_{n-1} = 0``, and
+touch ``-lam`` (``+lam``) where x jumps up (down). The algorithm scans one segment (a run of
+equal values starting at ``k0``) at a time, with the partial sum ``P`` before ``k0`` known
+(``0`` at the start, ``+lam`` after a jump down, ``-lam`` after a jump up). It keeps the lowest
+and highest segment values ``vmin <= vmax`` that keep the partial sums of ``y - v`` over
+``k0..k`` within the tube, their partial sums ``umin``, ``umax`` at ``k`` and the last indices
+``km``, ``kp`` where those bounds were tight. If extending to ``k+1`` makes even ``vmin`` too
+high (``umin < -lam``) the segment must end with a jump down at ``km``; symmetrically for
+``vmax`` and a jump up at ``kp``. The next segment restarts from there. At the end the final
+partial sum must be 0: if that needs a value below ``vmin`` (above ``vmax``) the segment jumps
+at ``km`` (``kp``) and scanning restarts after it; otherwise the segment takes the value that
+makes the final sum exactly 0.
+
+If ``lam >= tv_lambda_max(y) = max_k |sum_{i<=k} (y_i - mean(y))|`` the solution is
+``mean(y)`` everywhere; that case is detected first, so a huge ``lam`` loses no precision.
+
+Fused lasso. The proximal operator of ``lam1 * ||x||_1 + lam2 * TV(x)`` is the soft
+thresholding at ``lam1`` of ``tv(y, lam2)`` (Friedman, Hastie, Hoefling and Tibshirani 2007,
+"Pathwise coordinate optimization", Proposition 1). :func:`prox_fused_lasso` applies it to each
+column of a ``[T, p]`` matrix (time down the rows, one coefficient path per column), with the
+l1 part only on the columns marked ``penalized``.
+
+Numba kernels (for use inside other numba code): ``k = prox._kernels()`` returns a
+:class:`Kernels` named tuple ``(tv1d, prox_fused_lasso)`` and also binds the module globals
+``prox._tv1d`` and ``prox._prox_fused_lasso`` to the same dispatchers:
+
+- ``_tv1d(y, lam, x)``: y [n] float64, x [n] float64 (output), lam float >= 0. Any strides
+  (e.g. ``Y[:, j]`` of a C-ordered matrix); ``x`` may be ``y`` itself, no other overlap.
+- ``_prox_fused_lasso(Y, lam1, lam2, penalized, out)``: Y [T, p] float64, penalized [p] bool,
+  out [T, p] float64 (output; may be ``Y`` itself, no other overlap), lam1, lam2 floats >= 0.
+
+Neither kernel checks its arguments (the Python wrappers do). To call them from your own jitted
+function, bind the dispatcher to a global of *your* module inside your cached builder (a
+closure cell would defeat numba's on-disk cache), e.g.::
+
+    @functools.lru_cache(maxsize=None)
+    def _my_kernels():
+        global _prox
+        _prox = prox._kernels().prox_fused_lasso
+        nb = backend.numba()
+
+        @nb.njit(cache=True, nogil=True)
+        def fista(...):
+            ...
+            _prox(V, step * lam1, step * lam2, penalized, X)
+
+(numba's cache of the caller does not notice edits to this file: clear ``__pycache__`` then.)
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from tasks import backend
+
+__all__ = ["Kernels", "prox_fused_lasso", "tv_denoise_1d", "tv_lambda_max"]
+
+
+class Kernels(NamedTuple):
+    """The jitted kernels (numba dispatchers); see the module docstring for their contracts."""
+
+    tv1d: Any  # (y [n], lam, x [n]) -> None, x = tv(y, lam)
+    prox_fused_lasso: Any  # (Y [T, p], lam1, lam2, penalized [p], out [T, p]) -> None
+
+
+def tv_lambda_max(y: np.ndarray) -> float:
+    """The smallest ``lam`` for which ``tv(y, lam)`` is constant (= mean(y)), for y [n], n >= 1.
+
+    ``max_{k < n-1} |sum_{i<=k} (y_i - mean(y))|`` (0 for n == 1).
+    """
+    y = np.asarray(y, dtype=np.float64)
+    if y.ndim != 1 or y.size == 0:
+        raise ValueError(f"y must be a non-empty 1-D array, got shape {y.shape}")
+    if y.size == 1:
+        return 0.0
+    return float(np.max(np.abs(np.cumsum(y - y.mean())[:-1])))
+
+
+def _check_lam(name: str, lam: float) -> float:
+    lam = float(lam)
+    if not (math.isfinite(lam) and lam >= 0.0):
+        raise ValueError(f"{name} must be finite and >= 0, got {lam}")
+    return lam
+
+
+def _output(out: np.ndarray | None, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(array to write into, array to return). A partly overlapping ``out`` gets a temporary."""
+    if out is None:
+        buf = np.empty(y.shape)
+        return buf, buf
+    if not isinstance(out, np.ndarray) or out.dtype != np.float64 or out.shape != y.shape:
+        raise ValueError(f"out must be a float64 array of shape {y.shape}")
+    if not out.flags.writeable:
+        raise ValueError("out must be writeable")
+    same = (out.__array_interface__["data"][0] == y.__array_interface__["data"][0] and out.strides == y.strides)
+    if not same and np.may_share_memory(out, y):
+        return np.empty(y.shape), out
+    return out, out
+
+
+def tv_denoise_1d(y: np.ndarray, lam: float, out: np.ndarray | None = None) -> np.ndarray:
+    """The exact ``argmin_x 0.5 ||x - y||^2 + lam * sum_t |x_t - x_{t-1}|`` for y [n].
+
+    ``y`` [n] (n >= 1, any strides; converted to float64 if needed), ``lam >= 0``. ``out`` [n]
+    float64 (any strides, may be ``y`` itself) receives the result; returns ``out`` (a new
+    array [n] if None).
+    """
+    y = np.asarray(y, dtype=np.float64)
+    if y.ndim != 1 or y.size == 0:
+        raise ValueError(f"y must be a non-empty 1-D array, got shape {y.shape}")
+    lam = _check_lam("lam", lam)
+    buf, res = _output(out, y)
+    _kernels().tv1d(y, lam, buf)
+    if buf is not res:
+        res[...] = buf
+    return res
+
+
+def prox_fused_lasso(Y: np.ndarray, lam1: float, lam2: float, penalized: np.ndarray,
+                     out: np.ndarray | None = None) -> np.ndarray:
+    """The prox of ``lam1 * ||.||_1 + lam2 * TV`` applied to each column of Y [T, p].
+
+    Column j becomes ``tv(Y[:, j], lam2)``, soft-thresholded at ``lam1`` if ``penalized[j]``
+    (bool [p], or a scalar for all columns). ``lam1, lam2 >= 0``. ``out`` [T, p] float64 (any
+    strides, may be ``Y`` itself) receives the result; returns ``out`` (a new C-ordered
+    array [T, p] if None).
+    """
+    Y = np.asarray(Y, dtype=np.float64)
+    if Y.ndim != 2 or Y.shape[0] == 0:
+        raise ValueError(f"Y must be a 2-D array [T, p] with T >= 1, got shape {Y.shape}")
+    lam1 = _check_lam("lam1", lam1)
+    lam2 = _check_lam("lam2", lam2)
+    pen = np.asarray(penalized)
+    if pen.ndim > 1 or (pen.ndim == 1 and pen.shape[0] != Y.shape[1]):
+        raise ValueError(f"penalized must be a scalar or have shape ({Y.shape[1]},), got {pen.shape}")
+    pen = np.full(Y.shape[1], bool(pen)) if pen.ndim == 0 else np.ascontiguousarray(pen, dtype=np.bool_)
+    buf, res = _output(out, Y)
+    _kernels().prox_fused_lasso(Y, lam1, lam2, pen, buf)
+    if buf is not res:
+        res[...] = buf
+    return res
+
+
+# --- numba kernels ----------------------------------------------------------------------------------
+
+_tv1d: Any = None  # bound by _kernels()
+_prox_fused_lasso: Any = None  # bound by _kernels()
+
+
+@functools.lru_cache(maxsize=None)
+def _kernels() -> Kernels:
+    # Callees are bound to module globals, not closure cells: numba's on-disk cache key hashes a
+    # function's closure variables, and a jitted callee pickles differently in every process.
+    global _tv1d, _prox_fused_lasso
+    nb = backend.numba()
+
+    @nb.njit(cache=True, nogil=True)
+    def _tv1d(y, lam, x):
+        """x [n] = tv(y [n], lam) (see the module docstring). Writes never pass reads: x may be y."""
+        n = y.shape[0]
+        if n == 0:
+            return
+        if n == 1 or not lam > 0.0:
+            for i in range(n):
+                x[i] = y[i]
+            return
+        # lam at or above tv_lambda_max(y): the mean everywhere (exact, and no catastrophic
+        # cancellation in y - lam for a huge lam)
+        s = 0.0
+        for i in range(n):
+            s += y[i]
+        mean = s / n
+        c = 0.0
+        big = 0.0
+        for i in range(n - 1):
+            c += y[i] - mean
+            if abs(c) > big:
+                big = abs(c)
+        if lam >= big:
+            for i in range(n):
+                x[i] = mean
+            return
+        # first segment: partial sum before it is 0, so its value lies in [y0 - lam, y0 + lam]
+        k = 0  # last index scanned
+        k0 = 0  # start of the current segment
+        km = 0  # last index where the lower candidate was tight (partial sum = +lam)
+        kp = 0  # last index where the upper candidate was tight (partial sum = -lam)
+        vmin = y[0] - lam
+        vmax = y[0] + lam
+        umin = lam  # partial sum at k of y - vmin (including the one before k0)
+        umax = -lam  # partial sum at k of y - vmax
+        while True:
+            if k == n - 1:
+                # end of the series: the final partial sum must be 0
+                if umin < 0.0:
+                    # even vmin is too high: jump down after km, restart there (partial sum +lam)
+                    for i in range(k0, km + 1):
+                        x[i] = vmin
+                    k0 = km + 1
+                    k = k0
+                    km = k0
+                    kp = k0
+                    vmin = y[k0]
+                    vmax = vmin + 2.0 * lam
+                    umin = lam
+                    umax = -lam
+                elif umax > 0.0:
+                    # even vmax is too low: jump up after kp, restart there (partial sum -lam)
+                    for i in range(k0, kp + 1):
+                        x[i] = vmax
+                    k0 = kp + 1
+                    k = k0
+                    km = k0
+                    kp = k0
+                    vmax = y[k0]
+                    vmin = vmax - 2.0 * lam
+                    umin = lam
+                    umax = -lam
+                else:
+                    v = vmin + umin / (k - k0 + 1)
+                    for i in range(k0, n):
+                        x[i] = v
+                    return
+                continue
+            yn = y[k + 1]
+            umin += yn - vmin
+            if umin < -lam:
+                # no value keeps the partial sums >= -lam through k+1: jump down after km
+                for i in range(k0, km + 1):
+                    x[i] = vmin
+                k0 = km + 1
+                k = k0
+                km = k0
+                kp = k0
+                vmin = y[k0]
+                vmax = vmin + 2.0 * lam
+                umin = lam
+                umax = -lam
+                continue
+            umax += yn - vmax
+            if umax > lam:
+                # no value keeps the partial sums <= lam through k+1: jump up after kp
+                for i in range(k0, kp + 1):
+                    x[i] = vmax
+                k0 = kp + 1
+                k = k0
+                km = k0
+                kp = k0
+                vmax = y[k0]
+                vmin = vmax - 2.0 * lam
+                umin = lam
+                umax = -lam
+                continue
+            k += 1
+            if umin >= lam:
+                # raise the lower candidate until its partial sum at k is exactly +lam
+                vmin += (umin - lam) / (k - k0 + 1)
+                umin = lam
+                km = k
+            if umax <= -lam:
+                # lower the upper candidate until its partial sum at k is exactly -lam
+                vmax += (umax + lam) / (k - k0 + 1)
+                umax = -lam
+                kp = k
+
+    @nb.njit(cache=True, nogil=True)
+    def _prox_fused_lasso(Y, lam1, lam2, penalized, out):
+        """out[:, j] = soft(tv(Y[:, j], lam2), lam1 if penalized[j] else 0) for Y, out [T, p]."""
+        p = Y.shape[1]
+        T = Y.shape[0]
+        for j in range(p):
+            col = out[:, j]
+            _tv1d(Y[:, j], lam2, col)
+            if penalized[j] and lam1 > 0.0:
+                for t in range(T):
+                    v = col[t]
+                    if v > lam1:
+                        col[t] = v - lam1
+                    elif v < -lam1:
+                        col[t] = v + lam1
+                    else:
+                        col[t] = 0.0
+
+    return Kernels(_tv1d, _prox_fused_lasso)
