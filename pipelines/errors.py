@@ -30,4 +30,8 @@ class ConfigError(ValueError):
 def _show(value) -> str:
     text = repr(value) if isinstance(value, str) else str(value)
     text = " ".join(text.split())
-    return text if len(text) <= 80 else text[:77] + "..."
+    if len(text) <= 80:
+        return text
+    if isinstance(value, str) and "/" in value:  # a path: its end (the file name) is what matters
+        return "'..." + text[-76:]
+    return text[:77] + "..."

@@ -121,8 +121,7 @@ def tesla_design(X, tix, T: int, train=None) -> Design:
     X, tix = _check_rows(X, tix, T)
     lo, hi = _time_rows(tix, T)
     keep = np.ones(X.shape[0], bool) if train is None else np.asarray(train, bool)
-    counts = np.add.reduceat(keep.astype(np.int64), lo) if X.shape[0] else np.zeros(T, np.int64)
-    counts = np.where(hi > lo, counts, 0)
+    counts = np.bincount(tix[keep], minlength=T).astype(np.int64)  # training rows per time point
     w = np.zeros(X.shape[0])
     n_t = counts[tix]
     w[keep] = 1.0 / n_t[keep]
@@ -333,15 +332,32 @@ def solve_path(design: Design, node: int, lam1: float, lam2: float = 0.0, q: int
     theta = np.zeros((T, p)) if theta0 is None else np.array(theta0, dtype=np.float64, order="C", copy=True)
     if theta.shape != (T, p):
         raise ValueError(f"theta0 must be [{T}, {p}], got {theta.shape}")
-    L = float(design.L.max()) if T else 0.0
-    if q == 2:
-        L += 8.0 * lam2
-    if L <= 0.0:  # no data and no smoothing: the penalties alone are minimised by zero
-        return PathResult(np.zeros((T, p)), 0, True, 0.0, 0.0)
     penalized = np.ones(p, np.bool_)
     penalized[node] = False
-    n_iter, converged = fista(design.X, int(node), design.lo, design.hi, design.woff, design.w, float(lam1),
-                              float(lam2), int(q), L, penalized, theta, int(max_iter), float(tol))
+    args = (design.X, int(node))
+    if lam2 == 0.0:
+        # no coupling across time: T independent problems, each with its own step 1/L_t and its own
+        # stopping test (the slowest time point no longer sets the pace of the others)
+        n_iter, converged = 0, True
+        for t in range(T):
+            if design.L[t] <= 0.0:  # no data at t: the penalty alone is minimised by zero
+                theta[t] = 0.0
+                continue
+            sl = slice(t, t + 1)
+            th_t = theta[sl].copy()
+            k, c = fista(*args, design.lo[sl], design.hi[sl], design.woff[sl], design.w, float(lam1), 0.0, int(q),
+                         float(design.L[t]), penalized, th_t, int(max_iter), float(tol))
+            theta[t] = th_t[0]
+            n_iter += k
+            converged = converged and c
+    else:
+        L = float(design.L.max()) if T else 0.0
+        if q == 2:
+            L += 8.0 * lam2
+        if L <= 0.0:  # no data anywhere: the penalties alone are minimised by zero
+            return PathResult(np.zeros((T, p)), 0, True, 0.0, 0.0)
+        n_iter, converged = fista(*args, design.lo, design.hi, design.woff, design.w, float(lam1), float(lam2),
+                                  int(q), L, penalized, theta, int(max_iter), float(tol))
     loss = float(_loss_value(design.X, int(node), design.lo, design.hi, design.woff, design.w, theta))
     return PathResult(theta, int(n_iter), bool(converged), loss, loss + penalty(theta, node, lam1, lam2, q))
 

@@ -11,7 +11,8 @@ EXPERIMENTS = sorted(p.stem for p in (CONF / "experiment").glob("*.yaml"))
 MODELS = sorted(p.stem for p in (CONF / "model").glob("*.yaml"))
 
 
-PIPELINE_OF_MODEL = {"lda": "svi"}
+PIPELINE_OF_MODEL = {"lda": "svi", "tesla": "tesla"}
+NETWORKS = sorted(p.stem for p in (CONF / "network").glob("*.yaml"))
 CORPORA = sorted(p.stem for p in (CONF / "corpus").glob("*.yaml"))
 
 
@@ -19,6 +20,8 @@ def test_there_are_configs():
     assert {"ising_critical", "gaussian_mixture", "spin_glass", "lda_synthetic", "lda_seeded"} <= set(EXPERIMENTS)
     assert {"ising", "gaussian_mixture", "custom", "lda"} <= set(MODELS)
     assert {"docstrings", "synthetic", "uci", "text", "matrix_market", "npz", "sharded"} <= set(CORPORA)
+    assert {"tesla_synthetic", "tesla_synthetic10"} <= set(EXPERIMENTS) and "tesla" in MODELS
+    assert {"synthetic", "npz", "csv"} <= set(NETWORKS)
 
 
 def test_every_field_is_documented():
@@ -39,7 +42,7 @@ def test_every_field_is_documented():
                 continue
             above = lines[i - 1].strip() if i else ""
             if "#" not in ln and not above.startswith("#") and f.parent.name not in (
-                    "experiment", "debug", "debug_model", "debug_pipeline"):
+                    "experiment", "debug", "debug_model", "debug_pipeline", "debug_network"):
                 missing.append(f"{f.relative_to(CONF)}:{i + 1}: {s}")
     assert not missing, "\n".join(missing)
 
@@ -64,6 +67,9 @@ def test_each_experiment_composes_and_passes_preflight(exp):
 
 
 def test_debug_shrinks_sizes():
+    full, small = compose(["pipeline=tesla"]), compose(["pipeline=tesla", "debug=default"])
+    assert small["network"]["p"] < full["network"]["p"] and small["network"]["T"] < full["network"]["T"]
+    assert len(small["tesla"]["lambda1"]) < len(full["tesla"]["lambda1"])
     full, small = compose([]), compose(["debug=default"])
     assert small["model"]["L"] < full["model"]["L"]
     assert small["tempering"]["n_replicas"] < full["tempering"]["n_replicas"]
@@ -72,9 +78,13 @@ def test_debug_shrinks_sizes():
 
 @pytest.mark.parametrize("exp", EXPERIMENTS)
 def test_each_experiment_runs_in_debug_mode(exp, mlflow_uri):
-    svi = compose([f"experiment={exp}"])["pipeline"]["name"] == "svi"
-    res, tr = run([f"experiment={exp}", "debug=default", "progress=false",
-                   "svi.figures=false" if svi else "tempering.figures=false"], mlflow_uri)
+    pipeline = compose([f"experiment={exp}"])["pipeline"]["name"]
+    res, tr = run([f"experiment={exp}", "debug=default", "progress=false", f"{pipeline}.figures=false"], mlflow_uri)
     assert tr.client.get_run(tr.run_id).info.status == "FINISHED"
     assert res["objective"] is not None
-    assert (res["steps"] == 10) if svi else (res["scans_total"] > 0)
+    if pipeline == "svi":
+        assert res["steps"] == 10
+    elif pipeline == "tesla":
+        assert res["nodes"] == 8 and res["time_points"] == 12
+    else:
+        assert res["scans_total"] > 0
