@@ -97,7 +97,7 @@ def check_cluster_config(ccfg: dict) -> dict:
 
 def _quiet_logs():
     for name in ("distributed", "distributed.nanny", "distributed.scheduler", "distributed.worker",
-                 "distributed.core", "distributed.http.proxy", "bokeh", "tornado"):
+                 "distributed.core", "distributed.batched", "distributed.http.proxy", "bokeh", "tornado"):
         logging.getLogger(name).setLevel(logging.ERROR)
 
 

@@ -529,3 +529,24 @@ def test_path_gradient_cupy_matches_numpy(series):
                              cp.asarray(des.w), T)
     np.testing.assert_allclose(cp.asnumpy(gg), g, rtol=1e-11, atol=1e-13)
     np.testing.assert_allclose(cp.asnumpy(ll), l, rtol=1e-12)
+
+
+def test_static_with_one_value_per_time_point_caps_the_field_and_has_no_edges():
+    """One sample per time point: the field alone drives the loss to zero, so the infimum has no
+    edges and an infinite field; the solver reports the field at +-FIELD_CAP, converged, at once."""
+    rng = np.random.default_rng(4)
+    X = np.where(rng.random((12, 5)) < 0.5, -1, 1).astype(np.int8)
+    d = S.tesla_design(X, np.arange(12), 12)
+    for node in range(5):
+        r = S.solve_path(d, node, 0.01, 0.0)
+        assert r.converged and r.n_iter == 0
+        mask = np.arange(5) != node
+        assert np.all(r.theta[:, mask] == 0.0)
+        np.testing.assert_array_equal(r.theta[:, node], S.FIELD_CAP * X[:, node])
+    # with two samples that disagree the field is finite again and the solver iterates
+    X2 = np.concatenate([X, -X])
+    tix = np.concatenate([np.arange(12), np.arange(12)])
+    order = np.argsort(tix, kind="stable")
+    d2 = S.tesla_design(X2[order], tix[order], 12)
+    r2 = S.solve_path(d2, 0, 0.01, 0.0)
+    assert r2.converged and r2.n_iter > 0 and np.all(np.abs(r2.theta[:, 0]) < S.FIELD_CAP)
