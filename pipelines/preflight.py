@@ -375,10 +375,11 @@ def check_svi(cfg: dict):
     corpora.pr_config(cfg, info)  # word lookups and feasibility
 
 
-TESLA_KEYS = {"methods", "lambda1", "lambda2", "bandwidth", "criterion", "heldout_fraction", "rule", "max_iter",
-              "tol", "snapshot_times", "figures"}
+TESLA_KEYS = {"methods", "lambda1", "lambda2", "bandwidth", "criterion", "ebic_gamma", "heldout_fraction", "rule",
+              "max_iter", "tol", "snapshot_times", "figures"}
 TESLA = {
-    "criterion": choice("bic", "heldout"),
+    "criterion": choice("bic", "ebic", "heldout"),
+    "ebic_gamma": real(ge=0),
     "rule": choice("and", "or"),
     "max_iter": integer(lo=1),
     "tol": real(gt=0),

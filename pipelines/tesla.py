@@ -32,7 +32,8 @@ def _grids(tcfg, T):
     return lam1, lam2, bw
 
 
-def build_fits(ex, tok, series, methods, lam1, lam2, bandwidths, q, criterion, heldout, isolated, max_iter, tol):
+def build_fits(ex, tok, series, methods, lam1, lam2, bandwidths, q, criterion, heldout, isolated, max_iter, tol,
+               gamma=0.5):
     """Delayed selection tasks: ``{method: [NodeChoice delayed per node]}``, and the designs' sizes."""
     X, tix, T = series.X, series.tix, len(series.n_per_time)
     train = ~heldout
@@ -69,7 +70,7 @@ def build_fits(ex, tok, series, methods, lam1, lam2, bandwidths, q, criterion, h
                     max_iter=max_iter, tol=tol, dask_key_name=f"tesla-fit-{tok}-{m}-n{i}-a{a}"))
             refits = [designs[(m, a)][1] for a in range(n_a)] if criterion == "heldout" else None
             choices.append(dask.delayed(path_tasks.select_node, pure=True)(
-                fits, criterion, refit_designs=refits, q=q, max_iter=max_iter, tol=tol,
+                fits, criterion, refit_designs=refits, q=q, max_iter=max_iter, tol=tol, gamma=gamma,
                 dask_key_name=f"tesla-select-{tok}-{m}-n{i}"))
         out[m] = choices
     return out
@@ -105,7 +106,7 @@ def run(ctx) -> dict:
 
     t0 = time.monotonic()
     graph = build_fits(ex, tok, series, methods, lam1, lam2, bandwidths, q, criterion, heldout, data.isolated,
-                       max_iter, tol)
+                       max_iter, tol, float(tcfg.get("ebic_gamma", 0.5)))
     flat = [d for m in methods for d in graph[m]]
     bar = Progress(len(flat), "tesla", "node fits", enabled=ctx.progress)
     handles = ex.compute(flat, watch=range(len(flat)), on_done=lambda i: bar.update(1))

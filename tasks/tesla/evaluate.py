@@ -114,3 +114,10 @@ def path_df(theta, node: int) -> int:
 def bic(loglik: float, df: int, n: int) -> float:
     """Bayesian information criterion ``-2 loglik + log(n) df`` (smaller is better)."""
     return float(-2.0 * loglik + np.log(max(n, 1)) * df)
+
+
+def ebic(loglik: float, df: int, n: int, n_candidates: int, gamma: float = 0.5) -> float:
+    """Extended BIC (Chen and Chen 2008), as used for neighbourhood selection (Foygel and Drton 2010):
+    ``-2 loglik + df log(n) + 2 gamma df log(n_candidates)`` (smaller is better). ``gamma = 0`` is BIC;
+    the extra term charges each parameter for the number of candidates it was chosen from."""
+    return float(-2.0 * loglik + df * (np.log(max(n, 1)) + 2.0 * gamma * np.log(max(n_candidates, 1))))

@@ -19,7 +19,7 @@ from tasks.tesla import evaluate as _evaluate
 from tasks.tesla import solver as _solver
 
 METHODS = ("tesla", "keller", "static")
-CRITERIA = ("bic", "heldout")
+CRITERIA = ("bic", "ebic", "heldout")
 
 
 class NodeFit(NamedTuple):
@@ -105,10 +105,11 @@ def fit_node(design: _solver.Design, node: int, lam1s, lam2: float = 0.0, *, met
 
 
 def select_node(fits, criterion: str = "bic", *, refit_designs=None, q: int = 1,
-                max_iter: int = 5000, tol: float = 1e-6) -> NodeChoice:
+                max_iter: int = 5000, tol: float = 1e-6, gamma: float = 0.5) -> NodeChoice:
     """Choose one grid point for a node from its fits (one per lambda2 / bandwidth, in grid order).
 
-    ``bic``: smallest ``-2 loglik + log(N_train) df``. ``heldout``: largest held-out
+    ``bic``: smallest ``-2 loglik + log(N_train) df``. ``ebic``: the extended BIC with
+    ``gamma`` and the node's p - 1 candidate neighbours (``evaluate.ebic``). ``heldout``: largest held-out
     log-likelihood, then the path is refitted on all samples at that point with
     ``refit_designs[a]`` (the all-samples design of the chosen fit ``a``), warm-started from the
     chosen solution. Ties keep the first grid point in (lambda2, lambda1) order.
@@ -127,6 +128,10 @@ def select_node(fits, criterion: str = "bic", *, refit_designs=None, q: int = 1,
         if criterion == "bic":
             for k in range(n1):
                 scores[a, k] = _evaluate.bic(f.loglik[k], int(f.df[k]), f.n_train)
+        elif criterion == "ebic":
+            n_cand = f.thetas.shape[2] - 1
+            for k in range(n1):
+                scores[a, k] = _evaluate.ebic(f.loglik[k], int(f.df[k]), f.n_train, n_cand, gamma)
         else:
             scores[a] = -f.heldout_loglik
     flat = int(np.argmin(np.where(np.isnan(scores), np.inf, scores)))

@@ -281,3 +281,16 @@ def test_heldout_rows():
     assert np.array_equal(P.heldout_rows(100, 7, 0.2), a[:100])  # a prefix does not depend on n
     assert not P.heldout_rows(n, 7, 0.0).any()
     assert P.heldout_rows(0, 7, 0.3).shape == (0,)
+
+
+def test_ebic_adds_the_candidate_charge_and_picks_sparser_points():
+    assert E.ebic(-10.0, 3, 100, 19, 0.0) == E.bic(-10.0, 3, 100)
+    assert E.ebic(-10.0, 3, 100, 19, 0.5) == pytest.approx(20.0 + 3 * (np.log(100) + np.log(19)))
+    # a grid where BIC prefers the denser point and EBIC's extra charge flips the choice
+    T, p = 2, 20
+    thetas = np.zeros((2, T, p))
+    fit = P.NodeFit(0, "tesla", np.array([0.2, 0.1]), 0.5, 0.0, thetas, np.array([-60.0, -50.0]),
+                             np.full(2, np.nan), np.array([2, 4], np.int64), np.zeros(2, np.int64), np.ones(2, bool),
+                             False, 100, 0.0)
+    assert P.select_node([fit], "bic").i_lam1 == 1  # BIC 129.2 vs 118.4
+    assert P.select_node([fit], "ebic", gamma=1.0).i_lam1 == 0  # EBIC 141.0 vs 142.0
