@@ -12,7 +12,7 @@ from typing import Callable
 
 from pipelines.errors import ConfigError
 
-PIPELINES = ("tempering", "svi", "tesla")
+PIPELINES = ("tempering", "svi", "tesla", "bounds")
 MODELS = ("ising", "gaussian_mixture", "custom")
 SVI_MODELS = ("lda",)
 
@@ -103,6 +103,7 @@ TOP = {
     "progress": boolean,
     "verbose": boolean,
     "resume": optional_str,
+    "bounds": boolean,
     "pipeline.name": choice(*PIPELINES),
     "tracking.uri": optional_str,
     "tracking.experiment": optional_str,
@@ -485,6 +486,54 @@ def check_tesla(cfg: dict):
                               "choose a fraction that holds out some but not all samples")
 
 
+VARIATIONAL_KEYS = {"damping", "max_iter", "tol", "mf_restarts", "rho", "n_trees", "temperatures", "marginals",
+                    "figures"}
+VARIATIONAL = {
+    "damping": real(gt=0),
+    "max_iter": integer(lo=1),
+    "tol": real(gt=0),
+    "mf_restarts": integer(lo=0, hi=1000),
+    "rho": choice("auto", "uniform", "spanning_trees"),
+    "n_trees": integer(lo=1, hi=100_000),
+    "marginals": boolean,
+    "figures": boolean,
+}
+
+
+def check_variational(cfg: dict):
+    _unknown_keys(cfg, "variational", VARIATIONAL_KEYS)
+    _apply(cfg, {f"variational.{k}": r for k, r in VARIATIONAL.items()})
+    d = cfg["variational"]["damping"]
+    if d > 1:
+        raise ConfigError("variational.damping", d, "must lie in (0, 1] (1: no damping)", "use e.g. 0.5")
+    temps = cfg["variational"].get("temperatures")
+    if temps is not None:
+        if not isinstance(temps, (list, tuple)) or not temps:
+            raise ConfigError("variational.temperatures", temps, "must be a non-empty list of temperatures or null",
+                              "use e.g. variational.temperatures=[2.0,2.269,2.5]")
+        for t in temps:
+            real(gt=0)("variational.temperatures", t)
+
+
+def check_bounds(cfg: dict):
+    """pipeline=bounds: an Ising model (validated as for tempering) or an MRF from a file (loaded and
+    checked: square, symmetric, finite couplings; rho from spanning trees)."""
+    model = cfg.get("model") or {}
+    name = model.get("name")
+    if name == "ising":
+        _unknown_keys(cfg, "model", set(MODEL_RULES["ising"]) | {"name"})
+        _apply(cfg, {f"model.{k}": r for k, r in MODEL_RULES["ising"].items()})
+    elif name == "mrf":
+        _unknown_keys(cfg, "model", {"name", "path", "beta"})
+        real(gt=0)("model.beta", _get(cfg, "model.beta"))
+        from pipelines import bounds
+
+        bounds.load_mrf(model)
+    else:
+        raise ConfigError("model", name, "pipeline=bounds works on binary pairwise models",
+                          "use model=ising or model=mrf model.path=FILE.npz")
+
+
 def check_backend(cfg: dict):
     if cfg["backend"] == "cupy":
         from tasks import backend
@@ -507,4 +556,14 @@ def preflight_checks(cfg: dict) -> None:
         check_svi(cfg)
     elif cfg["pipeline"]["name"] == "tesla":
         check_tesla(cfg)
+    elif cfg["pipeline"]["name"] == "bounds":
+        check_bounds(cfg)
+    if cfg.get("bounds") or cfg["pipeline"]["name"] == "bounds":
+        check_variational(cfg)
+    if cfg.get("bounds") and cfg["pipeline"]["name"] != "tempering":
+        raise ConfigError("bounds", True, f"adds variational bounds to pipeline=tempering, not pipeline="
+                          f"{cfg['pipeline']['name']}", "drop bounds=true, or use pipeline=bounds for the bounds alone")
+    if cfg.get("bounds") and (cfg.get("model") or {}).get("name") != "ising":
+        raise ConfigError("bounds", True, f"variational bounds need a binary pairwise model, not model="
+                          f"{(cfg.get('model') or {}).get('name')}", "use model=ising with bounds=true")
     check_backend(cfg)

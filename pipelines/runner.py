@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from pipelines.errors import ConfigError
 from pipelines.graph import Executor
 
-PIPELINES = {"tempering": "pipelines.tempering:run", "svi": "pipelines.svi:run", "tesla": "pipelines.tesla:run"}
+PIPELINES = {"tempering": "pipelines.tempering:run", "svi": "pipelines.svi:run", "tesla": "pipelines.tesla:run",
+             "bounds": "pipelines.bounds:run"}
 # Fields a resumed run may change: where and how it runs, not what it computes.
 RESUME_MAY_CHANGE = ("cluster", "progress", "verbose", "tracking", "backend", "resume")
 

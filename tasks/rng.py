@@ -27,6 +27,7 @@ STAGE_LDA_SPLIT = 11  # held-out documents and their observed/test halves (ident
 STAGE_TESLA_GRAPH = 12  # graphs and edge weights of a synthetic time-varying network (identity: none)
 STAGE_TESLA_GIBBS = 13  # Gibbs samples of a synthetic time-varying network (identity: time point)
 STAGE_TESLA_SPLIT = 14  # held-out samples for TESLA model selection (identity: none)
+STAGE_MEAN_FIELD = 15  # random restarts of naive mean field (identity: restart index)
 
 
 def seed_sequence(seed: int, stage: int, *identity: int) -> np.random.SeedSequence:

@@ -11,7 +11,7 @@ EXPERIMENTS = sorted(p.stem for p in (CONF / "experiment").glob("*.yaml"))
 MODELS = sorted(p.stem for p in (CONF / "model").glob("*.yaml"))
 
 
-PIPELINE_OF_MODEL = {"lda": "svi", "tesla": "tesla"}
+PIPELINE_OF_MODEL = {"lda": "svi", "tesla": "tesla", "mrf": "bounds"}
 NETWORKS = sorted(p.stem for p in (CONF / "network").glob("*.yaml"))
 CORPORA = sorted(p.stem for p in (CONF / "corpus").glob("*.yaml"))
 
@@ -48,8 +48,17 @@ def test_every_field_is_documented():
 
 
 @pytest.mark.parametrize("model", MODELS)
-def test_each_model_composes_and_passes_preflight(model):
-    preflight_checks(compose([f"pipeline={PIPELINE_OF_MODEL.get(model, 'tempering')}", f"model={model}"]))
+def test_each_model_composes_and_passes_preflight(model, tmp_path):
+    extra = []
+    if model == "mrf":  # a model read from a file: a 4-cycle
+        import numpy as np
+
+        J = np.zeros((4, 4))
+        for i in range(4):
+            J[i, (i + 1) % 4] = J[(i + 1) % 4, i] = 0.5
+        np.savez(tmp_path / "ring.npz", J=J)
+        extra = [f"model.path={tmp_path / 'ring.npz'}"]
+    preflight_checks(compose([f"pipeline={PIPELINE_OF_MODEL.get(model, 'tempering')}", f"model={model}", *extra]))
 
 
 @pytest.mark.parametrize("corpus", CORPORA)
@@ -79,12 +88,15 @@ def test_debug_shrinks_sizes():
 @pytest.mark.parametrize("exp", EXPERIMENTS)
 def test_each_experiment_runs_in_debug_mode(exp, mlflow_uri):
     pipeline = compose([f"experiment={exp}"])["pipeline"]["name"]
-    res, tr = run([f"experiment={exp}", "debug=default", "progress=false", f"{pipeline}.figures=false"], mlflow_uri)
+    figures = "variational" if pipeline == "bounds" else pipeline
+    res, tr = run([f"experiment={exp}", "debug=default", "progress=false", f"{figures}.figures=false"], mlflow_uri)
     assert tr.client.get_run(tr.run_id).info.status == "FINISHED"
     assert res["objective"] is not None
     if pipeline == "svi":
         assert res["steps"] == 10
     elif pipeline == "tesla":
         assert res["nodes"] == 8 and res["time_points"] == 12
+    elif pipeline == "bounds":
+        assert res["all_converged"] and len(res["temperatures"]) > 1
     else:
         assert res["scans_total"] > 0
