@@ -31,9 +31,10 @@ def ising_model(target, b: float = 1.0) -> _mrf.PairwiseMRF:
 
 
 def ising_rho(target, model: _mrf.PairwiseMRF, vcfg: dict):
-    """TRW's rho for the periodic lattice: uniform (n-1)/E for sides >= 3 (see trw.lattice_rho)."""
+    """TRW's rho for the periodic lattice: "uniform", (n-1)/E, for sides >= 3 (see trw.lattice_rho),
+    else from random spanning trees."""
     if target.L >= 3 and vcfg.get("rho", "auto") in ("auto", "uniform"):
-        return np.full(model.E, (model.n - 1) / model.E)
+        return "uniform"
     return trw.spanning_tree_rho(model, n_trees=int(vcfg["n_trees"]), seed=0)
 
 
@@ -47,7 +48,14 @@ def _lattice_of(target):
 
 
 def bounds_task(model, rho, settings: dict, lattice=None) -> summary.Bounds:
-    """One temperature: MF, BP and TRW (what a Dask task runs)."""
+    """One temperature: MF, BP and TRW (what a Dask task runs). ``model`` is a PairwiseMRF or
+    ``(target, b)``, an Ising target at ladder level b, built here on the worker (the graph then
+    carries the lattice's bond signs, not its edge arrays); ``rho`` an array [E] or the string
+    "uniform" for ``(n - 1) / E``."""
+    if not isinstance(model, _mrf.PairwiseMRF):  # (target, b)
+        model = ising_model(*model)
+    if isinstance(rho, str):
+        rho = np.full(model.E, (model.n - 1) / model.E)
     return summary.compute_bounds(model, rho, lattice=lattice, **settings)
 
 
@@ -119,7 +127,8 @@ def run(ctx) -> dict:
         for T in temps:
             target = preflight.build_target({**mcfg, "T": T})
             model = ising_model(target)
-            jobs.append((T, target, model, ising_rho(target, model, vcfg), _lattice_of(target)))
+            rho = ising_rho(target, model, vcfg)
+            jobs.append((T, target, model, rho if isinstance(rho, str) else ex.scatter(rho), _lattice_of(target)))
     else:
         model, rho = load_mrf(mcfg)
         if rho is None:
@@ -128,8 +137,9 @@ def run(ctx) -> dict:
     n = jobs[0][2].n
     print(f"pgmflow: bounds on {mcfg['name']} ({n} nodes, {jobs[0][2].E} edges) at {len(jobs)} temperature(s)",
           flush=True)
-    tasks = [dask.delayed(bounds_task, pure=True)(m, r, settings, lat, dask_key_name=f"bounds-{tok}-T{k}")
-             for k, (_, _, m, r, lat) in enumerate(jobs)]
+    tasks = [dask.delayed(bounds_task, pure=True)((tg, 1.0) if tg is not None else m, r, settings, lat,
+                                                  dask_key_name=f"bounds-{tok}-T{k}")
+             for k, (_, tg, m, r, lat) in enumerate(jobs)]
     bar = Progress(len(tasks), "bounds", "temperatures", enabled=ctx.progress)
     res = ex.gather(ex.compute(tasks, watch=range(len(tasks)), on_done=lambda i: bar.update(1)))
     bar.close()
@@ -220,11 +230,12 @@ def tempering_bounds(ctx, target, betas_per_chain, traces, group: int) -> dict:
     ex = ctx.executor
     tok = ctx.tracker.run_id[:12]
     b = np.asarray(betas_per_chain[0], dtype=np.float64)
-    models = [ising_model(target, float(bk)) for bk in b]
-    rho = ising_rho(target, models[-1], vcfg)
+    rho = ising_rho(target, ising_model(target, float(b[-1])), vcfg)
+    rho = rho if isinstance(rho, str) else ex.scatter(rho)
     lat = _lattice_of(target)
-    tasks = [dask.delayed(bounds_task, pure=True)(m, rho, settings, lat, dask_key_name=f"bounds-{tok}-g{group}-k{k}")
-             for k, m in enumerate(models)]
+    tasks = [dask.delayed(bounds_task, pure=True)((target, float(bk)), rho, settings, lat,
+                                                  dask_key_name=f"bounds-{tok}-g{group}-k{k}")
+             for k, bk in enumerate(b)]
     res = ex.gather(ex.compute(tasks))
     n = target.n_sites
     ll = traces[0].loglik.T  # [K, T] chain 0
