@@ -187,9 +187,9 @@ def run(ctx) -> dict:
         tracker.log_figure(fig, "figures/log_z_bounds.png")
         figures.close(fig)
     for r in rows:
-        ex_s = f", exact {r['exact'] / n:.6f}" if r["exact"] is not None else ""
-        print(f"pgmflow: T={r['T']:.6g}: log Z per site  MF {r['mf'] / n:.6f} <= ... <= TRW {r['trw'] / n:.6f}; "
-              f"Bethe {r['bethe'] / n:.6f}{ex_s}", flush=True)
+        mid = f"exact {r['exact'] / n:.6f} ({r['exact_source']})" if r["exact"] is not None else "log Z"
+        print(f"pgmflow: T={r['T']:.6g}: log Z per site: MF {r['mf'] / n:.6f} <= {mid} <= TRW {r['trw'] / n:.6f}; "
+              f"Bethe {r['bethe'] / n:.6f}", flush=True)
     if not result["all_converged"]:
         print("pgmflow: warning: some message passing did not converge within variational.max_iter; the TRW value "
               "is a bound only at convergence (raise variational.max_iter or variational.damping)", flush=True)
