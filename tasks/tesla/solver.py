@@ -165,9 +165,27 @@ def keller_design(X, tix, T: int, bandwidth: float, truncate: float = 3.0, train
 @functools.lru_cache(maxsize=None)
 def _kernels():
     # Callees bound to module globals (numba's disk cache hashes closure cells; see tasks/lda/estep.py).
-    global _grad_loss, _fista, _loglik_rows, _loss_value, _pfl
+    global _signed_margin, _softplus_neg, _grad_loss, _fista, _loglik_rows, _loss_value, _pfl
     nb = backend.numba()
     _pfl = _prox._kernels().prox_fused_lasso
+
+    @nb.njit(cache=True, nogil=True)
+    def _signed_margin(X, node, theta, t, d):
+        """``(u, y)`` for sample d at time t: ``u = 2 y theta^t . z_d`` with ``z_d`` = x_d whose own
+        entry is 1 (the field), ``y = x_{d,node}``; the sample's loss is ``log(1 + exp(-u))``."""
+        m = 0.0
+        for j in range(theta.shape[1]):
+            m += theta[t, j] * X[d, j]
+        yd = float(X[d, node])
+        m += theta[t, node] * (1.0 - yd)  # z_d[node] = 1, not x_d[node]
+        return 2.0 * yd * m, yd
+
+    @nb.njit(cache=True, nogil=True)
+    def _softplus_neg(u):
+        """log(1 + exp(-u)) without overflow."""
+        if u > 0:
+            return math.log1p(math.exp(-u))
+        return -u + math.log1p(math.exp(u))
 
     @nb.njit(cache=True, nogil=True)
     def _grad_loss(X, node, lo, hi, woff, w, theta, grad):
@@ -181,12 +199,7 @@ def _kernels():
                 wd = w[woff[t] + d - lo[t]]
                 if wd == 0.0:
                     continue
-                m = 0.0
-                for j in range(p):
-                    m += theta[t, j] * X[d, j]
-                yd = float(X[d, node])
-                m += theta[t, node] * (1.0 - yd)  # z_d[node] = 1, not x_d[node]
-                u = 2.0 * yd * m
+                u, yd = _signed_margin(X, node, theta, t, d)
                 # l(m y) = log(1 + exp(-u)); its derivative in m is -2 y sigmoid(-u)
                 if u > 0:
                     e = math.exp(-u)
@@ -203,41 +216,19 @@ def _kernels():
 
     @nb.njit(cache=True, nogil=True)
     def _loss_value(X, node, lo, hi, woff, w, theta):
-        T, p = theta.shape
         total = 0.0
-        for t in range(T):
+        for t in range(theta.shape[0]):
             for d in range(lo[t], hi[t]):
                 wd = w[woff[t] + d - lo[t]]
-                if wd == 0.0:
-                    continue
-                m = 0.0
-                for j in range(p):
-                    m += theta[t, j] * X[d, j]
-                yd = float(X[d, node])
-                m += theta[t, node] * (1.0 - yd)
-                u = 2.0 * yd * m
-                if u > 0:
-                    total += wd * math.log1p(math.exp(-u))
-                else:
-                    total += wd * (-u + math.log1p(math.exp(u)))
+                if wd != 0.0:
+                    total += wd * _softplus_neg(_signed_margin(X, node, theta, t, d)[0])
         return total
 
     @nb.njit(cache=True, nogil=True)
     def _loglik_rows(X, tix, node, theta, out):
         """out[d] = log P(x_{d,node} | x_{d,-node}; theta^{t_d}) for every row."""
-        N, p = X.shape
-        for d in range(N):
-            t = tix[d]
-            m = 0.0
-            for j in range(p):
-                m += theta[t, j] * X[d, j]
-            yd = float(X[d, node])
-            m += theta[t, node] * (1.0 - yd)
-            u = 2.0 * yd * m
-            if u > 0:
-                out[d] = -math.log1p(math.exp(-u))
-            else:
-                out[d] = u - math.log1p(math.exp(u))
+        for d in range(X.shape[0]):
+            out[d] = -_softplus_neg(_signed_margin(X, node, theta, tix[d], d)[0])
 
     @nb.njit(cache=True, nogil=True)
     def _fista(X, node, lo, hi, woff, w, lam1, lam2, q, L, penalized, theta, max_iter, tol):

@@ -8,6 +8,7 @@ import gzip
 import numpy as np
 import pytest
 
+from tests.pipelines.helpers import assert_refused
 from tests.pipelines.test_cli import pgmflow
 
 
@@ -95,17 +96,4 @@ def test_svi_bad_input(tmp_path, case):
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     r = pgmflow(["pipeline=svi", *args, f"tracking.uri={uri}", "progress=false", "cluster.n_workers=1"], tmp_path,
                 timeout=120)
-    assert r.returncode == 2, (r.stdout[-2000:], r.stderr[-3000:])
-    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
-    assert len(lines) == 1, r.stderr
-    assert lines[0].startswith("pgmflow: error: ") and needle in lines[0] and "fix:" in lines[0], lines[0]
-    assert "Traceback" not in r.stderr
-    assert "svi run" not in r.stdout  # refused before a run (and any task) started
-    if (tmp_path / "mlflow.db").exists():
-        from pipelines.tracking import Tracker
-
-        tr = Tracker(uri, "pgmflow")
-        exp = tr.client.get_experiment_by_name("pgmflow")
-        if exp is not None:
-            assert all(run.info.status not in ("RUNNING", "FINISHED")
-                       for run in tr.client.search_runs([exp.experiment_id]))
+    assert_refused(r, [needle], tmp_path, uri, "svi")

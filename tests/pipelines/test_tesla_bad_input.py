@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from tests.pipelines.helpers import assert_refused
 from tests.pipelines.test_cli import pgmflow
 
 # Data files are written into the run's folder (pgmflow's cwd) and passed by a relative path, so that
@@ -115,16 +116,7 @@ def test_tesla_bad_input(tmp_path, case):
     small = [] if any(a.startswith("network=") for a in args) else ["debug=default"]
     r = pgmflow(["pipeline=tesla", *small, *args, f"tracking.uri={uri}", "progress=false", "cluster.n_workers=1"],
                 tmp_path, timeout=120)
-    assert r.returncode == 2, (r.stdout[-2000:], r.stderr[-3000:])
-    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
-    assert len(lines) == 1, r.stderr
-    assert lines[0].startswith("pgmflow: error: ") and "fix:" in lines[0], lines[0]
-    for needle in needles:
-        assert needle in lines[0], (needle, lines[0])
-    assert "Traceback" not in r.stderr
-    assert "tesla run" not in r.stdout  # refused before a run (and any task) started
-    statuses = _run_statuses(tmp_path, uri)
-    assert all(s not in ("RUNNING", "FINISHED") for s in statuses), statuses
+    assert_refused(r, needles, tmp_path, uri, "tesla")
 
 
 def test_tesla_constant_node_is_isolated_with_a_warning(tmp_path):
