@@ -2,22 +2,15 @@
 the shards it held are reloaded elsewhere from their prepare tasks, and the lost E-step tasks are
 recomputed from their identity (seed, shard, epoch, step)."""
 
-import logging
-import os
-import signal
-import threading
-import time
-
 import numpy as np
 import pytest
 
+from tests.faults.helpers import artifact_exists, assert_killed_mid_run, killing_cluster
 from tests.pipelines.helpers import run
 
 
 @pytest.mark.slow
 def test_worker_killed_mid_svi_run_gives_identical_lambda(tmp_path):
-    from distributed import LocalCluster
-
     from tasks.lda import synthetic
 
     synthetic.generate_corpus(str(tmp_path / "corpus"), n_docs=3000, n_words=300, n_topics=6, seed=2,
@@ -26,27 +19,10 @@ def test_worker_killed_mid_svi_run_gives_identical_lambda(tmp_path):
           "svi.n_epochs=3", "svi.checkpoint_every=10", "svi.eval_every=50", "svi.figures=false", "progress=false"]
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     art = tmp_path / "mlartifacts"
-    killed = {}
-    env = {"NUMBA_NUM_THREADS": "1", "PYTHONPATH": str(os.getcwd())}
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, silence_logs=logging.ERROR,
-                      dashboard_address=":0", env=env) as cl:
-        def killer():
-            t0 = time.monotonic()
-            while time.monotonic() - t0 < 120:
-                if art.exists() and any(art.rglob("step_0000040.npz")):
-                    pid = next(iter(cl.workers.values())).process.pid
-                    killed["finished_before"] = any(art.rglob("lambda.npz"))
-                    os.kill(pid, signal.SIGKILL)
-                    killed["pid"] = pid
-                    return
-                time.sleep(0.01)
-
-        th = threading.Thread(target=killer, daemon=True)
-        th.start()
+    with killing_cluster(lambda cl: artifact_exists(art, "step_0000040.npz"),
+                         lambda cl: artifact_exists(art, "lambda.npz")) as (cl, kill):
         res_k, tr_killed = run(ov, uri, cl)
-        th.join(5)
-    assert "pid" in killed, "the worker was never killed"
-    assert killed["finished_before"] is False, "killed after the run ended: the test proves nothing"
+    assert_killed_mid_run(kill)
     res_ref, tr_ref = run(ov, uri)  # synchronous scheduler, undisturbed
     with np.load(tr_ref.download("lambda.npz")) as a, np.load(tr_killed.download("lambda.npz")) as b:
         np.testing.assert_array_equal(a["lam"], b["lam"])
