@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import os
 from typing import Callable
 
 from pipelines.errors import ConfigError
@@ -183,8 +184,33 @@ def check_chain_overrides(overrides, model: dict, name: str):
                 MODEL_RULES[name][key](f"{path}[{i}].{key}", value)
 
 
+ALLOWED_MODULES_ENV = "PGMFLOW_ALLOWED_MODULES"
+ALLOWED_MODULES_BUILTIN = ("tasks",)  # pgmflow's own numerics (the shipped example densities live there)
+
+
+def allowed_modules() -> tuple[str, ...]:
+    """Module prefixes a config may import code from: pgmflow's ``tasks`` plus the comma-separated
+    prefixes in the environment variable ``PGMFLOW_ALLOWED_MODULES``. The list comes from the
+    environment, never from the config, so a command-line override cannot widen it."""
+    extra = os.environ.get(ALLOWED_MODULES_ENV, "")
+    return ALLOWED_MODULES_BUILTIN + tuple(p.strip() for p in extra.split(",") if p.strip())
+
+
+def check_importable(path: str, spec: str):
+    """Refuse, before importing anything, a ``package.module:function`` outside the allow-list."""
+    mod = spec.partition(":")[0] if ":" in spec else spec.rpartition(".")[0]
+    allowed = allowed_modules()
+    if not mod or not any(mod == p or mod.startswith(p + ".") for p in allowed):
+        top = (mod or spec).split(".")[0]
+        raise ConfigError(path, spec, f"module {mod or spec!r} is not on the allow-list of modules a config may "
+                          f"import ({', '.join(allowed)}), so that a command-line override cannot run arbitrary "
+                          "code", f"export {ALLOWED_MODULES_ENV}={top} (comma-separated module prefixes) in the "
+                          "shell that runs pgmflow")
+
+
 def check_custom_target(model: dict, explorer: str):
-    """Import the user's log-density and evaluate it on reference draws: finite values, right shape."""
+    """Import the user's log-density and evaluate it on reference draws: finite values, right shape.
+    Only modules on the allow-list (:func:`allowed_modules`) are imported."""
     import numpy as np
 
     from tasks.tempering import targets
@@ -200,6 +226,7 @@ def check_custom_target(model: dict, explorer: str):
         if not isinstance(spec, str) or not spec:
             raise ConfigError(path, spec, "must name an importable callable",
                               f"set {path}=package.module:function")
+        check_importable(path, spec)
         try:
             targets.load_callable(spec)
         except Exception as exc:

@@ -3,6 +3,7 @@ LocalClusters with worker processes (session-scoped, shared through the `address
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -11,6 +12,9 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent
 CONF = REPO / "conf"
 sys.path.insert(0, str(REPO))
+# the test densities (tests/pipelines/densities.py) may be imported by configs; the CLI subprocesses
+# inherit this, and tests/test_security.py checks what stays refused
+os.environ.setdefault("PGMFLOW_ALLOWED_MODULES", "tests")
 
 
 def compose(overrides=()) -> dict:
