@@ -8,21 +8,7 @@ import pytest
 
 from tasks.bounds import bp, messages
 from tasks.bounds import mrf as M
-
-try:
-    from tasks.bounds.exact import exact_marginals
-except ImportError:  # pragma: no cover - fallback while exact.py is absent
-    def exact_marginals(mrf):
-        n = mrf.n
-        x = 1 - 2 * ((np.arange(2 ** n)[:, None] >> np.arange(n)) & 1).astype(np.float64)
-        lw = M.energy_terms(mrf, x)
-        mx = lw.max()
-        p = np.exp(lw - mx)
-        z = p.sum()
-        p /= z
-        pair = (x[:, mrf.edges[:, 0]] * x[:, mrf.edges[:, 1]]).T @ p
-        from collections import namedtuple
-        return namedtuple("R", "log_z mean pair_mean")(float(mx + np.log(z)), x.T @ p, pair)
+from tasks.bounds.exact import exact_marginals
 
 
 def random_tree(rng, n, forest=False):

@@ -9,16 +9,7 @@ import pytest
 
 from tasks.bounds import bp, messages, trw
 from tasks.bounds import mrf as M
-
-try:
-    from tasks.bounds.exact import log_z_enumeration
-except ImportError:  # pragma: no cover - fallback while exact.py is absent
-    def log_z_enumeration(mrf):
-        n = mrf.n
-        x = 1 - 2 * ((np.arange(2 ** n)[:, None] >> np.arange(n)) & 1).astype(np.float64)
-        lw = M.energy_terms(mrf, x)
-        mx = lw.max()
-        return float(mx + np.log(np.exp(lw - mx).sum()))
+from tasks.bounds.exact import log_z_enumeration
 
 
 def _params(rng, n, E, kind, jmax, hmax):
