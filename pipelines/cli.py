@@ -6,8 +6,11 @@
     pgmflow debug=default                     # everything shrunk: seconds
     pgmflow --cfg job                         # show the composed config
     pgmflow resume=<mlflow run id>            # continue an interrupted run
+    pgmflow -m model.L=16,32 seed=0,1         # a sweep: every job on the Dask cluster, one MLflow parent run
+    pgmflow reproduce <mlflow run id>         # re-run a logged run from its config; compare the metrics
 
-Bad input exits with code 2 and one line naming the field, the value and the fix.
+Bad input exits with code 2 and one line naming the field, the value and the fix. A sweep exits
+with the number of jobs that failed (0: all finished).
 """
 
 from __future__ import annotations
@@ -59,14 +62,14 @@ def run_from_hydra(cfg):
         result = execute(cfg_dict)
         return result.get("objective")
     except ConfigError as exc:
-        if verbose:
+        if verbose or os.environ.get("PGMFLOW_SWEEP_JOB"):
             raise
         _report(exc.message, EXIT_BAD_INPUT)
     except KeyboardInterrupt:
         _report("interrupted", 130)
     except Exception as exc:
-        if verbose:
-            raise
+        if verbose or os.environ.get("PGMFLOW_SWEEP_JOB"):
+            raise  # in a sweep job the launcher records the error in the job's child run
         msg = " ".join(str(exc).split())
         _report(f"{type(exc).__name__}: {msg} (run with verbose=true for the traceback)", EXIT_FAILED)
 
@@ -128,13 +131,43 @@ def _precheck(argv) -> None:
         _report(_override_error(argv, exc), EXIT_BAD_INPUT)
 
 
+def _is_multirun(argv) -> bool:
+    return any(a in ("-m", "--multirun") for a in argv) or "hydra.mode=MULTIRUN" in argv
+
+
+def _multirun(app) -> None:
+    """Run a sweep; exit with the number of failed jobs (Hydra's own errors: its exit code)."""
+    from pipelines import sweep
+
+    code = 0
+    try:
+        app()
+    except SystemExit as exc:  # Hydra reports a re-raised job error itself, then exits 1
+        code = exc.code if isinstance(exc.code, int) else 1
+    except KeyboardInterrupt:
+        sweep.abandon_session("interrupted; run the same command again to run the jobs that did not finish")
+        _report("sweep interrupted; run the same command again to run only the jobs that did not finish", 130)
+    failed = sweep.finish_session()
+    if failed is not None:
+        code = min(failed, 100)
+    sys.exit(code)
+
+
 def main():
     os.environ.setdefault("PGMFLOW_ORIG_CWD", os.getcwd())
-    _precheck(sys.argv[1:])
+    argv = sys.argv[1:]
+    if argv and argv[0] == "reproduce":
+        from pipelines.reproduce import main as reproduce_main
+
+        sys.exit(reproduce_main(argv[1:]))
+    _precheck(argv)
     import hydra
 
     app = hydra.main(config_path=conf_dir(), config_name="config", version_base="1.3")(run_from_hydra)
-    app()
+    if _is_multirun(argv):
+        _multirun(app)
+    else:
+        app()
 
 
 if __name__ == "__main__":

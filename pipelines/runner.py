@@ -6,7 +6,9 @@ workers -> ordered reduce -> metrics, figures, checkpoints -> end run.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
+import os
 import sys
 import time
 from dataclasses import dataclass
@@ -44,10 +46,8 @@ def _pipeline(name: str):
 
 def load_recorded_config(cfg: dict) -> dict:
     """For ``resume=<run id>``: the run's recorded config, with where/how-to-run fields from ``cfg``."""
-    from pipelines.tracking import Tracker
-
     run_id = cfg["resume"]
-    tr = Tracker(cfg["tracking"]["uri"], cfg["tracking"]["experiment"], cfg["tracking"].get("artifact_location"))
+    tr = _tracker(cfg)
     try:
         tr.client.get_run(run_id)
     except Exception:
@@ -70,8 +70,57 @@ def load_recorded_config(cfg: dict) -> dict:
     return recorded
 
 
+# Set by the sweep launcher (hydra_plugins/pgmflow_dask_launcher) in each job's process.
+SWEEP_RUN_ID = "PGMFLOW_SWEEP_RUN_ID"  # the child run, created by the launching process, to log into
+SWEEP_SCHEDULER = "PGMFLOW_SWEEP_SCHEDULER"  # the sweep's cluster: the job's own tasks go there
+
+
+def _tracker(cfg: dict):
+    from pipelines import tracking
+
+    tcfg = cfg["tracking"]
+    return tracking.Tracker(tcfg["uri"], tcfg["experiment"], tcfg.get("artifact_location"),
+                            max_wait=tcfg.get("max_wait", tracking.DEFAULT_MAX_WAIT))
+
+
+@contextlib.contextmanager
+def _sweep_cluster(ccfg: dict, address: str):
+    """A sweep job's cluster: the scheduler its launcher opened (no new cluster per job)."""
+    from distributed import Client
+
+    from pipelines import cluster as cluster_mod
+
+    security = None
+    make_security = getattr(cluster_mod, "security_for", None)
+    if make_security is not None:
+        security = make_security(ccfg)
+    kwargs = {"security": security} if security is not None else {}
+    with Client(address, timeout=30, **kwargs) as client:
+        n = len(client.scheduler_info().get("workers", {}))
+        yield cluster_mod.ClusterHandle(client=client, profile=f"sweep:{ccfg.get('profile') or 'local'}",
+                                        type="sweep", n_workers=max(n, 1), address=address)
+
+
 def execute(cfg: dict, stream=sys.stdout) -> dict:
-    """Run one experiment from a resolved config (plain dict). Returns the pipeline's result dict."""
+    """Run one experiment from a resolved config (plain dict). Returns the pipeline's result dict.
+
+    In a sweep job (``PGMFLOW_SWEEP_RUN_ID`` set by the launcher) the run already exists: it is
+    taken over, and ends FAILED with the message if the config is refused before any task runs.
+    """
+    sweep_run = os.environ.get(SWEEP_RUN_ID)
+    try:
+        return _execute(cfg, stream, sweep_run)
+    except BaseException as exc:
+        if sweep_run and not getattr(exc, "_pgmflow_run_ended", False):
+            message = getattr(exc, "message", None) or f"{type(exc).__name__}: {exc}"
+            with contextlib.suppress(Exception):
+                tr = _tracker(cfg)
+                tr.run_id = sweep_run
+                tr.end("KILLED" if isinstance(exc, KeyboardInterrupt) else "FAILED", message)
+        raise
+
+
+def _execute(cfg: dict, stream, sweep_run: str | None) -> dict:
     from pipelines import cluster as cluster_mod
     from pipelines import preflight, tracking
     from tasks import backend as backend_mod
@@ -82,14 +131,18 @@ def execute(cfg: dict, stream=sys.stdout) -> dict:
     backend = backend_mod.resolve_backend(cfg["backend"])
     device = backend_mod.gpu_status()[1] if backend == "cupy" else "cpu"
 
-    with cluster_mod.open_cluster(cfg["cluster"]) as ch:
+    address = os.environ.get(SWEEP_SCHEDULER) if sweep_run else None
+    opened = _sweep_cluster(cfg["cluster"], address) if address else cluster_mod.open_cluster(cfg["cluster"])
+    with opened as ch:
         tcfg = cfg["tracking"]
-        tracker = tracking.Tracker(tcfg["uri"], tcfg["experiment"], tcfg.get("artifact_location"))
+        tracker = _tracker(cfg)
         tags = {"pgmflow.pipeline": cfg["pipeline"]["name"], "pgmflow.model": cfg.get("model", {}).get("name"),
                 "pgmflow.backend": backend, "pgmflow.device": device, "pgmflow.cluster.profile": ch.profile,
                 "pgmflow.cluster.type": ch.type, "pgmflow.cluster.workers": ch.n_workers,
                 **tracking.git_info(), **tracking.versions()}
-        if cfg.get("resume"):
+        if sweep_run:
+            tracker.attach(sweep_run, cfg, tags)
+        elif cfg.get("resume"):
             tracker.resume(cfg["resume"])
             tracker.set_tags({**tags, "pgmflow.resumed_at": time.strftime("%Y-%m-%dT%H:%M:%S")})
         else:
@@ -102,14 +155,22 @@ def execute(cfg: dict, stream=sys.stdout) -> dict:
                          device=device, resumed=bool(cfg.get("resume")))
         try:
             result = _pipeline(cfg["pipeline"]["name"])(ctx)
-        except KeyboardInterrupt:
-            tracker.end("KILLED", f"interrupted; continue with resume={tracker.run_id}")
-            raise
-        except ConfigError as exc:
-            tracker.end("FAILED", exc.message)
-            raise
+            objective = result.get("objective")
+            if isinstance(objective, (int, float)) and objective == objective:
+                tracker.log_metrics({"objective": objective}, step=0, flush=True)
+            if result.get("objective_name"):
+                tracker.set_tags({"pgmflow.objective_name": result["objective_name"]})
         except BaseException as exc:
-            tracker.end("FAILED", f"{type(exc).__name__}: {exc}")
+            if isinstance(exc, KeyboardInterrupt):
+                status, message = "KILLED", f"interrupted; continue with resume={tracker.run_id}"
+            elif isinstance(exc, ConfigError):
+                status, message = "FAILED", exc.message
+            else:
+                status, message = "FAILED", f"{type(exc).__name__}: {exc}"
+            with contextlib.suppress(Exception):
+                tracker.end(status, message)
+            with contextlib.suppress(Exception):
+                exc._pgmflow_run_ended = True
             raise
         tracker.end("FINISHED")
         result["run_id"] = tracker.run_id

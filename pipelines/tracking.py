@@ -4,6 +4,12 @@ A :class:`Tracker` wraps one MLflow run through ``MlflowClient`` (no global flue
 several runs can live in one process). It logs the resolved config (YAML artifact and flattened
 params), provenance tags, metrics with steps (batched), figures, tables and checkpoints, and ends
 the run FINISHED, FAILED (with the error message) or KILLED.
+
+Every call to the store goes through :class:`RetryingClient`: an unreachable tracking server or a
+SQLite store locked by another process ("database is locked") is retried with backoff for up to
+``max_wait`` seconds, and then fails with :class:`TrackingUnavailable`, one clear line. Metrics are
+buffered: while the store is away the run goes on computing and keeps its metrics in memory; they
+are delivered when the store answers again (or the run fails once ``max_wait`` has passed).
 """
 
 from __future__ import annotations
@@ -21,6 +27,66 @@ import yaml
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 IGNORED_FOR_HASH = ("resume", "progress", "verbose", "cluster", "tracking")
+DEFAULT_MAX_WAIT = 300.0
+# Error texts that mean "the store is busy or away for now", not "the request is wrong".
+TRANSIENT = ("database is locked", "database table is locked", "connection refused", "connectionerror",
+             "max retries exceeded", "remote end closed", "connection aborted", "connection reset",
+             "temporarily unavailable", "timed out", "read timeout", "502", "503", "504",
+             "failed to establish a new connection", "api request to endpoint")
+
+
+class TrackingUnavailable(RuntimeError):
+    """The tracking store did not answer within ``tracking.max_wait`` seconds."""
+
+
+def is_transient(exc: BaseException) -> bool:
+    """Whether an exception from MLflow means "try again later" (locked SQLite, server away)."""
+    text = f"{type(exc).__name__}: {exc}".lower()
+    if "resource_does_not_exist" in text or "invalid_parameter_value" in text:
+        return False
+    return any(t in text for t in TRANSIENT)
+
+
+class RetryingClient:
+    """An ``MlflowClient`` whose calls are retried with backoff while the store is busy or away.
+
+    ``max_wait`` bounds the total time one call may spend retrying; after it the call raises
+    :class:`TrackingUnavailable` naming the store, the wait and the setting to change.
+    """
+
+    def __init__(self, client, uri: str, max_wait: float = DEFAULT_MAX_WAIT):
+        self._client = client
+        self._uri = uri
+        self.max_wait = float(max_wait)
+
+    def call(self, name: str, *args, max_wait: float | None = None, **kwargs):
+        fn = getattr(self._client, name)
+        wait = self.max_wait if max_wait is None else float(max_wait)
+        deadline = time.monotonic() + wait
+        delay = 0.05
+        while True:
+            try:
+                return fn(*args, **kwargs)
+            except Exception as exc:
+                if not is_transient(exc):
+                    raise
+                if time.monotonic() + delay > deadline:
+                    first = " ".join(str(exc).split())[:200]
+                    raise TrackingUnavailable(
+                        f"the MLflow tracking store {self._uri} did not answer for {wait:g} s ({first}); fix: "
+                        f"start or repair the tracking server, or raise tracking.max_wait") from None
+                time.sleep(delay)
+                delay = min(delay * 2, 2.0)
+
+    def __getattr__(self, name):
+        attr = getattr(self._client, name)
+        if not callable(attr):
+            return attr
+
+        def retrying(*args, **kwargs):
+            return self.call(name, *args, **kwargs)
+
+        return retrying
 
 
 def config_hash(cfg: dict) -> str:
@@ -94,15 +160,21 @@ def _absolute_uri(uri: str) -> str:
 class Tracker:
     """One MLflow run. Use :meth:`start` (new run) or :meth:`resume` (continue a run)."""
 
-    def __init__(self, uri: str, experiment: str, artifact_location: str | None = None):
+    def __init__(self, uri: str, experiment: str, artifact_location: str | None = None,
+                 max_wait: float = DEFAULT_MAX_WAIT):
         import logging
 
+        os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
+        if uri.startswith(("http://", "https://")):
+            # pgmflow retries itself, within tracking.max_wait; MLflow's own retries would add minutes.
+            os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
+            os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "20")
         from mlflow.tracking import MlflowClient
 
         logging.getLogger("mlflow").setLevel(logging.WARNING)
         logging.getLogger("alembic").setLevel(logging.WARNING)
         self.uri = _absolute_uri(uri)
-        self.client = MlflowClient(tracking_uri=self.uri)
+        self.client = RetryingClient(MlflowClient(tracking_uri=self.uri), self.uri, max_wait)
         self.experiment_name = experiment
         self.artifact_location = artifact_location or default_artifact_location(self.uri)
         self.run_id: str | None = None
@@ -135,6 +207,25 @@ class Tracker:
         self.set_tags({"pgmflow.config_hash": config_hash(cfg)})
         return self.run_id
 
+    def attach(self, run_id: str, cfg: dict, tags: dict) -> str:
+        """Log into a run that already exists (a sweep's child run, created by the launching
+        process): RUNNING again, with this config's params, config.yaml and tags."""
+        from mlflow.entities import Param
+
+        self.run_id = run_id
+        self.client.update_run(run_id, status="RUNNING")
+        run = self.client.get_run(run_id)
+        have = run.data.params
+        params = [Param(k, str(v)[:6000]) for k, v in flatten(cfg).items() if k != "resume" and k not in have]
+        for i in range(0, len(params), 100):
+            self.client.log_batch(run_id, params=params[i:i + 100])
+        attempt = int(run.data.tags.get("pgmflow.attempt", "0")) + 1
+        self.log_text(yaml.safe_dump(cfg, sort_keys=False), "config.yaml")
+        self.set_tags({**tags, "pgmflow.config_hash": config_hash(cfg), "pgmflow.attempt": attempt})
+        if "pgmflow.error" in run.data.tags:
+            self.client.delete_tag(run_id, "pgmflow.error")
+        return run_id
+
     def resume(self, run_id: str) -> dict:
         """Reopen an existing run (status RUNNING again); returns its recorded config."""
         self.client.get_run(run_id)  # raises if unknown
@@ -149,8 +240,9 @@ class Tracker:
             return
         try:
             self.flush()
-        except Exception:
-            pass
+        except Exception as exc:
+            if status == "FINISHED":  # never FINISHED with metrics missing
+                status, message = "FAILED", f"metrics could not be delivered: {exc}"
         if message:
             self.set_tags({"pgmflow.error": message[:5000]})
             self.log_text(message, "error.txt")
@@ -180,13 +272,33 @@ class Tracker:
             if v != v or v in (float("inf"), float("-inf")):
                 continue  # MLflow stores NaN poorly; absent means undefined
             self._pending.append(Metric(k, v, ts, int(step)))
-        if flush or len(self._pending) > 500 or time.monotonic() - self._last_flush > 5:
+        if flush:
             self.flush()
+        elif len(self._pending) > 500 or time.monotonic() - self._last_flush > 5:
+            self.flush(block=False)
 
-    def flush(self):
+    def flush(self, block: bool = True):
+        """Deliver the buffered metrics. With ``block=False`` (the periodic flush) a store that is
+        away keeps them buffered and the run goes on; they are retried at the next flush, and the
+        run fails once the store has been away for ``max_wait`` seconds."""
         while self._pending:
-            batch, self._pending = self._pending[:1000], self._pending[1000:]
-            self.client.log_batch(self.run_id, metrics=batch)
+            batch = self._pending[:1000]
+            try:
+                self.client.call("log_batch", self.run_id, metrics=batch, max_wait=None if block else 0)
+            except TrackingUnavailable:
+                if block:
+                    raise
+                now = time.monotonic()
+                self._away_since = getattr(self, "_away_since", None) or now
+                if now - self._away_since > self.client.max_wait:
+                    raise TrackingUnavailable(
+                        f"the MLflow tracking store {self.uri} has not answered for {now - self._away_since:.0f} s; "
+                        f"{len(self._pending)} metric values are undelivered; fix: start or repair the tracking "
+                        f"server, or raise tracking.max_wait") from None
+                self._last_flush = now
+                return
+            self._pending = self._pending[1000:]
+            self._away_since = None
         self._last_flush = time.monotonic()
 
     def log_artifact(self, local_path: str | Path, artifact_path: str | None = None):

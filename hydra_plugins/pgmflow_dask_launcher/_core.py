@@ -1,0 +1,254 @@
+"""The body of ``DaskLauncher.launch`` (imported only when a sweep starts)."""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import pickle
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Sequence
+
+from hydra.core.singleton import Singleton
+from hydra.core.utils import JobReturn, JobStatus, configure_log, filter_overrides, setup_globals
+from hydra.errors import CompactHydraException
+from omegaconf import OmegaConf, open_dict
+
+log = logging.getLogger(__name__)
+
+
+class JobFailed(CompactHydraException):
+    """A sweep job's error, as one line (what Hydra prints if a sweeper re-raises it)."""
+
+
+def _one_line(text: str, limit: int = 2000) -> str:
+    return " ".join(str(text).split())[:limit]
+
+
+def _die_with_parent():  # pragma: no cover - runs in the child between fork and exec
+    """The job's process dies with the worker that started it (Linux), so a job is never left
+    running after Dask has moved it to another worker."""
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except Exception:
+        pass
+
+
+def run_job_task(payload: bytes, env: dict, timeout: float | None) -> tuple:
+    """A Dask task: run one Hydra job in a fresh Python process; returns (result pickle, output).
+
+    The task secedes from the worker's thread pool while the job runs, so the job's own tasks can
+    use every worker slot, and rejoins before returning.
+    """
+    from distributed import get_worker, rejoin, secede
+
+    try:
+        address = get_worker().scheduler.address
+    except Exception:  # pragma: no cover - not on a worker (synchronous scheduler)
+        address = None
+    secede()
+    try:
+        with tempfile.TemporaryDirectory(prefix="pgmflow-job-") as d:
+            (Path(d) / "payload.pkl").write_bytes(payload)
+            job_env = {**os.environ, **env}
+            if address:
+                job_env["PGMFLOW_SWEEP_SCHEDULER"] = address
+            kwargs = {"preexec_fn": _die_with_parent} if sys.platform.startswith("linux") else {}
+            try:
+                proc = subprocess.run([sys.executable, "-m", "hydra_plugins.pgmflow_dask_launcher._job", d],
+                                      env=job_env, capture_output=True, text=True, timeout=timeout, **kwargs)
+                out = (proc.stdout or "") + (proc.stderr or "")
+                code = proc.returncode
+            except subprocess.TimeoutExpired as exc:
+                out = f"{exc.stdout or ''}{exc.stderr or ''}\njob timed out after {timeout} s"
+                code = -1
+            res = Path(d) / "result.pkl"
+            return (res.read_bytes() if res.exists() else None, code, out)
+    finally:
+        rejoin()
+
+
+def _resolved_task_config(job_cfg) -> dict:
+    """The job's config as its task function will see it: resolved, without the hydra node."""
+    import copy
+
+    from hydra.core.hydra_config import HydraConfig
+
+    saved = HydraConfig.instance().cfg
+    HydraConfig.instance().set_config(job_cfg)  # for ${hydra:...} interpolations
+    try:
+        task_cfg = copy.deepcopy(job_cfg)
+        with open_dict(task_cfg):
+            del task_cfg["hydra"]
+        return OmegaConf.to_container(task_cfg, resolve=True)
+    finally:
+        HydraConfig.instance().cfg = saved
+
+
+def _failed(overrides, cfg, hydra_cfg, message: str) -> JobReturn:
+    ret = JobReturn(overrides=list(overrides), cfg=cfg, hydra_cfg=hydra_cfg, working_dir=os.getcwd(),
+                    task_name="pgmflow")
+    ret.status = JobStatus.FAILED
+    ret.return_value = JobFailed(message)
+    return ret
+
+
+def launch(launcher, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
+    import cloudpickle
+    from distributed import as_completed
+
+    from pipelines import sweep as sweep_mod
+    from pipelines import tracking
+
+    setup_globals()
+    config = launcher.config
+    ctx = launcher.hydra_context
+    configure_log(config.hydra.hydra_logging, config.hydra.verbose)
+    sweep_dir = Path(str(config.hydra.sweep.dir))
+    sweep_dir.mkdir(parents=True, exist_ok=True)
+
+    cluster_cfg = OmegaConf.to_container(config.cluster, resolve=True)
+    tracking_cfg = OmegaConf.to_container(config.tracking, resolve=True)
+    tracking_cfg["uri"] = tracking._absolute_uri(tracking_cfg["uri"])
+    task_overrides = list(OmegaConf.to_container(config.hydra.overrides.task))
+    sweeper = OmegaConf.to_container(config.hydra.sweeper, resolve=False)
+    sweeper.pop("_target_", None)
+    session = sweep_mod.open_session(cluster_cfg, tracking_cfg, task_overrides, sweeper,
+                                     resume=bool(getattr(launcher, "resume", True)))
+    client = session.cluster.client
+    if client is None:
+        raise JobFailed("hydra/launcher=dask needs a Dask cluster, not cluster.profile=synchronous; fix: pick "
+                        "another cluster profile, or run the sweep with hydra/launcher=basic")
+    n_workers = session.cluster.n_workers
+    max_jobs = int(launcher.max_concurrent_jobs or n_workers or 1)
+    log.info(f"Dask launcher: {len(job_overrides)} jobs, at most {max_jobs} at once, on {session.cluster.profile}")
+
+    singleton_state = Singleton.get_state()
+    returns: dict[int, JobReturn] = {}
+    todo = []  # (idx, overrides, run_id, payload, env)
+    first_of_hash: dict[str, int] = {}
+    same_as: dict[int, int] = {}
+    for i, overrides in enumerate(job_overrides):
+        idx = initial_job_idx + i
+        overrides = list(overrides)
+        shown = list(filter_overrides(overrides))
+        row = sweep_mod.JobRow(job=idx, overrides=shown)
+        try:
+            job_cfg = ctx.config_loader.load_sweep_config(config, overrides)
+            with open_dict(job_cfg):
+                job_cfg.hydra.job.id = f"{job_cfg.hydra.job.name}_{idx}"
+                job_cfg.hydra.job.num = idx
+            h = tracking.config_hash(_resolved_task_config(job_cfg))
+            error = None
+        except Exception as exc:
+            job_cfg, h = None, "overrides-" + hashlib.sha256(" ".join(overrides).encode()).hexdigest()[:16]
+            error = _one_line(f"the job's config cannot be composed: {exc}")
+        row.config_hash = h
+        if h in first_of_hash:  # the same resolved config twice in one batch: run it once
+            same_as[idx] = first_of_hash[h]
+            row.run_id = session.rows[first_of_hash[h]].run_id if first_of_hash[h] in session.rows else None
+            session.record(row)
+            continue
+        first_of_hash[h] = idx
+        run_id, finished, objective = session.child_run(idx, shown, h)
+        row.run_id = run_id
+        if finished:
+            row.status, row.objective = "SKIPPED", objective
+            log.info(f"\t#{idx} : {' '.join(shown)} (FINISHED before in run {run_id}; skipped)")
+            ret = JobReturn(overrides=overrides, cfg=None, hydra_cfg=None, working_dir=os.getcwd(),
+                            task_name="pgmflow")
+            ret.status = JobStatus.COMPLETED
+            ret.return_value = objective
+            returns[idx] = ret
+        elif error is not None:
+            row.status, row.error = "FAILED", error
+            session.fail_child(run_id, error)
+            returns[idx] = _failed(overrides, None, None, f"job {idx} ({' '.join(shown)}): {error}")
+        else:
+            log.info(f"\t#{idx} : {' '.join(shown)}")
+            payload = cloudpickle.dumps({"idx": idx, "overrides": overrides, "hydra_context": ctx, "config": config,
+                                    "task_function": launcher.task_function, "singleton_state": singleton_state})
+            env = {"PGMFLOW_SWEEP_JOB": "1", "PGMFLOW_SWEEP_RUN_ID": run_id,
+                   "PGMFLOW_SWEEP_PARENT_ID": session.parent_id,
+                   "PGMFLOW_ORIG_CWD": os.environ.get("PGMFLOW_ORIG_CWD", os.getcwd()),
+                   "PGMFLOW_TRACKING_URI": tracking_cfg["uri"]}
+            todo.append((idx, overrides, run_id, payload, env))
+        session.record(row)
+
+    # Submit at most max_jobs at a time; a finished job lets the next one in.
+    pending = iter(todo)
+    by_future = {}
+
+    def submit_next():
+        item = next(pending, None)
+        if item is None:
+            return None
+        idx, overrides, run_id, payload, env = item
+        fut = client.submit(run_job_task, payload, env, launcher.job_timeout, pure=False,
+                            key=f"pgmflow-sweep-job-{session.parent_id[:8]}-{idx}-{time.monotonic_ns()}")
+        by_future[fut] = item
+        session.rows[idx].status = "RUNNING"
+        session.rows[idx].seconds = time.monotonic()
+        return fut
+
+    ac = as_completed([f for f in (submit_next() for _ in range(max_jobs)) if f is not None])
+    for fut in ac:
+        idx, overrides, run_id, _, _ = by_future.pop(fut)
+        row = session.rows[idx]
+        row.seconds = time.monotonic() - row.seconds
+        try:
+            blob, code, output = fut.result()
+            session.log_job_output(run_id, output)
+            if blob is None:
+                tail = _one_line(output[-1500:]) or "no output"
+                raise RuntimeError(f"the job's process exited with code {code} before reporting: {tail}")
+            ret = pickle.loads(blob)
+        except Exception as exc:  # KilledWorker, a crashed job process, a lost connection
+            message = _one_line(f"{type(exc).__name__}: {exc}")
+            with _quiet():
+                session.fail_child(run_id, message)
+            ret = _failed(overrides, None, None, f"job {idx} ({' '.join(row.overrides)}): {message}")
+        if ret.status == JobStatus.COMPLETED:
+            row.status = "FINISHED"
+            value = ret.return_value
+            row.objective = float(value) if isinstance(value, (int, float)) else None
+        else:
+            row.status = "FAILED"
+            row.error = _one_line(str(ret._return_value))
+            with _quiet():
+                session.fail_child(run_id, row.error)  # no-op when the job ended its run itself
+        returns[idx] = ret
+        log.info(f"\t#{idx} {row.status}" + (f": {row.error[:200]}" if row.error else ""))
+        nxt = submit_next()
+        if nxt is not None:
+            ac.add(nxt)
+    for idx, first in same_as.items():
+        src = returns[first]
+        session.rows[idx].status = session.rows[first].status
+        session.rows[idx].objective = session.rows[first].objective
+        session.rows[idx].run_id = session.rows[first].run_id
+        returns[idx] = src
+    with _quiet():
+        session.write_summary()
+    return [returns[initial_job_idx + i] for i in range(len(job_overrides))]
+
+
+class _quiet:
+    """Swallow tracking errors in bookkeeping that must not stop the sweep."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, et, ev, tb):
+        if ev is not None and not isinstance(ev, Exception):
+            return False
+        if ev is not None:
+            log.warning(f"sweep bookkeeping: {type(ev).__name__}: {_one_line(str(ev), 300)}")
+        return True
