@@ -14,6 +14,7 @@ are delivered when the store answers again (or the run fails once ``max_wait`` h
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -157,6 +158,30 @@ def _absolute_uri(uri: str) -> str:
     return uri
 
 
+@contextlib.contextmanager
+def _store_lock(uri: str):
+    """Serialise the opening of a SQLite store across processes: MLflow creates and migrates the
+    schema on first open, and two processes doing it at once can fail ("table already exists")."""
+    if not uri.startswith("sqlite:///"):
+        yield
+        return
+    db = Path(uri[len("sqlite:///"):])
+    try:
+        import fcntl
+
+        db.parent.mkdir(parents=True, exist_ok=True)
+        fh = open(str(db) + ".lock", "a")
+    except (ImportError, OSError):  # no fcntl (Windows) or a read-only directory
+        yield
+        return
+    with fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
 class Tracker:
     """One MLflow run. Use :meth:`start` (new run) or :meth:`resume` (continue a run)."""
 
@@ -174,7 +199,8 @@ class Tracker:
         logging.getLogger("mlflow").setLevel(logging.WARNING)
         logging.getLogger("alembic").setLevel(logging.WARNING)
         self.uri = _absolute_uri(uri)
-        self.client = RetryingClient(MlflowClient(tracking_uri=self.uri), self.uri, max_wait)
+        with _store_lock(self.uri):
+            self.client = RetryingClient(MlflowClient(tracking_uri=self.uri), self.uri, max_wait)
         self.experiment_name = experiment
         self.artifact_location = artifact_location or default_artifact_location(self.uri)
         self.run_id: str | None = None

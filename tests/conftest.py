@@ -82,3 +82,65 @@ def cluster_factory():
     yield get
     for c in made.values():
         c.close()
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class MlflowServer:
+    """A real ``mlflow server`` on 127.0.0.1 with a SQLite store in a temporary directory; it can
+    be stopped and started again on the same port and store (a tracking-server outage)."""
+
+    def __init__(self, root, port=None):
+        self.root = root
+        self.port = port or free_port()
+        self.uri = f"http://127.0.0.1:{self.port}"
+        self.proc = None
+
+    def start(self, timeout=60):
+        import subprocess
+        import sys
+        import time
+        import urllib.request
+        from pathlib import Path
+
+        mlflow = str(Path(sys.executable).with_name("mlflow"))
+        self.log = open(self.root / "server.log", "a")
+        self.proc = subprocess.Popen([mlflow, "server", "--host", "127.0.0.1", "--port", str(self.port),
+                                      "--backend-store-uri", f"sqlite:///{self.root / 'server.db'}",
+                                      "--artifacts-destination", str(self.root / "server-artifacts"),
+                                      "--workers", "1"],
+                                     cwd=self.root, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"mlflow server exited: {(self.root / 'server.log').read_text()[-2000:]}")
+            try:
+                with urllib.request.urlopen(self.uri + "/health", timeout=1) as r:
+                    if r.status == 200:
+                        return self
+            except OSError:
+                time.sleep(0.25)
+        raise RuntimeError("mlflow server did not answer /health in time")
+
+    def stop(self):
+        import os
+        import signal
+
+        if self.proc is not None and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+        self.proc = None
+
+
+@pytest.fixture
+def mlflow_server(tmp_path):
+    """A real MLflow tracking server on 127.0.0.1 (stopped at the end of the test)."""
+    srv = MlflowServer(tmp_path).start()
+    yield srv
+    srv.stop()

@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import os
 import pickle
-import signal
-import subprocess
-import sys
-import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Sequence
@@ -30,47 +28,103 @@ def _one_line(text: str, limit: int = 2000) -> str:
     return " ".join(str(text).split())[:limit]
 
 
-def _die_with_parent():  # pragma: no cover - runs in the child between fork and exec
-    """The job's process dies with the worker that started it (Linux), so a job is never left
-    running after Dask has moved it to another worker."""
-    try:
-        import ctypes
+# Job runners: Python processes, each running one job at a time, kept by the Dask worker process
+# that started them and reused for its later jobs (a job pays Python's, MLflow's and numba's
+# start-up once per runner, not once per job). Hydra's global state is restored for each job.
+_IDLE_RUNNERS: list = []
+_RUNNERS_LOCK = threading.Lock()
 
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except Exception:
-        pass
+
+class _Runner:
+    """One job-runner process (``python -m hydra_plugins.pgmflow_dask_launcher._job``), spoken to
+    over its stdin and stdout with length-prefixed pickles. Started with subprocess, because Dask's
+    worker processes are daemonic and multiprocessing refuses them children."""
+
+    def __init__(self):
+        import subprocess
+        import sys
+
+        self.proc = subprocess.Popen([sys.executable, "-m", "hydra_plugins.pgmflow_dask_launcher._job",
+                                      str(os.getpid())], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def run(self, payload: bytes, env: dict, timeout: float | None) -> tuple:
+        import select
+        import struct
+
+        msg = pickle.dumps((payload, env))
+        self.proc.stdin.write(struct.pack("<Q", len(msg)) + msg)
+        self.proc.stdin.flush()
+        deadline = None if timeout is None else time.monotonic() + float(timeout)
+        fd = self.proc.stdout
+        while True:
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                raise TimeoutError
+            ready, _, _ = select.select([fd], [], [], 1.0 if left is None else min(left, 1.0))
+            if ready:
+                break
+            if self.proc.poll() is not None:
+                raise EOFError(f"exit code {self.proc.returncode}")
+        head = fd.read(8)
+        if len(head) < 8:
+            raise EOFError(f"exit code {self.proc.wait()}")
+        (n,) = struct.unpack("<Q", head)
+        body = fd.read(n)
+        if len(body) < n:
+            raise EOFError(f"exit code {self.proc.wait()}")
+        return pickle.loads(body)
+
+    def kill(self):
+        with contextlib.suppress(Exception):
+            self.proc.kill()
+            self.proc.wait(timeout=5)
+
+
+def _take_runner() -> _Runner:
+    with _RUNNERS_LOCK:
+        while _IDLE_RUNNERS:
+            r = _IDLE_RUNNERS.pop()
+            if r.alive():
+                return r
+    return _Runner()
+
+
+def _give_back(runner: _Runner):
+    with _RUNNERS_LOCK:
+        _IDLE_RUNNERS.append(runner)
 
 
 def run_job_task(payload: bytes, env: dict, timeout: float | None) -> tuple:
-    """A Dask task: run one Hydra job in a fresh Python process; returns (result pickle, output).
+    """A Dask task: run one Hydra job in a job-runner process; returns (result pickle or None,
+    exit code, the job's output).
 
     The task secedes from the worker's thread pool while the job runs, so the job's own tasks can
     use every worker slot, and rejoins before returning.
     """
     from distributed import get_worker, rejoin, secede
 
-    try:
-        address = get_worker().scheduler.address
-    except Exception:  # pragma: no cover - not on a worker (synchronous scheduler)
-        address = None
+    env = dict(env)
+    with contextlib.suppress(Exception):
+        env["PGMFLOW_SWEEP_SCHEDULER"] = get_worker().scheduler.address
     secede()
     try:
-        with tempfile.TemporaryDirectory(prefix="pgmflow-job-") as d:
-            (Path(d) / "payload.pkl").write_bytes(payload)
-            job_env = {**os.environ, **env}
-            if address:
-                job_env["PGMFLOW_SWEEP_SCHEDULER"] = address
-            kwargs = {"preexec_fn": _die_with_parent} if sys.platform.startswith("linux") else {}
+        for attempt in (1, 2):
+            runner = _take_runner()
             try:
-                proc = subprocess.run([sys.executable, "-m", "hydra_plugins.pgmflow_dask_launcher._job", d],
-                                      env=job_env, capture_output=True, text=True, timeout=timeout, **kwargs)
-                out = (proc.stdout or "") + (proc.stderr or "")
-                code = proc.returncode
-            except subprocess.TimeoutExpired as exc:
-                out = f"{exc.stdout or ''}{exc.stderr or ''}\njob timed out after {timeout} s"
-                code = -1
-            res = Path(d) / "result.pkl"
-            return (res.read_bytes() if res.exists() else None, code, out)
+                result = runner.run(payload, env, timeout)
+            except TimeoutError:
+                runner.kill()
+                return None, -1, f"job timed out after {timeout} s (hydra.launcher.job_timeout)"
+            except (EOFError, OSError) as exc:  # the runner died (killed, out of memory)
+                runner.kill()
+                if attempt == 2:
+                    return None, -9, f"the job's process died ({exc})"
+                continue
+            _give_back(runner)
+            return result
     finally:
         rejoin()
 
@@ -175,7 +229,7 @@ def launch(launcher, job_overrides: Sequence[Sequence[str]], initial_job_idx: in
             log.info(f"\t#{idx} : {' '.join(shown)}")
             payload = cloudpickle.dumps({"idx": idx, "overrides": overrides, "hydra_context": ctx, "config": config,
                                     "task_function": launcher.task_function, "singleton_state": singleton_state})
-            env = {"PGMFLOW_SWEEP_JOB": "1", "PGMFLOW_SWEEP_RUN_ID": run_id,
+            env = {"PGMFLOW_SWEEP_JOB": "1", "PGMFLOW_SWEEP_RUN_ID": run_id, "PYTHONPATH": os.environ.get("PYTHONPATH", ""),
                    "PGMFLOW_SWEEP_PARENT_ID": session.parent_id,
                    "PGMFLOW_ORIG_CWD": os.environ.get("PGMFLOW_ORIG_CWD", os.getcwd()),
                    "PGMFLOW_TRACKING_URI": tracking_cfg["uri"]}
