@@ -193,7 +193,7 @@ class Tracker:
         if uri.startswith(("http://", "https://")):
             # pgmflow retries itself, within tracking.max_wait; MLflow's own retries would add minutes.
             os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
-            os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "20")
+            os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "60")
         from mlflow.tracking import MlflowClient
 
         logging.getLogger("mlflow").setLevel(logging.WARNING)

@@ -114,7 +114,7 @@ class MlflowServer:
         self.proc = subprocess.Popen([mlflow, "server", "--host", "127.0.0.1", "--port", str(self.port),
                                       "--backend-store-uri", f"sqlite:///{self.root / 'server.db'}",
                                       "--artifacts-destination", str(self.root / "server-artifacts"),
-                                      "--workers", "1"],
+                                      "--workers", "2"],
                                      cwd=self.root, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
@@ -138,9 +138,21 @@ class MlflowServer:
         self.proc = None
 
 
-@pytest.fixture
-def mlflow_server(tmp_path):
-    """A real MLflow tracking server on 127.0.0.1 (stopped at the end of the test)."""
-    srv = MlflowServer(tmp_path).start()
+@pytest.fixture(scope="session")
+def _mlflow_server_session(tmp_path_factory):
+    srv = MlflowServer(tmp_path_factory.mktemp("mlflow-server")).start()
     yield srv
     srv.stop()
+
+
+@pytest.fixture
+def mlflow_server(_mlflow_server_session):
+    """A real MLflow tracking server on 127.0.0.1, shared by the tests of a session (started once:
+    it takes seconds); a test that stops it gets it started again. Tests use their own
+    experiment names."""
+    srv = _mlflow_server_session
+    if srv.proc is None:
+        srv.start()
+    yield srv
+    if srv.proc is None:
+        srv.start()

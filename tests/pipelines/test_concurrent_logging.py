@@ -16,10 +16,10 @@ from tests.conftest import REPO
 N_JOBS, N_PARAMS, N_STEPS, METRICS = 32, 24, 20, ("loss", "accuracy")
 
 
-def _job(uri: str, run_id: str, job: int) -> str:
+def _job(uri: str, experiment: str, run_id: str, job: int) -> str:
     from pipelines.tracking import Tracker
 
-    tr = Tracker(uri, "pgmflow", max_wait=120)
+    tr = Tracker(uri, experiment, max_wait=120)
     cfg = {"job": job, "model": {f"p{i}": job * 100 + i for i in range(N_PARAMS)}}
     tr.attach(run_id, cfg, {"pgmflow.pipeline": "logging-test"})
     for step in range(N_STEPS):
@@ -38,13 +38,13 @@ def busy_cluster():
         yield c
 
 
-def _log_32_jobs_and_count(uri: str, cluster):
+def _log_32_jobs_and_count(uri: str, cluster, experiment="concurrent-logging"):
     from distributed import Client
 
     from pipelines.sweep import SweepSession
     from pipelines.tracking import Tracker, config_hash
 
-    tr = Tracker(uri, "pgmflow")
+    tr = Tracker(uri, experiment)
     exp = tr._experiment_id()
     parent = tr.client.create_run(exp, run_name="sweep", tags={"pgmflow.sweep": "true"})
     session = SweepSession(tracker=tr, parent_id=parent.info.run_id, key="test")
@@ -56,7 +56,7 @@ def _log_32_jobs_and_count(uri: str, cluster):
         assert session.child_run(j, [f"job={j}"], h)[0] == run_id  # idempotent per config hash
         ids.append(run_id)
     with Client(cluster) as client:
-        futs = [client.submit(_job, uri, rid, j, pure=False) for j, rid in enumerate(ids)]
+        futs = [client.submit(_job, uri, experiment, rid, j, pure=False) for j, rid in enumerate(ids)]
         assert client.gather(futs) == ids
 
     runs = tr.client.search_runs([exp], filter_string=f"tags.`mlflow.parentRunId` = '{parent.info.run_id}'",
