@@ -159,7 +159,8 @@ def _execute(cfg: dict, stream, sweep_run: str | None) -> dict:
             if isinstance(objective, (int, float)) and objective == objective:
                 tracker.log_metrics({"objective": objective}, step=0, flush=True)
             if result.get("objective_name"):
-                tracker.set_tags({"pgmflow.objective_name": result["objective_name"]})
+                tracker.set_tags({"pgmflow.objective_name": result["objective_name"],
+                                  "pgmflow.objective_direction": result.get("objective_direction", "minimize")})
         except BaseException as exc:
             if isinstance(exc, KeyboardInterrupt):
                 status, message = "KILLED", f"interrupted; continue with resume={tracker.run_id}"

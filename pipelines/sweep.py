@@ -161,14 +161,22 @@ class SweepSession:
         for r in rows:
             if r["error"]:
                 print(f"  job {r['job']} failed: {r['error'][:300]}", file=stream)
-        best = best_row(self.rows.values(), self.direction())
+        direction = self.direction()
+        best = best_row(self.rows.values(), direction)
         if best is not None:
             print(f"best: job {best.job} ({' '.join(best.overrides)}), objective {best.objective!r} "
-                  f"({self.direction()}), run {best.run_id}", file=stream)
+                  f"({direction}), run {best.run_id}", file=stream)
         stream.flush()
 
     def direction(self) -> str:
-        return self.tracker.client.get_run(self.parent_id).data.tags.get("pgmflow.sweep.direction", "minimize")
+        """The sweeper's direction (Optuna's), else what the jobs' pipeline declares, else minimize."""
+        tags = self.tracker.client.get_run(self.parent_id).data.tags
+        if "pgmflow.sweep.direction" in tags:
+            return tags["pgmflow.sweep.direction"]
+        for r in self.rows.values():
+            if r.status in ("FINISHED", "SKIPPED") and r.run_id:
+                return self.tracker.client.get_run(r.run_id).data.tags.get("pgmflow.objective_direction", "minimize")
+        return "minimize"
 
     def finish(self, stream=sys.stdout) -> int:
         """Summary, figure, the parent's end status; closes the cluster. Returns the failed count."""
@@ -280,16 +288,17 @@ def open_session(cluster_cfg: dict, tracking_cfg: dict, task_overrides: list, sw
         found = tr.client.search_runs([exp], filter_string=f"tags.`{PARENT_KEY_TAG}` = '{key}'",
                                       order_by=["attributes.start_time DESC"], max_results=1)
         parent = found[0] if found else None
-    direction = str(sweeper.get("direction", "minimize")).lower().replace("direction.", "")
+    direction = str(sweeper["direction"]).lower().replace("direction.", "") if "direction" in sweeper else None
     if parent is not None:
         tr.run_id = parent.info.run_id
         tr.client.update_run(tr.run_id, status="RUNNING")
         resumed = True
     else:
         name = tracking_cfg.get("run_name") or f"sweep-{time.strftime('%Y%m%d-%H%M%S')}"
-        run = tr.client.create_run(exp, run_name=name, tags={PARENT_KEY_TAG: key, "pgmflow.sweep": "true",
-                                                             "pgmflow.sweep.direction": direction,
-                                                             **tracking.git_info()})
+        tags = {PARENT_KEY_TAG: key, "pgmflow.sweep": "true", **tracking.git_info()}
+        if direction:
+            tags["pgmflow.sweep.direction"] = direction
+        run = tr.client.create_run(exp, run_name=name, tags=tags)
         tr.run_id = run.info.run_id
         from mlflow.entities import Param
 

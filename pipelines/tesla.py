@@ -154,6 +154,7 @@ def _finish(ctx, cfg, data, methods, choices, lam1, lam2, bandwidths, rule, seco
     if data.truth is not None:
         result["objective"] = result[f"{primary}_f1"]
         result["objective_name"] = f"{primary}_f1 (mean over time, {rule} rule; higher is better)"
+        result["objective_direction"] = "maximize"
     else:
         result["objective"] = float(np.nansum([np.nanmin(c.scores) for c in choices[primary] if not c.isolated]))
         result["objective_name"] = f"{primary} summed {tcfg['criterion']} score of the chosen grid points (lower is better)"
