@@ -28,6 +28,7 @@ STAGE_TESLA_GRAPH = 12  # graphs and edge weights of a synthetic time-varying ne
 STAGE_TESLA_GIBBS = 13  # Gibbs samples of a synthetic time-varying network (identity: time point)
 STAGE_TESLA_SPLIT = 14  # held-out samples for TESLA model selection (identity: none)
 STAGE_MEAN_FIELD = 15  # random restarts of naive mean field (identity: restart index)
+STAGE_GP = 16  # inducing-point GPs (identity: stream, ...: 0 data part, 1 inducing init, 2 SVGP step)
 
 
 def seed_sequence(seed: int, stage: int, *identity: int) -> np.random.SeedSequence:

@@ -1,0 +1,274 @@
+"""SGPR, DTC and FITC objectives from summed statistics, their adjoints, and predictions.
+
+Objectives (``n`` rows, ``Qff = Kfu Kuu^-1 Kuf``, ``sigma^2`` the noise variance)::
+
+    DTC / SoR  log N(y | 0, Qff + sigma^2 I)                      (Quinonero-Candela & Rasmussen 2005)
+    SGPR       DTC - (psi0 - tr(Kuu^-1 psi2)) / (2 sigma^2)        (Titsias 2009, collapsed bound)
+    FITC       log N(y | 0, Qff + Lambda),  Lambda = diag(Kff - Qff) + sigma^2 I
+                                                                   (Snelson & Ghahramani 2006)
+
+All three share one m x m core. With ``M = Kuu + Phi`` (SGPR/DTC: ``Phi = psi2 / sigma^2``,
+``b = psi1y / sigma^2``; FITC: ``Phi = psi2``, ``b = psi1y`` of the Lambda-weighted statistics),
+``L = chol(Kuu)``, ``B = I + L^-1 Phi L^-T = I + A A'`` (the paper's ``A = L^-1 Kuf / sigma``),
+``LB = chol(B)`` and ``c = LB^-1 L^-1 b``::
+
+    log|Qff + sigma^2 I| = n log sigma^2 + 2 sum log diag LB
+    y'(Qff + sigma^2 I)^-1 y = (yy - sigma^2 c'c) / sigma^2   (i.e. yy / sigma^2 - c'c)
+
+so nothing larger than m x m is factored, and ``B >= I`` is always well conditioned.
+
+Adjoints. With ``v = M^-1 b`` and ``dF/dM = -(M^-1 + v v') / 2``, :func:`objective` returns an
+:class:`Adjoints` holding ``dF/dpsi2``, ``dF/dpsi1y``, ``dF/dpsi0`` (what each chunk's gradient
+pass needs) and the driver-side ``dF/dKuu`` and ``dF/dlog sigma^2``. ``finish_grad`` pushes the
+total ``Kuu`` adjoint through ``K(Z, Z)`` and adds everything up.
+
+Predictions (latent ``f``; add ``sigma^2`` for ``y``)::
+
+    mean = K*u M^-1 b,   var = k** - Q** + K*u M^-1 Ku*
+
+which is ``sigma^-2 K*u Sigma psi1y`` and ``k** - Q** + K*u Sigma Ku*`` with
+``Sigma = (Kuu + sigma^-2 psi2)^-1`` for SGPR/DTC, and the Lambda-weighted analogue for FITC.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+import numpy as np
+import scipy.linalg
+import scipy.optimize
+
+from tasks.gp import kernels as kern
+from tasks.gp import stats as gstats
+from tasks.gp.kernels import DEFAULT_JITTER, CholeskyError, GPParams
+
+__all__ = [
+    "Adjoints",
+    "SparseFit",
+    "finish_grad",
+    "fit",
+    "objective",
+    "predict",
+    "value_and_grad",
+]
+
+_LOG2PI = math.log(2.0 * math.pi)
+
+
+class Adjoints(NamedTuple):
+    """What :func:`objective` hands to the gradient pass (all small).
+
+    method: str, ``"sgpr"``, ``"dtc"`` or ``"fitc"``.
+    jitter: float, the absolute jitter on ``Kuu``'s diagonal (FITC chunks factor ``Kuu`` with
+        exactly this; it is ``jitter_rel * s * 10**k``, so it scales with the kernel scale).
+    dpsi2: float64 [m, m], ``dF/dpsi2`` (FITC: w.r.t. ``Kuf Lambda^-1 Kfu``), symmetric.
+    dpsi1y: float64 [m], ``dF/dpsi1y`` (FITC: w.r.t. ``Kuf Lambda^-1 y``).
+    dpsi0: float, ``dF/dpsi0`` (SGPR: ``-1 / (2 sigma^2)``; 0 otherwise).
+    dKuu: float64 [m, m], the driver-side ``dF/dKuu`` (symmetric; FITC chunks add their own).
+    dlog_noise: float, the driver-side ``dF/dlog sigma^2`` (0 for FITC: it meets the noise in
+        the chunks, through Lambda).
+    """
+
+    method: str
+    jitter: float
+    dpsi2: np.ndarray
+    dpsi1y: np.ndarray
+    dpsi0: float
+    dKuu: np.ndarray
+    dlog_noise: float
+
+
+def _solve_lower(L, B, trans=False):
+    return scipy.linalg.solve_triangular(L, B, lower=True, trans="T" if trans else "N", check_finite=False)
+
+
+def _chol(B, what: str):
+    try:
+        return scipy.linalg.cholesky(B, lower=True, check_finite=False)
+    except np.linalg.LinAlgError as exc:
+        raise CholeskyError(f"Cholesky of {what} ({B.shape[0]}x{B.shape[0]}) failed") from exc
+
+
+def _check_stats(method, stats, m):
+    want = gstats.FITCStats if method == "fitc" else gstats.Stats
+    if not isinstance(stats, want):
+        raise TypeError(f"method {method!r} needs {want.__name__}; got {type(stats).__name__}")
+    if np.shape(stats.psi2) != (m, m) or np.shape(stats.psi1y) != (m,):
+        raise ValueError(f"statistics are for {np.shape(stats.psi1y)[0]} inducing inputs, Z has {m}")
+
+
+class _Core(NamedTuple):
+    L: np.ndarray  # [m, m]  chol(Kuu)
+    jitter: float
+    Phi: np.ndarray  # [m, m]
+    b: np.ndarray  # [m]
+    AAT: np.ndarray  # [m, m]  L^-1 Phi L^-T
+    LB: np.ndarray  # [m, m]  chol(I + AAT)
+    c: np.ndarray  # [m]  LB^-1 L^-1 b
+
+
+def _core(method, kernel, params, Z, stats, jitter, max_tries) -> _Core:
+    gstats.check_method(method)
+    kern.check_kernel(kernel)
+    Z = np.asarray(Z, dtype=np.float64)
+    m = Z.shape[0]
+    _check_stats(method, stats, m)
+    L, jit = kern.inducing_cholesky(kernel, params, Z, jitter, max_tries)
+    if method == "fitc":
+        Phi, b = np.asarray(stats.psi2), np.asarray(stats.psi1y)
+    else:
+        noise = math.exp(float(params.log_noise))
+        Phi, b = np.asarray(stats.psi2) / noise, np.asarray(stats.psi1y) / noise
+    AAT = _solve_lower(L, _solve_lower(L, Phi).T)  # [m, m]  L^-1 Phi L^-T
+    AAT = 0.5 * (AAT + AAT.T)
+    Bm = AAT + np.eye(m)  # [m, m]
+    LB = _chol(Bm, "B = I + A A'")
+    c = _solve_lower(LB, _solve_lower(L, b))  # [m]
+    return _Core(L, jit, Phi, b, AAT, LB, c)
+
+
+def objective(method: str, kernel: str, params: GPParams, Z, stats, jitter: float = DEFAULT_JITTER,
+              max_tries: int = 6) -> tuple[float, Adjoints]:
+    """``(value, adjoints)``: the log marginal likelihood (DTC, FITC) or Titsias's lower bound
+    (SGPR) from statistics summed over all rows, and the :class:`Adjoints` for the gradient pass.
+
+    Z: [m, d]; stats: :class:`~tasks.gp.stats.Stats` (SGPR, DTC) or
+    :class:`~tasks.gp.stats.FITCStats` (FITC). ``Kuu`` gets ``jitter * s`` on its diagonal,
+    raised tenfold up to ``max_tries`` times if it will not factor (the jitter used is
+    ``adjoints.jitter``).
+    """
+    co = _core(method, kernel, params, Z, stats, jitter, max_tries)
+    m = co.L.shape[0]
+    n = int(stats.n)
+    noise = math.exp(float(params.log_noise))
+    logdet_B = 2.0 * float(np.sum(np.log(np.diagonal(co.LB))))
+    cc = float(co.c @ co.c)
+    tr_AAT = float(np.trace(co.AAT))
+    if method == "fitc":
+        value = -0.5 * n * _LOG2PI - 0.5 * float(stats.log_lambda) - 0.5 * logdet_B - 0.5 * float(stats.yy) + 0.5 * cc
+    else:
+        value = (-0.5 * n * (_LOG2PI + float(params.log_noise)) - 0.5 * logdet_B
+                 - 0.5 * float(stats.yy) / noise + 0.5 * cc)
+        if method == "sgpr":
+            value += -0.5 * float(stats.psi0) / noise + 0.5 * tr_AAT
+
+    # adjoints
+    Linv = _solve_lower(co.L, np.eye(m))  # [m, m]  L^-1
+    R = _solve_lower(co.LB, Linv)  # [m, m]  LB^-1 L^-1
+    Minv = R.T @ R  # [m, m]  M^-1
+    v = R.T @ co.c  # [m]  M^-1 b
+    Kinv = Linv.T @ Linv  # [m, m]  Kuu^-1
+    PM = -0.5 * (Minv + np.outer(v, v))  # [m, m]  dF/dM
+    PM = 0.5 * (PM + PM.T)
+    dKuu = PM + 0.5 * Kinv  # [m, m]
+    if method == "fitc":
+        dpsi2, dpsi1y, dpsi0, dlog_noise = PM, v, 0.0, 0.0
+    else:
+        dpsi2 = PM / noise
+        dpsi1y = v / noise
+        dpsi0 = 0.0
+        dlog_noise = -0.5 * n + 0.5 * float(stats.yy) / noise - float(np.sum(PM * co.Phi)) - float(v @ co.b)
+        if method == "sgpr":
+            dpsi2 = dpsi2 + (0.5 / noise) * Kinv
+            dpsi0 = -0.5 / noise
+            KPK = Linv.T @ co.AAT @ Linv  # [m, m]  Kuu^-1 psi2 Kuu^-1 / sigma^2
+            dKuu = dKuu - 0.5 * KPK
+            dlog_noise += 0.5 * (float(stats.psi0) / noise - tr_AAT)
+    dKuu = 0.5 * (dKuu + dKuu.T)
+    dpsi2 = 0.5 * (dpsi2 + dpsi2.T)
+    return float(value), Adjoints(method, co.jitter, dpsi2, dpsi1y, float(dpsi0), dKuu, float(dlog_noise))
+
+
+def finish_grad(method: str, kernel: str, params: GPParams, Z, adjoints: Adjoints,
+                grad: gstats.Grad) -> tuple[GPParams, np.ndarray]:
+    """``(dparams, dZ)``: the full gradient from the chunk-summed :class:`~tasks.gp.stats.Grad` and
+    the driver's :class:`Adjoints`, adding the paths through ``Kuu = K(Z, Z) + jitter s I`` and the
+    noise. ``dparams`` is a :class:`GPParams` of gradients; ``dZ`` float64 [m, d]."""
+    gstats.check_method(method)
+    if adjoints.method != method:
+        raise ValueError(f"adjoints were made for method {adjoints.method!r}, not {method!r}")
+    Z = np.asarray(Z, dtype=np.float64)
+    dKuu = adjoints.dKuu + grad.Kuu  # [m, m]
+    kg = kern.K_sym_vjp(kernel, params, Z, dKuu, wrt_X=True)
+    dlog_s = float(grad.log_variance) + kg.log_variance + adjoints.jitter * float(np.trace(dKuu))
+    dparams = GPParams(np.asarray(grad.log_lengthscale) + kg.log_lengthscale, dlog_s,
+                       float(grad.log_noise) + adjoints.dlog_noise)
+    return dparams, np.asarray(grad.Z) + kg.X1
+
+
+def value_and_grad(method: str, kernel: str, params: GPParams, Z, X, y, chunk_size: int = 10_000,
+                   jitter: float = DEFAULT_JITTER) -> tuple[float, GPParams, np.ndarray]:
+    """``(value, dparams, dZ)`` over all of ``X`` [n, d], ``y`` [n], chunked in-process exactly as
+    the pipeline does it with Dask: chunk statistics summed in chunk order, :func:`objective`,
+    chunk gradients summed in chunk order, :func:`finish_grad`."""
+    X = np.asarray(X, dtype=np.float64)
+    y = np.asarray(y, dtype=np.float64)
+    bounds = gstats.chunk_bounds(X.shape[0], chunk_size)
+    st = gstats.sum_in_order(gstats.chunk_stats(method, kernel, params, Z, X[a:b], y[a:b], jitter)
+                             for a, b in bounds)
+    value, adj = objective(method, kernel, params, Z, st, jitter)
+    g = gstats.sum_in_order(gstats.chunk_grad(method, kernel, params, Z, X[a:b], y[a:b], adj) for a, b in bounds)
+    dparams, dZ = finish_grad(method, kernel, params, Z, adj, g)
+    return value, dparams, dZ
+
+
+def predict(method: str, kernel: str, params: GPParams, Z, stats, Xstar, full_cov: bool = False,
+            jitter: float = DEFAULT_JITTER, max_tries: int = 6) -> tuple[np.ndarray, np.ndarray]:
+    """Predictive mean [n*] and variance [n*] (or covariance [n*, n*] with ``full_cov``) of the
+    latent ``f`` at ``Xstar`` [n*, d], from statistics summed over all rows. Add ``sigma^2`` for
+    the variance of a new ``y``."""
+    co = _core(method, kernel, params, Z, stats, jitter, max_tries)
+    Z = np.asarray(Z, dtype=np.float64)
+    Xstar = np.asarray(Xstar, dtype=np.float64)
+    Kus = kern.K(kernel, params, Z, Xstar)  # [m, n*]
+    T1 = _solve_lower(co.L, Kus)  # [m, n*]  L^-1 Ku*
+    T2 = _solve_lower(co.LB, T1)  # [m, n*]  LB^-1 L^-1 Ku*
+    mean = T2.T @ co.c  # [n*]
+    if full_cov:
+        cov = kern.K(kernel, params, Xstar) - T1.T @ T1 + T2.T @ T2  # [n*, n*]
+        return mean, 0.5 * (cov + cov.T)
+    var = kern.K_diag(kernel, params, Xstar) - np.sum(T1 * T1, axis=0) + np.sum(T2 * T2, axis=0)  # [n*]
+    return mean, np.maximum(var, 0.0)
+
+
+class SparseFit(NamedTuple):
+    """Result of :func:`fit`.
+
+    params: GPParams at the optimum.
+    Z: float64 [m, d], inducing inputs at the optimum (the input ``Z`` when not optimised).
+    value: float, the objective there.
+    n_iter: int, L-BFGS-B iterations.
+    success: bool, the optimiser's convergence flag.
+    message: str, the optimiser's message.
+    """
+
+    params: GPParams
+    Z: np.ndarray
+    value: float
+    n_iter: int
+    success: bool
+    message: str
+
+
+def fit(method: str, kernel: str, params: GPParams, Z, X, y, chunk_size: int = 10_000,
+        optimize_inducing: bool = True, maxiter: int = 500, jitter: float = DEFAULT_JITTER) -> SparseFit:
+    """Maximise the objective over the hyperparameters (and ``Z``) with L-BFGS-B, in-process (a
+    notebook helper; the pipeline runs the same loop with Dask)."""
+    Z = np.asarray(Z, dtype=np.float64)
+    m, d = Z.shape
+
+    def fun(theta):
+        p, Zt = kern.unpack(theta, d, m if optimize_inducing else 0)
+        Zt = Z if Zt is None else Zt
+        try:
+            val, dp, dZ = value_and_grad(method, kernel, p, Zt, X, y, chunk_size, jitter)
+        except CholeskyError:
+            return np.inf, np.zeros_like(theta)
+        g = kern.pack(dp, dZ if optimize_inducing else None)
+        return -val, -g
+
+    theta0 = kern.pack(params, Z if optimize_inducing else None)
+    res = scipy.optimize.minimize(fun, theta0, jac=True, method="L-BFGS-B", options={"maxiter": int(maxiter)})
+    p, Zt = kern.unpack(res.x, d, m if optimize_inducing else 0)
+    return SparseFit(p, Z if Zt is None else Zt, float(-res.fun), int(res.nit), bool(res.success), str(res.message))

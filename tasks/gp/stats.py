@@ -1,0 +1,352 @@
+"""Per-chunk sufficient statistics of inducing-point GPs, and the per-chunk gradient pass.
+
+The data ``X`` [n, d], ``y`` [n] are cut into chunks by ``chunk_size`` alone
+(:func:`chunk_bounds`). One evaluation of a bound and its gradient is three steps
+(Gal, van der Wilk and Rasmussen 2014, "Distributed variational inference in sparse Gaussian
+process regression"):
+
+1. map :func:`chunk_stats` over the chunks and add the results in chunk order
+   (:func:`sum_in_order`): a :class:`Stats` (SGPR, DTC) or :class:`FITCStats` (FITC);
+2. on the driver, ``tasks.gp.bounds.objective`` turns the summed statistics into the value and
+   small adjoints (m x m, m, scalars);
+3. map :func:`chunk_grad` over the chunks with those adjoints, add the :class:`Grad` results in
+   chunk order, and finish on the driver with ``tasks.gp.bounds.finish_grad`` (the terms through
+   ``Kuu``).
+
+Notation (Titsias 2009; Quinonero-Candela and Rasmussen 2005): ``Kuf = K(Z, X)`` [m, n] (code
+name ``Kuf``, laid out ``[m, n]`` so that ``psi2`` is one row-major SYRK), ``Kuu = K(Z, Z) +
+jitter``, ``Qff = Kfu Kuu^-1 Kuf``, ``sigma^2`` the noise variance.
+
+SGPR / DTC statistics of a chunk: ``n``, ``yy = y'y``, ``psi0 = sum diag Kff``,
+``psi1y = Kuf y`` [m], ``psi2 = Kuf Kfu`` [m, m] (exactly symmetric).
+
+FITC statistics of a chunk, with ``Lambda = diag(Kff - Qff) + sigma^2`` (each chunk factors
+``Kuu`` itself, deterministically): ``n``, ``yy = y' Lambda^-1 y``, ``log_lambda = sum log
+Lambda``, ``psi1y = Kuf Lambda^-1 y`` [m], ``psi2 = Kuf Lambda^-1 Kfu`` [m, m].
+
+Gradient pass of a chunk, given ``P = dF/dpsi2`` and ``a = dF/dpsi1y`` from the driver: the adjoint
+of ``Kuf`` is ``2 P Kuf + a y'`` (one GEMM; FITC adds the terms through ``Lambda``), pushed through
+the kernel with the matrix-product identities of :mod:`tasks.gp.kernels`. A :class:`Grad` holds
+the chunk's gradient w.r.t. ``log_lengthscale``, ``log_variance``, ``log_noise``, ``Z``, and (FITC
+only; zeros otherwise) the adjoint it contributes to ``Kuu``.
+
+Functions take NumPy arrays, or CuPy arrays for ``X_chunk`` (SGPR and DTC; FITC also works,
+with its m x m factors computed on the host); statistics and gradients come back as NumPy.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import operator
+from collections.abc import Iterable
+from typing import NamedTuple
+
+import numpy as np
+import scipy.linalg
+from scipy.linalg.blas import dger, dsyrk
+
+from tasks import backend
+from tasks.gp import kernels as kern
+from tasks.gp.kernels import DEFAULT_JITTER, GPParams
+
+__all__ = [
+    "METHODS",
+    "FITCStats",
+    "Grad",
+    "Stats",
+    "check_method",
+    "chunk_bounds",
+    "chunk_grad",
+    "chunk_stats",
+    "sum_in_order",
+]
+
+METHODS = ("sgpr", "dtc", "fitc")
+
+
+def check_method(method: str) -> str:
+    """Return ``method`` if it is known; ValueError naming the allowed ones otherwise."""
+    if method not in METHODS:
+        raise ValueError(f"unknown method {method!r}; expected one of {', '.join(METHODS)}")
+    return method
+
+
+def _add(a, b):
+    if type(a) is not type(b):
+        return NotImplemented
+    return type(a)(*(x + y for x, y in zip(a, b)))
+
+
+def _radd(a, b):  # lets sum() start from 0
+    if isinstance(b, int) and b == 0:
+        return a
+    return NotImplemented
+
+
+class Stats(NamedTuple):
+    """Sufficient statistics of SGPR and DTC over some rows (``+`` adds them elementwise).
+
+    n: int, number of rows.
+    yy: float, ``y'y``.
+    psi0: float, ``sum_i k(x_i, x_i)`` (the trace of ``Kff``).
+    psi1y: float64 [m], ``Kuf y``.
+    psi2: float64 [m, m], ``Kuf Kfu`` (exactly symmetric).
+    """
+
+    n: int
+    yy: float
+    psi0: float
+    psi1y: np.ndarray
+    psi2: np.ndarray
+
+    __add__ = _add
+    __radd__ = _radd
+
+
+class FITCStats(NamedTuple):
+    """Sufficient statistics of FITC over some rows (``+`` adds them elementwise).
+
+    With ``Lambda = diag(Kff - Qff) + sigma^2`` [n]:
+
+    n: int, number of rows.
+    yy: float, ``y' Lambda^-1 y``.
+    log_lambda: float, ``sum_i log Lambda_i``.
+    psi1y: float64 [m], ``Kuf Lambda^-1 y``.
+    psi2: float64 [m, m], ``Kuf Lambda^-1 Kfu`` (exactly symmetric).
+    """
+
+    n: int
+    yy: float
+    log_lambda: float
+    psi1y: np.ndarray
+    psi2: np.ndarray
+
+    __add__ = _add
+    __radd__ = _radd
+
+
+class Grad(NamedTuple):
+    """One chunk's contribution to the gradient of the objective (``+`` adds elementwise).
+
+    log_lengthscale: float64 [d].
+    log_variance: float.
+    log_noise: float (non-zero for FITC only: SGPR and DTC meet the noise on the driver).
+    Z: float64 [m, d], through ``Kuf``.
+    Kuu: float64 [m, m], the adjoint w.r.t. ``Kuu`` collected in the chunk (FITC, through
+        ``Lambda``; zeros for SGPR and DTC); ``finish_grad`` pushes it through the kernel once.
+    """
+
+    log_lengthscale: np.ndarray
+    log_variance: float
+    log_noise: float
+    Z: np.ndarray
+    Kuu: np.ndarray
+
+    __add__ = _add
+    __radd__ = _radd
+
+
+def sum_in_order(parts: Iterable):
+    """The sum of statistics or gradients, added left to right in the order given (chunk order)."""
+    parts = list(parts)
+    if not parts:
+        raise ValueError("sum_in_order needs at least one part")
+    return functools.reduce(operator.add, parts)
+
+
+def chunk_bounds(n: int, chunk_size: int) -> list[tuple[int, int]]:
+    """The ``(start, stop)`` row ranges of the chunks of ``n`` rows: ``chunk_size`` rows each, the
+    last one shorter. Depends on ``n`` and ``chunk_size`` only."""
+    n, chunk_size = int(n), int(chunk_size)
+    if chunk_size < 1:
+        raise ValueError(f"chunk_size must be >= 1; got {chunk_size}")
+    return [(i, min(i + chunk_size, n)) for i in range(0, n, chunk_size)]
+
+
+# ------------------------------------------------------------------------------------------------
+# Helpers
+# ------------------------------------------------------------------------------------------------
+
+
+def _inputs(xp, params: GPParams, Z, X_chunk, y_chunk):
+    X = xp.asarray(X_chunk, dtype=xp.float64)
+    y = xp.asarray(y_chunk, dtype=xp.float64)
+    Z = xp.asarray(Z, dtype=xp.float64)
+    if X.ndim != 2 or Z.ndim != 2 or X.shape[1] != Z.shape[1]:
+        raise ValueError(f"X_chunk [n, d] and Z [m, d] must be matrices of equal width; got {X.shape}, {Z.shape}")
+    if y.shape != (X.shape[0],):
+        raise ValueError(f"y_chunk must have shape ({X.shape[0]},); got {y.shape}")
+    Zs = kern._scaled(xp, Z, params)
+    Xs = kern._scaled(xp, X, params)
+    return Zs, Xs, y
+
+
+def _kuf(xp, kernel: str, params: GPParams, Zs, Xs, with_grad: bool):
+    """``(Kuf [m, n], dKuf/du [m, n] or None)``; for RBF ``dK/du = -K/2`` is left to the caller."""
+    if kernel == "rbf":
+        return kern._rbf_log_kernel(xp, Zs, Xs, float(params.log_variance)), None
+    U = kern._sqdist(xp, Zs, Xs, symmetric=False)
+    return kern._profile(xp, kernel, U, math.exp(float(params.log_variance)), with_grad)
+
+
+def _gram(xp, A):
+    """``A A^T`` [m, m] for ``A`` [m, n], exactly symmetric (a SYRK on the CPU)."""
+    if xp is np:
+        C = dsyrk(1.0, A.T, trans=1)  # A.T is [n, m] Fortran-ordered: C = A A^T, upper triangle
+        out = np.triu(C)
+        out += np.triu(C, 1).T
+        return out
+    C = A @ A.T
+    return 0.5 * (C + C.T)
+
+
+def _tri_solve(xp, L, B, trans: bool = False):
+    """``L^-1 B`` (or ``L^-T B``) for a host lower-triangular ``L`` and ``B`` in module ``xp``."""
+    if xp is np:
+        return scipy.linalg.solve_triangular(L, B, lower=True, trans="T" if trans else "N", check_finite=False)
+    Linv = scipy.linalg.solve_triangular(L, np.eye(L.shape[0]), lower=True, check_finite=False)
+    return xp.asarray(Linv.T if trans else Linv) @ B
+
+
+def _fitc_lambda(xp, params, L, Kuf):
+    """``V = L^-1 Kuf`` [m, n] and FITC's ``Lambda = diag(Kff - Qff) + sigma^2`` [n]
+    (``diag Kff = s`` for the stationary kernels; ``diag(Kff - Qff)`` is clipped at 0)."""
+    V = _tri_solve(xp, L, Kuf)  # [m, n]
+    q = xp.sum(V * V, axis=0)  # [n]  diag Qff
+    s = math.exp(float(params.log_variance))
+    lam = xp.maximum(s - q, 0.0) + math.exp(float(params.log_noise))  # [n]
+    return V, lam
+
+
+def _h(x):
+    return backend.to_numpy(x)
+
+
+# ------------------------------------------------------------------------------------------------
+# Statistics
+# ------------------------------------------------------------------------------------------------
+
+
+def chunk_stats(method: str, kernel: str, params: GPParams, Z, X_chunk, y_chunk,
+                jitter: float = DEFAULT_JITTER):
+    """Sufficient statistics of one chunk: :class:`Stats` (``"sgpr"``, ``"dtc"``) or
+    :class:`FITCStats` (``"fitc"``; factors ``Kuu`` with ``inducing_cholesky(..., jitter)``).
+
+    Z: [m, d] inducing inputs; X_chunk: [n, d]; y_chunk: [n]. Cost: one [m, d] x [d, n] GEMM,
+    ``m n`` exponentials and one SYRK ``m^2 n`` (FITC adds a triangular solve ``m^2 n``).
+    """
+    check_method(method)
+    kern.check_kernel(kernel)
+    xp = backend.array_module(X_chunk)
+    Zs, Xs, y = _inputs(xp, params, Z, X_chunk, y_chunk)
+    n = int(Xs.shape[0])
+    Kuf, _ = _kuf(xp, kernel, params, Zs, Xs, with_grad=False)  # [m, n]
+    if method in ("sgpr", "dtc"):
+        psi1y = Kuf @ y  # [m]
+        psi2 = _gram(xp, Kuf)  # [m, m]
+        psi0 = n * math.exp(float(params.log_variance))  # sum diag Kff (stationary)
+        return Stats(n, float(y @ y), float(psi0), _h(psi1y), _h(psi2))
+    L, _ = kern.inducing_cholesky(kernel, params, Z, jitter)
+    _, lam = _fitc_lambda(xp, params, L, Kuf)
+    Kw = Kuf / xp.sqrt(lam)[None, :]  # [m, n]  Kuf Lambda^-1/2
+    y_l = y / lam  # [n]
+    return FITCStats(n, float(y @ y_l), float(xp.sum(xp.log(lam))), _h(Kuf @ y_l), _h(_gram(xp, Kw)))
+
+
+# ------------------------------------------------------------------------------------------------
+# Gradient pass
+# ------------------------------------------------------------------------------------------------
+
+
+def chunk_grad(method: str, kernel: str, params: GPParams, Z, X_chunk, y_chunk, adjoints) -> Grad:
+    """One chunk's gradient contribution, given the driver's ``adjoints`` (a
+    ``tasks.gp.bounds.Adjoints`` of the same ``method``).
+
+    SGPR / DTC: ``dF/dKuf = 2 P Kuf + a y'`` with ``P = adjoints.dpsi2``, ``a = adjoints.dpsi1y``,
+    plus ``adjoints.dpsi0`` on ``diag Kff``. FITC adds, per row, ``g = dF/dLambda`` and its paths
+    through ``Kuf`` (``-2 g Kuu^-1 k``), ``diag Kff``, the noise and ``Kuu`` (``sum g w w'`` with
+    ``w = Kuu^-1 k``), factoring ``Kuu`` with exactly ``adjoints.jitter``.
+    """
+    check_method(method)
+    kern.check_kernel(kernel)
+    if adjoints.method != method:
+        raise ValueError(f"adjoints were made for method {adjoints.method!r}, not {method!r}")
+    xp = backend.array_module(X_chunk)
+    Zs, Xs, y = _inputs(xp, params, Z, X_chunk, y_chunk)
+    n, m = int(Xs.shape[0]), int(Zs.shape[0])
+    s = math.exp(float(params.log_variance))
+    noise = math.exp(float(params.log_noise))
+    ls = xp.exp(xp.asarray(params.log_lengthscale, dtype=xp.float64))
+    P = xp.asarray(adjoints.dpsi2, dtype=xp.float64)  # [m, m]
+    a = xp.asarray(adjoints.dpsi1y, dtype=xp.float64)  # [m]
+    Kuf, dKdu = _kuf(xp, kernel, params, Zs, Xs, with_grad=True)  # [m, n]
+
+    if method in ("sgpr", "dtc"):
+        dlog_noise = 0.0
+        dKuu = np.zeros((m, m))
+        d_diag = float(adjoints.dpsi0) * n  # through psi0 = n s
+        if kernel == "rbf":
+            # G = dF/dKuf * dK/du = -(1/2) K * (2 P Kuf + a y'), formed in place
+            G = (-P) @ Kuf  # [m, n]
+            _rank1_update(xp, G, -0.5 * a, y)
+            G *= Kuf
+            dlog_s = -2.0 * float(xp.sum(G))
+        else:
+            B = 2.0 * (P @ Kuf)  # [m, n]
+            _rank1_update(xp, B, a, y)
+            dlog_s = float(xp.sum(B * Kuf))
+            G = B
+            G *= dKdu
+    else:
+        L = _fixed_cholesky(kernel, params, Z, adjoints.jitter)
+        V, lam = _fitc_lambda(xp, params, L, Kuf)
+        W = _tri_solve(xp, L, V, trans=True)  # [m, n]  Kuu^-1 Kuf
+        del V
+        KP = P @ Kuf  # [m, n]
+        quad = xp.sum(Kuf * KP, axis=0)  # [n]  k' P k
+        ak = a @ Kuf  # [n]
+        inv_lam = 1.0 / lam
+        g = (0.5 * y * y - quad - ak * y) * inv_lam * inv_lam - 0.5 * inv_lam  # [n]  dF/dLambda
+        B = KP
+        B *= 2.0
+        _rank1_update(xp, B, a, y)
+        B *= inv_lam[None, :]
+        Wg = W * g[None, :]  # [m, n]
+        dKuu = _h(Wg @ W.T)  # [m, m]
+        dKuu = 0.5 * (dKuu + dKuu.T)
+        B -= 2.0 * Wg
+        del W, Wg
+        g_sum = float(xp.sum(g))
+        d_diag = g_sum
+        dlog_noise = noise * g_sum
+        dlog_s = float(xp.sum(B * Kuf))
+        G = B
+        if kernel == "rbf":
+            G *= Kuf
+            G *= -0.5
+        else:
+            G *= dKdu
+    dlog_ls, dZ, _ = kern._vjp_core(xp, ls, Zs, Xs, G, True, False)
+    return Grad(_h(dlog_ls), dlog_s + d_diag * s, float(dlog_noise), _h(dZ), dKuu)
+
+
+def _rank1_update(xp, A, u, v):
+    """``A += u v'`` in place, A [m, n] C-ordered (BLAS GER on the CPU)."""
+    if xp is np and A.flags.c_contiguous:
+        R = dger(1.0, v, u, a=A.T, overwrite_a=True)  # A.T is Fortran [n, m]: A.T += v u'
+        if not np.shares_memory(R, A):  # BLAS worked on a copy
+            A[...] = R.T
+    else:
+        A += u[:, None] * v[None, :]
+
+
+def _fixed_cholesky(kernel, params, Z, jitter_abs: float) -> np.ndarray:
+    """Cholesky of ``K(Z, Z) + jitter_abs I`` with exactly this jitter (as the driver used)."""
+    Kuu = backend.to_numpy(kern.K(kernel, params, backend.to_numpy(Z)))
+    Kuu[np.diag_indices_from(Kuu)] += jitter_abs
+    try:
+        return scipy.linalg.cholesky(Kuu, lower=True, check_finite=False)
+    except np.linalg.LinAlgError as exc:
+        raise kern.CholeskyError(f"Cholesky of Kuu ({Kuu.shape[0]}x{Kuu.shape[0]}) with the driver's jitter "
+                                 f"{jitter_abs:.3g} failed in a chunk") from exc
