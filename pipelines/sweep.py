@@ -50,6 +50,8 @@ class JobRow:
     config_hash: str | None = None
     error: str | None = None
     seconds: float | None = None
+    started: float | None = None  # wall clock (epoch seconds) when the job was submitted
+    finished: float | None = None  # ... and when its result came back
 
 
 @dataclass
@@ -63,8 +65,22 @@ class SweepSession:
     cluster: object = None
     rows: dict = field(default_factory=dict)
     resumed: bool = False
+    cluster_cfg: dict | None = None
     started: float = field(default_factory=time.monotonic)
     _children: dict | None = None
+
+    def open_cluster(self, stream=sys.stdout):
+        """The sweep's cluster, opened on first need (a resumed sweep with nothing left to run
+        opens none) and kept until the sweep ends."""
+        if self.cluster is None:
+            from pipelines import cluster as cluster_mod
+
+            cm = cluster_mod.open_cluster(self.cluster_cfg)
+            self.cluster = cm.__enter__()
+            self.cluster_cm = cm
+            print(f"pgmflow: sweep cluster: {self.cluster.profile} ({self.cluster.n_workers} workers)",
+                  file=stream, flush=True)
+        return self.cluster
 
     # --- child runs ------------------------------------------------------------------------------
     def children(self) -> dict:
@@ -123,7 +139,8 @@ class SweepSession:
         return [{"job": r.job, "overrides": " ".join(r.overrides), "status": r.status,
                  "objective": "" if r.objective is None else repr(float(r.objective)),
                  "run_id": r.run_id or "", "seconds": "" if r.seconds is None else f"{r.seconds:.1f}",
-                 "error": r.error or ""} for r in sorted(self.rows.values(), key=lambda r: r.job)]
+                 "started": "" if r.started is None else f"{r.started:.3f}",
+                 "finished": "" if r.finished is None else f"{r.finished:.3f}", "error": r.error or ""} for r in sorted(self.rows.values(), key=lambda r: r.job)]
 
     def write_summary(self, final: bool = False):
         """Log sweep_summary.csv and the objective figure to the parent run."""
@@ -279,6 +296,7 @@ def open_session(cluster_cfg: dict, tracking_cfg: dict, task_overrides: list, sw
         return _SESSION
     from pipelines import cluster as cluster_mod
 
+    cluster_mod.check_cluster_config(cluster_cfg)  # a bad cluster section is refused before the parent exists
     tr = tracking.Tracker(tracking_cfg["uri"], tracking_cfg["experiment"], tracking_cfg.get("artifact_location"),
                           max_wait=tracking_cfg.get("max_wait", tracking.DEFAULT_MAX_WAIT))
     exp = tr._experiment_id()  # creates the store and the experiment once, before any job
@@ -311,16 +329,10 @@ def open_session(cluster_cfg: dict, tracking_cfg: dict, task_overrides: list, sw
             params.append(Param(f"grid.{k}", str(v)[:6000]))
         tr.client.log_batch(tr.run_id, params=params)
         resumed = False
-    cm = cluster_mod.open_cluster(cluster_cfg)
-    try:
-        ch = cm.__enter__()
-    except BaseException:
-        tr.end("FAILED", "the sweep's cluster could not be opened")
-        raise
-    _SESSION = SweepSession(tracker=tr, parent_id=tr.run_id, key=key, cluster_cm=cm, cluster=ch, resumed=resumed)
+    _SESSION = SweepSession(tracker=tr, parent_id=tr.run_id, key=key, resumed=resumed)
+    _SESSION.cluster_cfg = cluster_cfg
     verb = "resuming" if resumed else "started"
-    print(f"pgmflow: sweep {verb}: parent run {tr.run_id} on {ch.profile} ({ch.n_workers} workers)",
-          file=stream, flush=True)
+    print(f"pgmflow: sweep {verb}: parent run {tr.run_id}", file=stream, flush=True)
     return _SESSION
 
 

@@ -156,7 +156,6 @@ def _failed(overrides, cfg, hydra_cfg, message: str) -> JobReturn:
 
 def launch(launcher, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
     import cloudpickle
-    from distributed import as_completed
 
     from pipelines import sweep as sweep_mod
     from pipelines import tracking
@@ -174,15 +173,19 @@ def launch(launcher, job_overrides: Sequence[Sequence[str]], initial_job_idx: in
     task_overrides = list(OmegaConf.to_container(config.hydra.overrides.task))
     sweeper = OmegaConf.to_container(config.hydra.sweeper, resolve=False)
     sweeper.pop("_target_", None)
-    session = sweep_mod.open_session(cluster_cfg, tracking_cfg, task_overrides, sweeper,
-                                     resume=bool(getattr(launcher, "resume", True)))
-    client = session.cluster.client
-    if client is None:
+    from pipelines.errors import EXIT_BAD_INPUT, ConfigError
+
+    try:
+        session = sweep_mod.open_session(cluster_cfg, tracking_cfg, task_overrides, sweeper,
+                                         resume=bool(getattr(launcher, "resume", True)))
+    except ConfigError as exc:  # refused before any job: one line, exit code 2
+        import sys
+
+        print(f"pgmflow: error: {exc.message}", file=sys.stderr, flush=True)
+        raise SystemExit(EXIT_BAD_INPUT) from None
+    if cluster_cfg.get("profile") == "synchronous":
         raise JobFailed("hydra/launcher=dask needs a Dask cluster, not cluster.profile=synchronous; fix: pick "
                         "another cluster profile, or run the sweep with hydra/launcher=basic")
-    n_workers = session.cluster.n_workers
-    max_jobs = int(launcher.max_concurrent_jobs or n_workers or 1)
-    log.info(f"Dask launcher: {len(job_overrides)} jobs, at most {max_jobs} at once, on {session.cluster.profile}")
 
     singleton_state = Singleton.get_state()
     returns: dict[int, JobReturn] = {}
@@ -236,6 +239,28 @@ def launch(launcher, job_overrides: Sequence[Sequence[str]], initial_job_idx: in
             todo.append((idx, overrides, run_id, payload, env))
         session.record(row)
 
+    if todo:
+        _run_jobs(launcher, session, todo, returns)
+    for idx, first in same_as.items():
+        src = returns[first]
+        session.rows[idx].status = session.rows[first].status
+        session.rows[idx].objective = session.rows[first].objective
+        session.rows[idx].run_id = session.rows[first].run_id
+        returns[idx] = src
+    with _quiet():
+        session.write_summary()
+    return [returns[initial_job_idx + i] for i in range(len(job_overrides))]
+
+
+def _run_jobs(launcher, session, todo, returns):
+    """Run the jobs of ``todo`` on the sweep's cluster, at most max_concurrent_jobs at once."""
+    from distributed import as_completed
+
+    cluster = session.open_cluster()
+    client = cluster.client
+    max_jobs = int(launcher.max_concurrent_jobs or cluster.n_workers or 1)
+    log.info(f"Dask launcher: {len(todo)} jobs to run, at most {max_jobs} at once, on {cluster.profile}")
+
     # Submit at most max_jobs at a time; a finished job lets the next one in.
     pending = iter(todo)
     by_future = {}
@@ -250,6 +275,7 @@ def launch(launcher, job_overrides: Sequence[Sequence[str]], initial_job_idx: in
         by_future[fut] = item
         session.rows[idx].status = "RUNNING"
         session.rows[idx].seconds = time.monotonic()
+        session.rows[idx].started = time.time()
         return fut
 
     ac = as_completed([f for f in (submit_next() for _ in range(max_jobs)) if f is not None])
@@ -257,6 +283,7 @@ def launch(launcher, job_overrides: Sequence[Sequence[str]], initial_job_idx: in
         idx, overrides, run_id, _, _ = by_future.pop(fut)
         row = session.rows[idx]
         row.seconds = time.monotonic() - row.seconds
+        row.finished = time.time()
         try:
             blob, code, output = fut.result()
             session.log_job_output(run_id, output)
@@ -283,15 +310,6 @@ def launch(launcher, job_overrides: Sequence[Sequence[str]], initial_job_idx: in
         nxt = submit_next()
         if nxt is not None:
             ac.add(nxt)
-    for idx, first in same_as.items():
-        src = returns[first]
-        session.rows[idx].status = session.rows[first].status
-        session.rows[idx].objective = session.rows[first].objective
-        session.rows[idx].run_id = session.rows[first].run_id
-        returns[idx] = src
-    with _quiet():
-        session.write_summary()
-    return [returns[initial_job_idx + i] for i in range(len(job_overrides))]
 
 
 class _quiet:

@@ -130,10 +130,10 @@ def test_killed_sweep_resumes_only_missing_jobs(tmp_path):
     finished_before = {c.info.run_id for c in children if c.info.status == "FINISHED"}
     assert len(finished_before) < 12
 
-    r = sweep(args, tmp_path, uri)
+    r = sweep(["hydra.launcher.max_concurrent_jobs=1", *args], tmp_path, uri)
     assert r.returncode == 0, (r.stdout[-3000:], r.stderr[-3000:])
     tr, parents, children = runs(uri)
-    assert len(parents) == 1
+    assert len(parents) == 1  # hydra.launcher.* does not change the sweep's identity
     assert len(children) == 12 and all(c.info.status == "FINISHED" for c in children)
     assert len({c.data.tags["pgmflow.config_hash"] for c in children}) == 12
     rows = summary_rows(tr, parents[0].info.run_id)
@@ -141,6 +141,8 @@ def test_killed_sweep_resumes_only_missing_jobs(tmp_path):
     ran = {row["run_id"] for row in rows if row["status"] == "FINISHED"}
     assert skipped == finished_before  # exactly the jobs that had finished were not run again
     assert len(ran) == 12 - len(finished_before)
+    spans = sorted((float(row["started"]), float(row["finished"])) for row in rows if row["status"] == "FINISHED")
+    assert all(a_end <= b_start for (_, a_end), (b_start, _) in zip(spans, spans[1:]))  # one job at a time
     assert "12 FINISHED, 0 FAILED" in r.stdout
 
 
