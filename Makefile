@@ -30,7 +30,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/svi_lda.py
 
 ui: $(STAMP)
-	$(BIN)/mlflow ui --backend-store-uri sqlite:///mlflow.db
+	$(BIN)/mlflow ui --host 127.0.0.1 --backend-store-uri sqlite:///mlflow.db
 
 clean:
 	rm -rf $(VENV) *.egg-info build dist .pytest_cache outputs multirun

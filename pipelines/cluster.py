@@ -3,14 +3,25 @@
 ``open_cluster(cluster_cfg)`` is a context manager yielding a :class:`ClusterHandle`: a
 ``distributed.Client`` (or None for the synchronous scheduler), the profile, the worker count.
 Optional extras (dask-jobqueue, dask-kubernetes, dask-cuda) are imported only for their profile; a
-missing extra or an unreachable scheduler is a :class:`ConfigError` (one line, exit code 2).
+missing extra, an unreachable scheduler, a mistyped profile key or an unusable TLS certificate is a
+:class:`ConfigError` (one line, exit code 2).
+
+TLS: a ``tls:`` block in a ``local`` or ``address`` profile (``ca_file``, ``cert``, ``key``,
+optional ``require_encryption``) becomes a ``distributed.security.Security``
+(:func:`security_for`): a local cluster then listens on ``tls://127.0.0.1`` and every connection
+(client, scheduler, workers) presents a certificate signed by ``ca_file``. Relative certificate
+paths are taken from the directory of the cluster file.
 """
 
 from __future__ import annotations
 
 import contextlib
+import difflib
+import functools
 import importlib.util
 import logging
+import math
+import numbers
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,9 +35,14 @@ EXTRAS = {"slurm": ("dask_jobqueue", "slurm"), "pbs": ("dask_jobqueue", "pbs"),
           "kubernetes": ("dask_kubernetes", "kubernetes"), "local_cuda": ("dask_cuda", "gpu")}
 PACKAGED_FILE = Path(__file__).resolve().parent.parent / "dask_cluster.yaml"
 # Used when no dask_cluster.yaml exists (an installed pgmflow run outside the source tree).
-BUILTIN_PROFILES = {"local": {"type": "local", "n_workers": None, "threads_per_worker": 1},
+BUILTIN_PROFILES = {"local": {"type": "local", "n_workers": None, "threads_per_worker": 1,
+                              "dashboard_address": "127.0.0.1:8787"},
                     "address": {"type": "address", "address": "tcp://127.0.0.1:8786", "timeout": 10},
                     "synchronous": {"type": "synchronous"}}
+TLS_KEYS = ("ca_file", "cert", "key", "require_encryption")
+TLS_TYPES = ("local", "address")
+ADDRESS_KEYS = ("type", "address", "timeout", "tls")
+SCHEMES = ("tcp://", "tls://", "ucx://", "inproc://", "ws://", "wss://")
 
 
 @dataclass
@@ -55,8 +71,9 @@ def load_profiles(path: str) -> tuple[Path, dict]:
     p = _resolve_file(path)
     if not p.exists() and str(path) == "dask_cluster.yaml":
         return Path("<built-in>"), {k: dict(v) for k, v in BUILTIN_PROFILES.items()}
-    if not p.exists():
-        raise ConfigError("cluster.file", str(path), f"file not found (looked at {p})",
+    if not p.is_file():
+        problem = f"file not found (looked at {p})" if not p.exists() else f"{p} is not a regular file"
+        raise ConfigError("cluster.file", str(path), problem,
                           "point cluster.file at a dask_cluster.yaml or remove the override")
     try:
         data = yaml.safe_load(p.read_text())
@@ -65,24 +82,269 @@ def load_profiles(path: str) -> tuple[Path, dict]:
         where = f" at line {line + 1}" if line is not None else ""
         raise ConfigError("cluster.file", str(p), f"is not valid YAML{where}",
                           "fix the YAML syntax (indentation, colons, quotes)") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError("cluster.file", str(p), f"cannot be read ({type(exc).__name__})",
+                          "make it a readable UTF-8 text file") from None
     if not isinstance(data, dict) or not isinstance(data.get("profiles"), dict) or not data["profiles"]:
         raise ConfigError("cluster.file", str(p), "has no 'profiles:' mapping",
                           "start the file with 'profiles:' and one entry per profile, each with a 'type'")
     for name, prof in data["profiles"].items():
         if not isinstance(prof, dict) or prof.get("type") not in TYPES:
             t = prof.get("type") if isinstance(prof, dict) else prof
-            raise ConfigError(f"cluster.file:profiles.{name}.type", t, f"unknown cluster type in {p.name}",
+            raise ConfigError(f"{p.name}:profiles.{name}.type", t, f"unknown cluster type in {p}",
                               f"use one of {', '.join(TYPES)}")
     return p, data["profiles"]
 
 
+def _field(path: Path, name: str, key: str) -> str:
+    """How an error names a key of a profile: ``<file name>:profiles.<profile>.<key>``."""
+    return f"{path.name}:profiles.{name}.{key}"
+
+
+def _unknown(field_prefix: str, key: str, value, known, listed=None) -> ConfigError:
+    near = difflib.get_close_matches(str(key), [str(k) for k in known], n=1)
+    hint = f"did you mean {near[0]}?" if near else f"known keys: {', '.join(map(str, listed or sorted(known)))}"
+    return ConfigError(f"{field_prefix}.{key}", value, "unknown key", hint)
+
+
+def _positive_int_or_null(field: str, v, fix: str):
+    if v is not None and (isinstance(v, bool) or not isinstance(v, numbers.Integral) or v < 1):
+        raise ConfigError(field, v, "must be a positive integer or null", fix)
+
+
+# the usual keys of a local profile; any other option of LocalCluster or its Nanny/Worker is allowed too
+LOCAL_KEYS = ("type", "tls", "n_workers", "threads_per_worker", "memory_limit", "dashboard_address", "processes",
+              "host", "protocol", "scheduler_port", "local_directory", "resources", "lifetime")
+
+
+@functools.lru_cache(maxsize=1)
+def _local_keys() -> frozenset[str]:
+    """Keys a ``local`` profile may hold: options of LocalCluster and of its Nanny/Worker processes
+    (imports distributed, so it is asked only about keys outside LOCAL_KEYS)."""
+    import inspect
+
+    from distributed import LocalCluster, Nanny, Worker
+
+    keys = set()
+    for cls in (LocalCluster, Nanny, Worker):
+        keys |= {n for n, prm in inspect.signature(cls.__init__).parameters.items()
+                 if prm.kind not in (prm.VAR_KEYWORD, prm.VAR_POSITIONAL) and n != "self"}
+    return frozenset(keys | {"type", "tls"})
+
+
+def _check_memory_limit(field: str, v, name: str):
+    if v is None or v == "auto":
+        return
+    if isinstance(v, bool):
+        ok = False
+    elif isinstance(v, numbers.Real):
+        ok = math.isfinite(v) and v > 0
+    elif isinstance(v, str):
+        from dask.utils import parse_bytes
+
+        try:
+            ok = parse_bytes(v) > 0
+        except (ValueError, TypeError):
+            ok = False
+    else:
+        ok = False
+    if not ok:
+        raise ConfigError(field, v, "must be 'auto', null, a size such as 4GB, a number of bytes, or a fraction "
+                          "of the machine's memory (0 < x <= 1)",
+                          f"set memory_limit: auto or e.g. 4GB in profile {name}")
+
+
+def _check_address(field: str, address, fix: str):
+    if not isinstance(address, str) or not address.strip():
+        raise ConfigError(field, address, "must be a scheduler address such as tcp://HOST:8786", fix)
+    rest = address
+    for scheme in SCHEMES:
+        if address.startswith(scheme):
+            rest = address[len(scheme):]
+            break
+    else:
+        if "://" in address:
+            raise ConfigError(field, address, f"unknown protocol; expected one of {', '.join(SCHEMES)}", fix)
+    host, _, port = rest.rpartition(":")
+    if not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ConfigError(field, address, "must end in :PORT (a number between 1 and 65535)", fix)
+
+
+def check_tls(path: Path, name: str, tls) -> dict:
+    """Validate a profile's ``tls:`` block; returns it with absolute certificate paths. Every file must
+    exist and be readable, the CA must load as a CA bundle, and cert and key must load as a pair."""
+    import ssl
+
+    prefix = _field(path, name, "tls")
+    if not isinstance(tls, dict):
+        raise ConfigError(prefix, tls, "must be a mapping with ca_file, cert and key",
+                          "write tls: {ca_file: ca.pem, cert: cert.pem, key: key.pem} (see dask_cluster.yaml)")
+    for key, value in tls.items():
+        if key not in TLS_KEYS:
+            raise _unknown(prefix, key, value, TLS_KEYS)
+    base = path.parent if path.name != "<built-in>" else Path(os.environ.get("PGMFLOW_ORIG_CWD", os.getcwd()))
+    out = {}
+    for key in ("ca_file", "cert", "key"):
+        v = tls.get(key)
+        if key == "key" and v is None:
+            continue  # the key may sit in the cert file
+        if not isinstance(v, str) or not v:
+            raise ConfigError(f"{prefix}.{key}", v, "required: the path of a PEM file",
+                              f"set tls.{key} in profile {name} of {path}")
+        p = Path(os.path.expanduser(v))
+        p = (base / p if not p.is_absolute() else p).resolve()
+        if not p.is_file():
+            raise ConfigError(f"{prefix}.{key}", v, f"no such file (looked at {p})" if not p.exists() else
+                              f"{p} is not a regular file", f"create it or point tls.{key} of profile {name} at a "
+                              "PEM file (relative paths start from the cluster file's directory)")
+        if not os.access(p, os.R_OK):
+            raise ConfigError(f"{prefix}.{key}", v, f"{p} is not readable by this user",
+                              f"chmod u+r {p} or run pgmflow as its owner")
+        out[key] = str(p)
+    try:
+        ssl.create_default_context(cafile=out["ca_file"])
+    except (ssl.SSLError, OSError, ValueError) as exc:
+        raise ConfigError(f"{prefix}.ca_file", tls["ca_file"], f"is not a PEM CA certificate ({exc})",
+                          "point it at the CA certificate that signed the cluster's certificates") from None
+    try:
+        ssl.create_default_context(ssl.Purpose.CLIENT_AUTH).load_cert_chain(out["cert"], out.get("key"))
+    except (ssl.SSLError, OSError, ValueError) as exc:
+        if "key" in out and ("KEY_VALUES_MISMATCH" in str(exc) or "PRIVATE KEY" not in _head(out["key"])):
+            raise ConfigError(f"{prefix}.key", tls["key"], f"is not the private key of tls.cert={tls['cert']!r} "
+                              f"({exc})", "use the unencrypted PEM private key made together with the certificate "
+                              "(or the certificate that goes with this key)") from None
+        raise ConfigError(f"{prefix}.cert", tls["cert"], f"does not load as a PEM certificate with its private key "
+                          f"({exc})", "use the PEM certificate made for this cluster (and its key in tls.key)"
+                          ) from None
+    problem = _handshake_problem(out["ca_file"], out["cert"], out.get("key"))
+    if problem:
+        raise ConfigError(f"{prefix}.cert", tls["cert"], f"is refused by a peer that trusts tls.ca_file="
+                          f"{tls['ca_file']!r} ({problem})", "use a certificate signed by that CA, or point ca_file "
+                          "at the CA that signed the certificate") from None
+    req = tls.get("require_encryption", True)
+    if not isinstance(req, bool):
+        raise ConfigError(f"{prefix}.require_encryption", req, "must be true or false",
+                          "set require_encryption: true (refuse unencrypted connections) or false")
+    out["require_encryption"] = req
+    return out
+
+
+def _handshake_problem(ca: str, cert: str, key: str | None) -> str | None:
+    """Complete a TLS handshake in memory between two peers that both present ``cert`` and trust
+    ``ca``, with the settings Dask uses (mutual authentication, no host name check). Returns why it
+    failed (a certificate that ``ca`` did not sign, an expired one), or None."""
+    import ssl
+
+    def context(side):
+        ctx = ssl.SSLContext(side)
+        ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+        ctx.load_verify_locations(cafile=ca)
+        ctx.load_cert_chain(cert, key)
+        ctx.verify_mode = ssl.CERT_REQUIRED
+        ctx.check_hostname = False
+        ctx.verify_flags &= ~ssl.VERIFY_X509_STRICT
+        return ctx
+
+    try:
+        bios = [ssl.MemoryBIO() for _ in range(4)]
+        server = context(ssl.PROTOCOL_TLS_SERVER).wrap_bio(bios[0], bios[1], server_side=True)
+        client = context(ssl.PROTOCOL_TLS_CLIENT).wrap_bio(bios[2], bios[3])
+        done = {id(server): False, id(client): False}
+        for _ in range(20):
+            for peer in (client, server):
+                if not done[id(peer)]:
+                    try:
+                        peer.do_handshake()
+                        done[id(peer)] = True
+                    except ssl.SSLWantReadError:
+                        pass
+            bios[0].write(bios[3].read())  # client -> server
+            bios[2].write(bios[1].read())  # server -> client
+            if all(done.values()):
+                server.write(b"x")  # TLS 1.3 checks the client's certificate after the handshake
+                bios[2].write(bios[1].read())
+                client.read(1)
+                return None
+        return "the handshake did not finish"
+    except (ssl.SSLError, OSError) as exc:
+        return " ".join(str(exc).split())
+
+
+def _head(path: str) -> str:
+    try:
+        with open(path, "rb") as f:
+            return f.read(4096).decode("ascii", "replace")
+    except OSError:
+        return ""
+
+
+def _check_profile(path: Path, name: str, prof: dict, ccfg: dict):
+    """Key names and types of the selected profile (the cluster classes would fail later, less clearly)."""
+    kind = prof["type"]
+    fix_n = f"set n_workers: null (one per core) or e.g. 2 in profile {name} of {path}"
+    if kind == "local":
+        for key, value in prof.items():
+            if key not in LOCAL_KEYS and key not in _local_keys():
+                raise _unknown(f"{path.name}:profiles.{name}", key, value, _local_keys(),
+                               listed=[*LOCAL_KEYS[2:], "(or any option of distributed.LocalCluster)"])
+        _positive_int_or_null(_field(path, name, "n_workers"), prof.get("n_workers"), fix_n)
+        _positive_int_or_null(_field(path, name, "threads_per_worker"), prof.get("threads_per_worker"),
+                              f"set threads_per_worker: 1 in profile {name} of {path}")
+        _check_memory_limit(_field(path, name, "memory_limit"), prof.get("memory_limit"), name)
+        if prof.get("processes", True) is not True:
+            raise ConfigError(_field(path, name, "processes"), prof["processes"], "pgmflow runs its workers as "
+                              "processes (numba kernels hold the GIL)", "drop the key, or use cluster.profile="
+                              "synchronous to run everything in this process")
+        if not isinstance(prof.get("env", {}), dict):
+            raise ConfigError(_field(path, name, "env"), prof["env"], "must be a mapping of environment variables "
+                              "for the workers", "write env: {NAME: value}")
+    elif kind == "address":
+        for key, value in prof.items():
+            if key not in ADDRESS_KEYS:
+                raise _unknown(f"{path.name}:profiles.{name}", key, value, ADDRESS_KEYS)
+        t = prof.get("timeout", 10)
+        if isinstance(t, bool) or not isinstance(t, numbers.Real) or not math.isfinite(t) or t <= 0:
+            raise ConfigError(_field(path, name, "timeout"), t, "must be a positive number of seconds",
+                              f"set timeout: 10 in profile {name} of {path}")
+        if ccfg.get("address") is not None:
+            _check_address("cluster.address", ccfg["address"], "set cluster.address=tcp://HOST:PORT")
+        else:
+            _check_address(_field(path, name, "address"), prof.get("address"),
+                           f"set address: tcp://HOST:8786 in profile {name}, or cluster.address=tcp://HOST:PORT")
+    if "tls" in prof and kind not in TLS_TYPES:
+        raise ConfigError(_field(path, name, "tls"), prof["tls"], f"TLS is configured here for the "
+                          f"{', '.join(TLS_TYPES)} types only, not {kind}",
+                          "configure TLS in the cluster class's own options, or use a local or address profile")
+    if kind == "address":
+        address = ccfg.get("address") or prof.get("address")
+        field = "cluster.address" if ccfg.get("address") else _field(path, name, "address")
+        if prof.get("tls") is not None and not address.startswith("tls://"):
+            raise ConfigError(field, address, f"profile {name} has a tls: block, so the scheduler speaks TLS",
+                              f"use the tls:// address of the scheduler (tls://{address.split('://')[-1]})")
+        if address.startswith("tls://") and prof.get("tls") is None and not _dask_tls_configured():
+            raise ConfigError(field, address, f"a tls:// scheduler needs certificates and profile {name} has none",
+                              f"add a tls: block (ca_file, cert, key) to profile {name} of {path}")
+
+
+def _dask_tls_configured() -> bool:
+    """Certificates given through Dask's own configuration (DASK_DISTRIBUTED__COMM__TLS__...)."""
+    import dask
+    import distributed  # noqa: F401  (loads distributed's config defaults)
+
+    return bool(dask.config.get("distributed.comm.tls.ca-file", None)
+                and dask.config.get("distributed.comm.tls.client.cert", None))
+
+
 def check_cluster_config(ccfg: dict) -> dict:
-    """Validate the cluster section; returns the selected profile (dict)."""
-    path, profiles = load_profiles(ccfg.get("file") or "dask_cluster.yaml")
+    """Validate the cluster section; returns the selected profile (dict; a tls block with resolved paths)."""
+    file = ccfg.get("file") or "dask_cluster.yaml"
+    if not isinstance(file, str):
+        raise ConfigError("cluster.file", file, "must be the path of a cluster file", "set cluster.file=PATH.yaml")
+    path, profiles = load_profiles(file)
     name = ccfg.get("profile") or "local"
     if name not in profiles:
         raise ConfigError("cluster.profile", name, f"no such profile in {path}",
-                          f"use one of {', '.join(profiles)} or add it to the file")
+                          f"use one of {', '.join(map(str, profiles))} or add it to the file")
     n = ccfg.get("n_workers")
     if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 1):
         raise ConfigError("cluster.n_workers", n, "must be a positive integer or null",
@@ -92,13 +354,64 @@ def check_cluster_config(ccfg: dict) -> dict:
     if extra and importlib.util.find_spec(extra[0]) is None:
         raise ConfigError("cluster.profile", name, f"needs the optional package {extra[0].replace('_', '-')}, "
                           "which is not installed", f"pip install 'pgmflow[{extra[1]}]'")
+    _check_profile(path, name, prof, ccfg)
+    if prof.get("tls") is not None:
+        prof["tls"] = check_tls(path, name, prof["tls"])
     return prof
+
+
+def make_security(tls: dict | None):
+    """A ``distributed.security.Security`` from a checked tls block (one certificate for every role)."""
+    if not tls:
+        return None
+    from distributed.security import Security
+
+    cert, key = tls["cert"], tls.get("key")
+    return Security(tls_ca_file=tls["ca_file"], tls_client_cert=cert, tls_client_key=key,
+                    tls_scheduler_cert=cert, tls_scheduler_key=key, tls_worker_cert=cert, tls_worker_key=key,
+                    require_encryption=bool(tls.get("require_encryption", True)))
+
+
+def security_for(ccfg: dict):
+    """The Security of the configured profile (None without a tls block): what a client of the cluster
+    that :func:`open_cluster` opened (e.g. a sweep job) needs to connect."""
+    return make_security(check_cluster_config(ccfg).get("tls"))
+
+
+class _ReportedByPgmflow(logging.Filter):
+    """Drops the in-process scheduler's log line about a task whose workers all died: the driver
+    reports it itself, as one line that says what to change (pipelines.graph.WorkerMemoryError)."""
+
+    def filter(self, record):
+        msg = record.getMessage()
+        return not ("marked as failed because" in msg and "workers died" in msg)
+
+
+_FILTER = _ReportedByPgmflow()
 
 
 def _quiet_logs():
     for name in ("distributed", "distributed.nanny", "distributed.scheduler", "distributed.worker",
                  "distributed.core", "distributed.batched", "distributed.http.proxy", "bokeh", "tornado"):
         logging.getLogger(name).setLevel(logging.ERROR)
+    if _FILTER not in logging.getLogger("distributed.scheduler").filters:
+        logging.getLogger("distributed.scheduler").addFilter(_FILTER)
+
+
+def _address_error(name: str, address: str, timeout, exc: BaseException) -> ConfigError:
+    """One line for a failed connection to an existing scheduler: why, and what to change."""
+    text = f"{type(exc).__name__}: {exc}"
+    low = text.lower()
+    field = "cluster.address"
+    if "certificate" in low or "ssl" in low or "tls" in low:
+        return ConfigError(field, address, f"the scheduler refused the TLS handshake ({' '.join(text.split())[:160]})",
+                           f"use certificates signed by the scheduler's CA in the tls: block of profile {name}")
+    if "reset by peer" in low or "stream is closed" in low:
+        return ConfigError(field, address, "the scheduler closed the connection (it may require TLS)",
+                           f"if the scheduler uses TLS, use its tls:// address and add a tls: block to profile {name}")
+    return ConfigError(field, address, f"no Dask scheduler answered within {timeout} s ({type(exc).__name__})",
+                       "start one with `dask scheduler` and `dask worker <address>`, or set "
+                       "cluster.address=tcp://HOST:PORT")
 
 
 @contextlib.contextmanager
@@ -115,6 +428,7 @@ def open_cluster(ccfg: dict):
     _quiet_logs()
     from distributed import Client
 
+    security = make_security(prof.pop("tls", None))
     with contextlib.ExitStack() as stack:
         cluster = None
         if kind == "local":
@@ -127,18 +441,23 @@ def open_cluster(ccfg: dict):
                    "OPENBLAS_NUM_THREADS": str(tpw)}
             cwd = os.environ.get("PGMFLOW_ORIG_CWD", os.getcwd())
             env["PYTHONPATH"] = os.pathsep.join(p for p in (cwd, os.environ.get("PYTHONPATH", "")) if p)
+            env.update({str(k): str(v) for k, v in (prof.pop("env", None) or {}).items()})
+            prof.pop("processes", None)
+            prof.pop("silence_logs", None)
+            if security is not None:
+                prof.setdefault("protocol", "tls://")
+                prof.setdefault("host", "127.0.0.1")
+                prof["security"] = security
             cluster = stack.enter_context(LocalCluster(n_workers=int(n), threads_per_worker=int(tpw), processes=True,
                                                        silence_logs=logging.ERROR, env=env, **prof))
-            client = stack.enter_context(Client(cluster))
+            client = stack.enter_context(Client(cluster, security=security))
         elif kind == "address":
             address = ccfg.get("address") or prof.get("address")
             timeout = prof.get("timeout", 10)
             try:
-                client = stack.enter_context(Client(address, timeout=timeout))
+                client = stack.enter_context(Client(address, timeout=timeout, security=security))
             except (OSError, TimeoutError) as exc:
-                raise ConfigError("cluster.address", address, f"no Dask scheduler answered within {timeout} s "
-                                  f"({type(exc).__name__})", "start one with `dask scheduler` and `dask worker "
-                                  "<address>`, or set cluster.address=tcp://HOST:PORT") from None
+                raise _address_error(name, address, timeout, exc) from None
         elif kind in ("slurm", "pbs"):
             import dask_jobqueue
 

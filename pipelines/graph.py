@@ -4,11 +4,19 @@ Graph builders make ``dask.delayed`` objects with deterministic keys; :class:`Ex
 list of them and returns *handles*: ``distributed.Future`` objects that stay on the workers (with
 a client) or plain values (synchronous scheduler). Handles can be fed into the next graph, so state
 stays where it is between rounds, and only what is gathered travels to the driver.
+
+A task too big for its worker: the nanny restarts a worker that passes 95% of its ``memory_limit``
+and the scheduler retries the task elsewhere; when every try killed its worker the client sees
+``KilledWorker``. :class:`Executor` turns that (and a ``MemoryError`` raised by a task) into a
+:class:`WorkerMemoryError`: one line naming the task, the memory it reached, and the settings to
+change. The CLI prints it with exit code 1 (the config is valid; this cluster is too small for its
+chunks) and the MLflow run ends FAILED with the same line.
 """
 
 from __future__ import annotations
 
 import contextlib
+import time
 from typing import Callable, Sequence
 
 import dask
@@ -53,16 +61,51 @@ class Executor:
         futures = self.client.compute(list(outputs), optimize_graph=False)
         if on_done is not None and watch:
             index = {futures[i].key: i for i in watch}
-            for fut in as_completed([futures[i] for i in watch]):
-                if fut.status == "error":
-                    fut.result()  # raises the task's exception here
-                on_done(index[fut.key])
+            with self._memory_errors():
+                for fut in as_completed([futures[i] for i in watch]):
+                    if fut.status == "error":
+                        fut.result()  # raises the task's exception here
+                    on_done(index[fut.key])
         return futures
 
     def gather(self, handles):
         if self.client is None:
             return handles
-        return self.client.gather(handles)
+        with self._memory_errors():
+            return self.client.gather(handles)
+
+    @contextlib.contextmanager
+    def _memory_errors(self):
+        """Raise a WorkerMemoryError in place of a KilledWorker caused by memory, or a task's MemoryError."""
+        from distributed.scheduler import KilledWorker
+
+        try:
+            yield
+        except KilledWorker as exc:
+            err = self._killed_by_memory(exc)
+            if err is None:
+                raise
+            raise err from exc
+        except MemoryError as exc:
+            raise WorkerMemoryError(None, None, None, None, detail=str(exc)) from exc
+
+    def _killed_by_memory(self, exc) -> "WorkerMemoryError | None":
+        """The nanny logs a ``worker-restart-memory`` event before it restarts a worker for memory."""
+        worker = getattr(exc.last_worker, "address", None)
+        limit = getattr(exc.last_worker, "memory_limit", None)
+        deadline = time.monotonic() + 2.0  # the event and the task's failure travel separately
+        while True:
+            try:
+                events = [e for _, e in self.client.get_events("worker-restart-memory")]
+            except Exception:  # pragma: no cover - an old scheduler without events
+                return None
+            mine = [e for e in events if isinstance(e, dict) and e.get("worker") == worker]
+            if mine or time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
+        if not mine:
+            return None
+        return WorkerMemoryError(exc.task, mine[-1].get("rss"), limit, exc.allowed_failures + 1)
 
     def release(self, handles):
         if self.client is not None:
@@ -73,6 +116,42 @@ class Executor:
 
 def _identity(x):
     return x
+
+
+# What cuts a pipeline's work into tasks, by the prefix of its task keys: the first setting to change
+# when one task does not fit in a worker.
+CHUNK_SETTINGS = (
+    ("pt-", "tempering.layout=blocks with a larger tempering.n_blocks (fewer replicas per task)"),
+    ("svi-", "a smaller corpus.docs_per_shard (fewer documents per task)"),
+    ("gp-", "a smaller sparse_gp.chunk_size (fewer rows per task)"),
+)
+
+
+def _bytes(n) -> str:
+    if not n:
+        return "?"
+    from dask.utils import format_bytes
+
+    return format_bytes(int(n))
+
+
+class WorkerMemoryError(RuntimeError):
+    """A task needs more memory than a worker may use. ``str()`` is one line ending in the fix."""
+
+    def __init__(self, task, rss, memory_limit, tries, detail: str | None = None):
+        self.task, self.rss, self.memory_limit, self.tries = task, rss, memory_limit, tries
+        key = str(task) if task is not None else ""
+        chunk = next((hint for prefix, hint in CHUNK_SETTINGS if key.startswith(prefix)), None)
+        fixes = ([chunk] if chunk else []) + [
+            "a larger memory_limit for the cluster profile in dask_cluster.yaml",
+            "fewer workers per machine (cluster.n_workers=N) with memory_limit: auto, so each gets more"]
+        if task is not None:
+            what = (f"task {key!r} ran its worker out of memory: the worker reached {_bytes(rss)} of its "
+                    f"memory_limit {_bytes(memory_limit)} and was restarted; all {tries} workers that tried the "
+                    "task died")
+        else:
+            what = f"a task ran out of memory on its worker ({detail or 'MemoryError'})"
+        super().__init__(f"{what}; fix: {', or '.join(fixes)}")
 
 
 class _SyncCallback(dask.callbacks.Callback):

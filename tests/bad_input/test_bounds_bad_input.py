@@ -7,8 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tests.pipelines.helpers import assert_refused
-from tests.pipelines.test_cli import pgmflow
+from tests.bad_input.helpers import assert_refused, pgmflow
 
 
 def _ring(n=6):

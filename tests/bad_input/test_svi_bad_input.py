@@ -8,8 +8,7 @@ import gzip
 import numpy as np
 import pytest
 
-from tests.pipelines.helpers import assert_refused
-from tests.pipelines.test_cli import pgmflow
+from tests.bad_input.helpers import assert_refused, pgmflow
 
 
 def _uci(tmp_path, lines, D, W, vocab_words=None, name="docword.txt"):

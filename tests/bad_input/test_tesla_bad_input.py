@@ -7,8 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tests.pipelines.helpers import assert_refused
-from tests.pipelines.test_cli import pgmflow
+from tests.bad_input.helpers import assert_refused, pgmflow, run_statuses
 
 # Data files are written into the run's folder (pgmflow's cwd) and passed by a relative path, so that
 # the error line (whose value is cut at 80 characters) still shows the file name.
@@ -95,19 +94,6 @@ CASES = {
 }
 
 
-def _run_statuses(tmp_path, uri):
-    """The statuses of the MLflow runs in the run folder's store (none when there is no store)."""
-    if not (tmp_path / "mlflow.db").exists():
-        return []
-    from pipelines.tracking import Tracker
-
-    tr = Tracker(uri, "pgmflow")
-    exp = tr.client.get_experiment_by_name("pgmflow")
-    if exp is None:
-        return []
-    return [run.info.status for run in tr.client.search_runs([exp.experiment_id])]
-
-
 @pytest.mark.parametrize("case", list(CASES))
 def test_tesla_bad_input(tmp_path, case):
     args, needles = CASES[case](tmp_path)
@@ -134,4 +120,4 @@ def test_tesla_constant_node_is_isolated_with_a_warning(tmp_path):
     assert len(warn) == 1, r.stdout
     assert "isolated" in warn[0] and "steady" in warn[0] and "1 node(s)" in warn[0], warn[0]
     assert "tesla run" in r.stdout and "tesla finished" in r.stdout
-    assert _run_statuses(tmp_path, uri) == ["FINISHED"]
+    assert [status for status, _ in run_statuses(tmp_path, uri)] == ["FINISHED"]

@@ -53,25 +53,3 @@ def assert_same_results(tr_a, tr_b):
     ra, rb = results_json(tr_a), results_json(tr_b)
     assert ra == rb
     return ra
-
-
-def assert_refused(r, needles, tmp_path, uri, pipeline):
-    """A bad-input refusal (``r``: the finished ``pgmflow`` subprocess): exit code 2, one stderr line
-    ``pgmflow: error: ... fix: ...`` holding every needle, no traceback, no run started, and no MLflow
-    run left RUNNING or FINISHED in the store at ``uri``."""
-    assert r.returncode == 2, (r.stdout[-2000:], r.stderr[-3000:])
-    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
-    assert len(lines) == 1, r.stderr
-    assert lines[0].startswith("pgmflow: error: ") and "fix:" in lines[0], lines[0]
-    for needle in needles:
-        assert needle in lines[0], (needle, lines[0])
-    assert "Traceback" not in r.stderr
-    assert f"{pipeline} run " not in r.stdout  # refused before a run (and any task) started
-    if (tmp_path / "mlflow.db").exists():
-        from pipelines.tracking import Tracker
-
-        tr = Tracker(uri, "pgmflow")
-        exp = tr.client.get_experiment_by_name("pgmflow")
-        if exp is not None:
-            statuses = [run.info.status for run in tr.client.search_runs([exp.experiment_id])]
-            assert all(s not in ("RUNNING", "FINISHED") for s in statuses), statuses
