@@ -144,6 +144,9 @@ def _multirun(app) -> None:
         app()
     except SystemExit as exc:  # Hydra reports a re-raised job error itself, then exits 1
         code = exc.code if isinstance(exc.code, int) else 1
+    except (ValueError, TypeError) as exc:  # Hydra's own usage errors, e.g. -m with --cfg
+        sweep.abandon_session(f"{type(exc).__name__}: {exc}")
+        _report(f"{' '.join(str(exc).split())}; fix: check the command line (pgmflow --help)", 2)
     except KeyboardInterrupt:
         sweep.abandon_session("interrupted; run the same command again to run the jobs that did not finish")
         _report("sweep interrupted; run the same command again to run only the jobs that did not finish", 130)

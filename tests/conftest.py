@@ -103,6 +103,7 @@ class MlflowServer:
         self.proc = None
 
     def start(self, timeout=60):
+        import os
         import subprocess
         import sys
         import time
@@ -115,7 +116,9 @@ class MlflowServer:
                                       "--backend-store-uri", f"sqlite:///{self.root / 'server.db'}",
                                       "--artifacts-destination", str(self.root / "server-artifacts"),
                                       "--workers", "2"],
-                                     cwd=self.root, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True)
+                                     cwd=self.root, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True,
+                                     # no background job runners (huey consumers): a tracking server only
+                                     env={**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"})
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:

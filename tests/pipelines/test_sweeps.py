@@ -164,3 +164,21 @@ def test_optuna_sweeper_through_the_dask_launcher(tmp_path):
     best_line = [ln for ln in out.splitlines() if "Best value:" in ln][0]
     assert float(best_line.split("Best value:")[1]) == min(objectives)
     assert "best: job" in r.stdout
+
+
+def test_plugin_import_loads_neither_dask_nor_mlflow():
+    """Hydra imports every plugin at start-up: the launcher's module must stay light."""
+    code = ("import sys, hydra_plugins.pgmflow_dask_launcher.dask_launcher as d; "
+            "print(sorted(m for m in ('dask', 'distributed', 'mlflow', 'pipelines') if m in sys.modules)); "
+            "print(d.DaskLauncher.__name__)")
+    r = subprocess.run([sys.executable, "-c", code], env=_env(), capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split("\n")[:2] == ["[]", "DaskLauncher"]
+
+
+def test_dask_launcher_is_the_default_for_multirun(tmp_path):
+    r = subprocess.run([sys.executable, "-m", "pipelines", "--cfg", "hydra"], cwd=tmp_path,
+                       env=_env(), capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "hydra_plugins.pgmflow_dask_launcher.dask_launcher.DaskLauncher" in r.stdout
+    assert "max_concurrent_jobs: null" in r.stdout
