@@ -101,7 +101,7 @@ def _override_error(argv, exc) -> str:
 
             with initialize_config_dir(config_dir=conf_dir(), version_base="1.3"):
                 base = compose("config", overrides=[a for a in argv if "=" in a and a.split("=")[0].split(".")[0] in
-                                                    ("pipeline", "model", "experiment", "debug", "tracking", "cluster", "network", "corpus")
+                                                    ("pipeline", "model", "experiment", "debug", "tracking", "cluster", "network", "corpus", "gp_data")
                                                     and "." not in a.split("=")[0]])
             node = base
             for part in section.split(".") if section else []:

@@ -6,14 +6,16 @@ field, the value, the problem and the fix. ``preflight_checks(cfg)`` raises on t
 
 from __future__ import annotations
 
+import functools
 import math
 import numbers
 import os
+from pathlib import Path
 from typing import Callable
 
 from pipelines.errors import ConfigError
 
-PIPELINES = ("tempering", "svi", "tesla", "bounds")
+PIPELINES = ("tempering", "svi", "tesla", "bounds", "sparse_gp")
 MODELS = ("ising", "gaussian_mixture", "custom")
 SVI_MODELS = ("lda",)
 
@@ -561,6 +563,87 @@ def check_bounds(cfg: dict):
                           "use model=ising or model=mrf model.path=FILE.npz")
 
 
+SPARSE_GP = {
+    "method": choice("sgpr", "fitc", "dtc", "svgp", "exact"),
+    "kernel": choice("rbf", "matern32", "matern52"),
+    "m": integer(lo=1, hi=100_000),
+    "variance": real(gt=0),
+    "noise": real(gt=0),
+    "optimize_inducing": boolean,
+    "kmeans_iter": integer(lo=0),
+    "kmeans_points": integer(lo=1),
+    "chunk_size": integer(lo=1),
+    "max_iter": integer(lo=1),
+    "jitter": real(gt=0),
+    "max_tries": integer(lo=1, hi=30),
+    "test_fraction": real(gt=0),
+    "standardize": boolean,
+    "svgp_steps": integer(lo=1),
+    "svgp_batch_size": integer(lo=1),
+    "svgp_rho": real(gt=0),
+    "svgp_lr": real(gt=0),
+    "svgp_eval_every": integer(lo=1),
+    "figures": boolean,
+}
+GP_SYNTHETIC = {"function": choice("friedman1", "sine_1d"), "n": integer(lo=2), "d": integer(lo=1),
+                "noise_std": real(ge=0)}
+
+
+def check_sparse_gp(cfg: dict):
+    """pipeline=sparse_gp: every field, then the data itself (read and checked -- every value finite,
+    the target column present -- before any MLflow run starts), then what depends on both."""
+    from pipelines import gp_data, sparse_gp
+
+    _unknown_keys(cfg, "sparse_gp", set(SPARSE_GP) | {"lengthscale", "slice_dim"})
+    _apply(cfg, {f"sparse_gp.{k}": r for k, r in SPARSE_GP.items()})
+    s = cfg["sparse_gp"]
+    lo, hi = (math.exp(v) for v in sparse_gp.LOG_BOX)
+    for key in ("variance", "noise"):
+        if not lo <= s[key] <= hi:
+            raise ConfigError(f"sparse_gp.{key}", s[key], f"must lie in [{lo:g}, {hi:g}] (the optimiser's box, "
+                              "in standardised units)", f"set sparse_gp.{key} to e.g. {1.0 if key == 'variance' else 0.1}")
+    ls = _get(cfg, "sparse_gp.lengthscale")
+    for v in (ls if isinstance(ls, (list, tuple)) else [ls]):
+        real(gt=0)("sparse_gp.lengthscale", v)
+        if not lo <= v <= hi:
+            raise ConfigError("sparse_gp.lengthscale", ls, f"{v:g} is outside [{lo:g}, {hi:g}] (the optimiser's box, "
+                              "in standardised input units)", "start from e.g. sparse_gp.lengthscale=1.0")
+    if isinstance(ls, (list, tuple)) and not ls:
+        raise ConfigError("sparse_gp.lengthscale", ls, "is an empty list", "give a number, or one per input")
+    if not s["test_fraction"] < 1:
+        raise ConfigError("sparse_gp.test_fraction", s["test_fraction"], "must be below 1 (rows must be left to "
+                          "train on)", "use e.g. sparse_gp.test_fraction=0.2")
+    model = cfg.get("model") or {}
+    if set(model) - {"name"} or model.get("name") != s["method"]:
+        raise ConfigError("model", model.get("name") if set(model) <= {"name"} else sorted(model), "pipeline=sparse_gp "
+                          "takes no model group (the model is sparse_gp.method with sparse_gp.kernel)",
+                          "drop the model= override and set sparse_gp.method / sparse_gp.kernel")
+    g = cfg.get("gp_data")
+    if not isinstance(g, dict) or "kind" not in g:
+        raise ConfigError("gp_data", g, "pipeline=sparse_gp needs data", "use gp_data=synthetic, gp_data=diabetes, "
+                          "or gp_data=csv|npz|npy gp_data.path=FILE")
+    if g["kind"] not in gp_data.KINDS:
+        raise ConfigError("gp_data.kind", g["kind"], "unknown data source", f"use one of: {', '.join(gp_data.KINDS)}")
+    _unknown_keys(cfg, "gp_data", gp_data.KEYS[g["kind"]])
+    if g["kind"] == "synthetic":
+        _apply(cfg, {f"gp_data.{k}": r for k, r in GP_SYNTHETIC.items()})
+        if g["function"] == "friedman1" and g["d"] < 5:
+            raise ConfigError("gp_data.d", g["d"], "Friedman #1 needs at least 5 inputs", "set gp_data.d=5 or more")
+    data = gp_data.resolve(cfg)
+    if isinstance(ls, (list, tuple)) and len(ls) not in (1, data.d):
+        raise ConfigError("sparse_gp.lengthscale", ls, f"has {len(ls)} entries but the data has {data.d} inputs",
+                          "give one number, or one per input")
+    gp_data.slice_dim(s.get("slice_dim"), data)
+    if s["method"] == "exact":
+        if data.n_train > sparse_gp.EXACT_MAX_N:
+            raise ConfigError("sparse_gp.method", "exact", f"the exact GP factors an n x n matrix and the data has "
+                              f"n = {data.n_train} training rows, more than {sparse_gp.EXACT_MAX_N}",
+                              "use sparse_gp.method=sgpr (or svgp) for data this large")
+    elif s["m"] > data.n_train:
+        raise ConfigError("sparse_gp.m", s["m"], f"is more inducing inputs than the {data.n_train} training rows "
+                          f"(m > n) of {data.source}", f"use sparse_gp.m={data.n_train} or fewer (usually far fewer)")
+
+
 def check_backend(cfg: dict):
     if cfg["backend"] == "cupy":
         from tasks import backend
@@ -571,8 +654,85 @@ def check_backend(cfg: dict):
                               "use backend=numpy (or auto), or install pgmflow[gpu] on a machine with a CUDA GPU")
 
 
+def _package_prefix(rel: Path, text: str) -> str:
+    """Where Hydra puts a config file's keys: '' (the top level) or a dotted section."""
+    group = ".".join(rel.parent.parts)
+    package = "_global_" if not group else "_group_"
+    for line in text.splitlines():
+        s = line.strip()
+        if s and not s.startswith("#"):
+            break
+        if "@package" in s:
+            package = s.split("@package", 1)[1].strip()
+    package = package.replace("_group_", group).replace("_global_", "")
+    return package.strip(".")
+
+
+@functools.lru_cache(maxsize=4)
+def conf_keys(conf: str) -> tuple[frozenset, dict]:
+    """Every top-level key that some composition of the configs under ``conf`` can produce, and for
+    each section the keys any config file sets in it. Read from the files, so a new pipeline or
+    experiment needs no change here."""
+    import yaml
+
+    top, sections = set(), {}
+    root = Path(conf)
+    for f in sorted(root.rglob("*.yaml")):
+        text = f.read_text()
+        try:
+            data = yaml.safe_load(text)
+        except yaml.YAMLError:
+            continue  # Hydra reports it when the file is used
+        if not isinstance(data, dict):
+            continue
+        data.pop("defaults", None)
+        prefix = _package_prefix(f.relative_to(root), text)
+        if not prefix:
+            top |= set(data)
+            for k, v in data.items():
+                if isinstance(v, dict):
+                    sections.setdefault(k, set()).update(v)
+        else:
+            head, _, rest = prefix.partition(".")
+            top.add(head)
+            if not rest:
+                sections.setdefault(head, set()).update(data)
+    return frozenset(top), {k: frozenset(v) for k, v in sections.items()}
+
+
+# A key that looks like a way to widen the allow-list of importable modules gets that answer.
+_ALLOW_LIST_LIKE = ("allowed_modules", "allow_list", "allowlist")
+
+
+def check_unknown_top_level(cfg: dict):
+    """Refuse keys that no config defines (``+foo=1``, a typo): pgmflow would ignore them silently."""
+    from pipelines.cli import conf_dir
+
+    try:
+        top, sections = conf_keys(conf_dir())
+    except RuntimeError:  # no conf/ to read the known keys from (pgmflow could not have composed cfg either)
+        return
+    for key in cfg:
+        if key in top:
+            continue
+        if any(w in str(key).lower() for w in _ALLOW_LIST_LIKE):
+            raise ConfigError(str(key), cfg[key], "unknown key: the allow-list of modules a config may import "
+                              "is never read from the config", f"drop it and export {ALLOWED_MODULES_ENV}=module "
+                              "in the shell that runs pgmflow")
+        import difflib
+
+        near = difflib.get_close_matches(str(key), sorted(top), n=1)
+        hint = f"did you mean {near[0]}?" if near else f"known top-level keys: {', '.join(sorted(top - {'hydra'}))}"
+        raise ConfigError(str(key), cfg[key], "unknown top-level key (no config defines it, so nothing would read "
+                          "it)", f"{hint} (pgmflow --cfg job shows every key)")
+    for section in ("cluster", "tracking"):  # sections that are wholly defined by their config group
+        if isinstance(cfg.get(section), dict) and section in sections:
+            _unknown_keys(cfg, section, sections[section])
+
+
 def preflight_checks(cfg: dict) -> None:
     """Validate a resolved config (plain dict). Raises ConfigError on the first problem."""
+    check_unknown_top_level(cfg)
     _apply(cfg, TOP)
     from pipelines import cluster
 
@@ -585,6 +745,8 @@ def preflight_checks(cfg: dict) -> None:
         check_tesla(cfg)
     elif cfg["pipeline"]["name"] == "bounds":
         check_bounds(cfg)
+    elif cfg["pipeline"]["name"] == "sparse_gp":
+        check_sparse_gp(cfg)
     if cfg.get("bounds") or cfg["pipeline"]["name"] == "bounds":
         check_variational(cfg)
     if cfg.get("bounds") and cfg["pipeline"]["name"] != "tempering":

@@ -17,7 +17,7 @@ from pipelines.errors import ConfigError
 from pipelines.graph import Executor
 
 PIPELINES = {"tempering": "pipelines.tempering:run", "svi": "pipelines.svi:run", "tesla": "pipelines.tesla:run",
-             "bounds": "pipelines.bounds:run"}
+             "bounds": "pipelines.bounds:run", "sparse_gp": "pipelines.sparse_gp:run"}
 # Fields a resumed run may change: where and how it runs, not what it computes.
 RESUME_MAY_CHANGE = ("cluster", "progress", "verbose", "tracking", "backend", "resume")
 

@@ -14,7 +14,8 @@ same line); no results.json or final_state.npz written.
 | dask_cluster.yaml and cluster.* (a) | test_cluster_bad_input.py | 34 |
 | top-level keys and types, GPU (b) | test_config_bad_input.py | 16 (+1 verbose=true) |
 | data files (c) | test_data_bad_input.py | 32 (1 strict xfail) |
-| total | | 141 |
+| sparse GP configs and regression data (d) | test_sparse_gp_bad_input.py | 17 |
+| total | | 158 |
 
 (a) the file (6: malformed YAML, empty, no mapping, not found, unknown type, no type), the
 profile's keys and types (9: unknown profile, n_workers, threads_per_worker, memory_limit,
@@ -28,6 +29,9 @@ local_cuda profile without dask-cuda).
 (c) TESLA samples (12), MRF files (9), SVI corpora (11): empty and truncated files, NaN and
 infinities, shape mismatches, files of the wrong kind. The xfail records a known defect: an
 empty UCI docword file gives a line with two "fix:" parts.
+(d) m > n, NaN and infinite values, a target column that does not exist, non-positive
+lengthscale / noise, an unknown kernel or method, missing, empty and corrupt data files, X/y
+shape mismatches.
 
 Cases that depend on the machine skip where the input is valid there: ``backend=cupy`` with a GPU,
 the slurm/kubernetes/local_cuda profiles with their extra installed. ``test_harness.py`` checks that

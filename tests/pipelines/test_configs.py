@@ -98,5 +98,7 @@ def test_each_experiment_runs_in_debug_mode(exp, mlflow_uri):
         assert res["nodes"] == 8 and res["time_points"] == 12
     elif pipeline == "bounds":
         assert res["all_converged"] and len(res["temperatures"]) > 1
+    elif pipeline == "sparse_gp":
+        assert res["test_rows"] > 0 and res["objective"] == res["test_nlpd"]
     else:
         assert res["scans_total"] > 0

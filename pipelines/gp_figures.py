@@ -1,0 +1,86 @@
+"""Figures of a sparse-GP run, logged to MLflow (matplotlib, Agg backend; never shown on screen):
+the training bound against iteration, predictions with +-2 sigma bands on a 1-D slice, and the
+lengthscales."""
+
+from __future__ import annotations
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+
+BOUND_NAMES = {"sgpr": "SGPR lower bound (Titsias 2009)", "dtc": "DTC log marginal likelihood",
+               "fitc": "FITC log marginal likelihood", "svgp": "SVGP ELBO (full data)",
+               "exact": "exact log marginal likelihood"}
+
+
+def close(fig):
+    plt.close(fig)
+
+
+def bound_figure(method, trace, minibatch_trace=None) -> "plt.Figure":
+    """The training objective against iteration (SVGP: the full-data ELBO at evaluation steps and the
+    minibatch estimates)."""
+    fig, ax = plt.subplots(figsize=(7, 4))
+    if minibatch_trace:
+        s = np.array([k for k, _ in minibatch_trace])
+        v = np.array([v for _, v in minibatch_trace])
+        ax.plot(s, v, color="0.75", lw=0.7, label="minibatch estimate")
+    k = np.array([t[0] for t in trace])
+    v = np.array([t[1] for t in trace])
+    ax.plot(k, v, "o-", ms=3, color="tab:blue", label=BOUND_NAMES.get(method, method))
+    if v.size > 1:  # zoom on the fit, not on a poor starting point
+        lo, hi = float(np.min(v[1:])), float(np.max(v))
+        pad = 0.1 * (hi - lo) if hi > lo else 1.0
+        ax.set_ylim(lo - pad, hi + pad)
+    ax.set_xlabel("step (minibatch)" if method == "svgp" else "L-BFGS iteration")
+    ax.set_ylabel("objective (standardised units)")
+    ax.set_title(f"{method}: training objective")
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    return fig
+
+
+def slice_figure(method, xs, mean, var_y, var_f, input_name, target_name, others: str) -> "plt.Figure":
+    """Predictive mean with +-2 sigma bands of a new y (and of the latent f) while one input varies."""
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    sd_y, sd_f = np.sqrt(var_y), np.sqrt(var_f)
+    ax.fill_between(xs, mean - 2 * sd_y, mean + 2 * sd_y, color="tab:blue", alpha=0.18, label="±2σ, new y")
+    ax.fill_between(xs, mean - 2 * sd_f, mean + 2 * sd_f, color="tab:blue", alpha=0.35, label="±2σ, latent f")
+    ax.plot(xs, mean, color="tab:blue", lw=1.5, label="predictive mean")
+    ax.set_xlabel(str(input_name))
+    ax.set_ylabel(str(target_name))
+    ax.set_title(f"{method}: prediction along {input_name} ({others})", fontsize=9)
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    return fig
+
+
+def lengthscale_figure(names, lengthscales) -> "plt.Figure":
+    """One bar per input: its lengthscale in the input's original units (log axis; long = less relevant)."""
+    names = [str(n) for n in names]
+    d = len(names)
+    fig, ax = plt.subplots(figsize=(max(5.0, min(16.0, 0.45 * d + 3)), 4))
+    ax.bar(np.arange(d), lengthscales, color="tab:green")
+    ax.set_xticks(np.arange(d))
+    ax.set_xticklabels(names, rotation=45 if d > 8 else 0, ha="right" if d > 8 else "center", fontsize=8)
+    ax.set_yscale("log")
+    ax.set_ylabel("lengthscale (original input units)")
+    ax.set_title("ARD lengthscales (shorter: the output varies faster along that input)")
+    ax.grid(alpha=0.3, axis="y")
+    fig.tight_layout()
+    return fig
+
+
+def gp_figures(method, trace, minibatch_trace, xs, mean, var_y, var_f, input_name, target_name, median, j,
+               input_names, lengthscales) -> dict:
+    """``{"bound": ..., "slice": ..., "lengthscales": ...}``."""
+    d = len(input_names)
+    others = "the only input" if d == 1 else ("other inputs at their training medians" if d > 4 else
+                                             ", ".join(f"{input_names[i]}={median[i]:.3g}" for i in range(d) if i != j))
+    return {"bound": bound_figure(method, trace, minibatch_trace),
+            "slice": slice_figure(method, xs, mean, var_y, var_f, input_name, target_name, others),
+            "lengthscales": lengthscale_figure(input_names, lengthscales)}
