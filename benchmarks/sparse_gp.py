@@ -382,7 +382,7 @@ def large(a):
     out = io.StringIO()
     out.write(f"# Sparse GP, large: SGPR on {n} memory-mapped rows, m={a.large_m}, fixed inducing inputs\n\n")
     out.write(f"Machine: {cpu_name()}, {os.cpu_count()} cores, Python {platform.python_version()}; command: "
-              f"`.venv/bin/python benchmarks/sparse_gp.py --large --large-n {n}`; {time.strftime('%Y-%m-%d')}\n\n")
+              f"`.venv/bin/python benchmarks/sparse_gp.py --large --large-n {n} --large-iters {a.large_iters} --large-m {a.large_m}`; {time.strftime('%Y-%m-%d')}\n\n")
     out.write("| what | value |\n| --- | --- |\n")
     out.write(f"| data file | {n} x 11 float64, {size / 2**30:.2f} GiB (written part by part in {write_s:.1f} s) |\n")
     out.write(f"| cluster | LocalCluster, 2 workers x 1 thread, memory_limit {a.memory_limit} |\n")

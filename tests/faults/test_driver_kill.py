@@ -2,8 +2,8 @@
 ``resume=<run id>``: the run ends FINISHED with results bit-identical to an undisturbed run.
 
 Tempering and SVI resume from their last checkpoint (tests/pipelines/test_resume.py and
-test_svi_resume.py). TESLA and the variational bounds keep no checkpoints: their resume re-runs the
-computation into the same MLflow run, from the recorded config, which gives the same bits because
+test_svi_resume.py). TESLA, the variational bounds and the sparse GPs keep no checkpoints: their
+resume re-runs the computation into the same MLflow run, from the recorded config, which gives the same bits because
 every random stream comes from the seed and the identity of the work. These tests show it for both.
 """
 
@@ -24,6 +24,8 @@ CASES = {
     "tesla": (["pipeline=tesla", "debug=default", "progress=false", "tesla.figures=false"], "estimates.npz"),
     "bounds": (["pipeline=bounds", "model=ising", "model.L=12", "variational.temperatures=[2.0,2.269185314213022,2.6]",
                 "variational.figures=false", "progress=false"], None),
+    "sparse_gp": (["pipeline=sparse_gp", "gp_data=diabetes", "sparse_gp.m=16", "sparse_gp.max_iter=15",
+                   "sparse_gp.chunk_size=100", "sparse_gp.figures=false", "progress=false"], "model.npz"),
 }
 
 
