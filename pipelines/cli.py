@@ -48,7 +48,7 @@ def run_from_hydra(cfg):
 
     from pipelines.errors import EXIT_BAD_INPUT, EXIT_FAILED, ConfigError
 
-    verbose = bool(OmegaConf.select(cfg, "verbose", default=False))
+    verbose = OmegaConf.select(cfg, "verbose", default=False) is True  # a mistyped verbose=2 is refused by preflight, not obeyed
     try:
         try:
             cfg_dict = OmegaConf.to_container(cfg, resolve=True)

@@ -12,10 +12,10 @@ same line); no results.json or final_state.npz written.
 | TESLA configs and binary time-series data | test_tesla_bad_input.py | 16 (+1 good input) |
 | variational bounds: configs, coupling files | test_bounds_bad_input.py | 10 |
 | dask_cluster.yaml and cluster.* (a) | test_cluster_bad_input.py | 34 |
-| top-level keys and types, GPU (b) | test_config_bad_input.py | 16 (+1 verbose=true) |
+| top-level keys and types, GPU (b) | test_config_bad_input.py | 17 (+1 verbose=true) |
 | data files (c) | test_data_bad_input.py | 32 (1 strict xfail) |
 | sparse GP configs and regression data (d) | test_sparse_gp_bad_input.py | 17 |
-| total | | 158 |
+| total | | 159 |
 
 (a) the file (6: malformed YAML, empty, no mapping, not found, unknown type, no type), the
 profile's keys and types (9: unknown profile, n_workers, threads_per_worker, memory_limit,
@@ -24,7 +24,7 @@ a missing optional extra (2: slurm, kubernetes), TLS certificates (12: missing, 
 PEM, a key of another certificate, signed by another CA, unknown keys, a tls:// address without
 certificates, a tls block with a tcp:// address or on a type without TLS).
 (b) unknown keys (5: ``+foo=1``, a typo, an allow-list key, a tracking key, a missing key),
-wrong types (7), malformed command lines (2), a GPU asked for without one (2: backend=cupy, the
+wrong types (8), malformed command lines (2), a GPU asked for without one (2: backend=cupy, the
 local_cuda profile without dask-cuda).
 (c) TESLA samples (12), MRF files (9), SVI corpora (11): empty and truncated files, NaN and
 infinities, shape mismatches, files of the wrong kind. The xfail records a known defect: an

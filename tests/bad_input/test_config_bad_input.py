@@ -42,6 +42,7 @@ CASES = {
     "seed_not_a_number": lambda: (["seed=abc"], ["seed='abc'", "must be an integer"]),
     "seed_fractional": lambda: (["seed=1.5"], ["seed=1.5", "must be an integer"]),
     "progress_not_a_bool": lambda: (["progress=maybe"], ["progress='maybe'", "must be true or false"]),
+    "verbose_not_a_bool": lambda: (["verbose=2"], ["verbose=2", "must be true or false"]),
     "bounds_not_a_bool": lambda: (["bounds=2"], ["bounds=2", "must be true or false"]),
     "backend_unknown": lambda: (["backend=tpu"], ["backend='tpu'", "expected one of auto, numpy, cupy"]),
     "tracking_uri_not_a_string": lambda: (["tracking.uri=5"], ["tracking.uri=5", "must be a string or null"]),
