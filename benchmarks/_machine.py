@@ -15,3 +15,11 @@ def cpu_name() -> str:
     except OSError:
         pass
     return platform.processor() or platform.machine()
+
+
+def emit(text: str, out: Path | None) -> None:
+    """Print a benchmark's report and, with ``--out``, write it there too."""
+    print("\n" + text)
+    if out:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(text)

@@ -37,7 +37,7 @@ sys.path.insert(0, str(REPO))
 
 import numpy as np  # noqa: E402
 
-from _machine import cpu_name  # noqa: E402
+from _machine import cpu_name, emit  # noqa: E402
 from tasks import backend  # noqa: E402
 from tasks.bounds import lattice_kernel, messages, mrf  # noqa: E402
 
@@ -106,10 +106,7 @@ def main():
         out.write(f"| {name} | {vo / model.n:.12f} | {vp / model.n:.12f} | {abs(vo - vp):.1e} | {io_} / {ip} |\n")
     out.write(f"\nThe CSR adjacency (built once per model, any graph) took {adj_s:.3f} s.\n")
     text = out.getvalue()
-    print("\n" + text)
-    if a.out:
-        a.out.parent.mkdir(parents=True, exist_ok=True)
-        a.out.write_text(text)
+    emit(text, a.out)
 
 
 if __name__ == "__main__":

@@ -58,7 +58,7 @@ sys.path.insert(0, str(REPO))
 
 import numpy as np  # noqa: E402
 
-from _machine import cpu_name  # noqa: E402
+from _machine import cpu_name, emit  # noqa: E402
 
 THREADS = {"NUMBA_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
 TARGET_SPEEDUP = 5.0
@@ -426,10 +426,7 @@ def main():
     if a.quick:
         a.n, a.n_test, a.m, a.iters, a.chunk_size = 10_000, 2_000, 64, 10, 2_500
     text = large(a) if a.large else compare(a)
-    print("\n" + text)
-    if a.out:
-        a.out.parent.mkdir(parents=True, exist_ok=True)
-        a.out.write_text(text)
+    emit(text, a.out)
 
 
 if __name__ == "__main__":

@@ -41,7 +41,7 @@ sys.path.insert(0, str(REPO))
 
 import numpy as np  # noqa: E402
 
-from _machine import cpu_name  # noqa: E402
+from _machine import cpu_name, emit  # noqa: E402
 from tasks.tesla import data as tdata  # noqa: E402
 from tasks.tesla import synthetic  # noqa: E402
 
@@ -201,10 +201,7 @@ def main():
     out.write(f"- scikit-learn skipped {sk_skipped} (node, time, lambda1) problems where the node is constant "
               f"at that time point (liblinear needs two classes); pgmflow solves them (the field absorbs it).\n")
     text = out.getvalue()
-    print("\n" + text)
-    if a.out:
-        a.out.parent.mkdir(parents=True, exist_ok=True)
-        a.out.write_text(text)
+    emit(text, a.out)
 
 
 if __name__ == "__main__":
