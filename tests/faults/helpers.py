@@ -75,3 +75,13 @@ def killing_cluster(when, finished, timeout: float = 180.0, n_workers: int = 2):
 def assert_killed_mid_run(kill: Kill):
     assert kill.pid is not None, "the worker was never killed"
     assert kill.too_late is False, "killed after the run ended: the test proves nothing"
+
+
+def assert_same_npz(tr_a, tr_b, artifact: str):
+    """The .npz artifact ``artifact`` of two runs holds the same arrays, bit for bit."""
+    import numpy as np
+
+    with np.load(tr_a.download(artifact)) as a, np.load(tr_b.download(artifact)) as b:
+        assert set(a.files) == set(b.files)
+        for k in a.files:
+            np.testing.assert_array_equal(a[k], b[k], err_msg=k)
