@@ -8,12 +8,12 @@
 The data: ``sklearn.datasets.make_friedman1(n_samples=n + n_test, n_features=10, noise=1.0,
 random_state=0)``; the first n = 100,000 rows train, the next 20,000 are held out. Both fits see the
 same standardised data (pgmflow's ``Standardizer`` of the training rows), start from the same
-m = 256 inducing inputs (``pipelines.sparse_gp.initial_inducing``: k-means++ with 10 Lloyd
+m = 256 inducing inputs (``pipelines.sparse_gp.evaluations.initial_inducing``: k-means++ with 10 Lloyd
 iterations on a 20,000-row subsample, seeded by ``tasks.rng``) and the same hyperparameters
 (lengthscale 1 in every input, scale 1, noise variance 0.1, in standardised units), and both
 optimise the hyperparameters and the inducing inputs.
 
-* pgmflow: the pipeline's own objective (``pipelines.sparse_gp.Evaluations``: one task per chunk of
+* pgmflow: the pipeline's own objective (``pipelines.sparse_gp.evaluations.Evaluations``: one task per chunk of
   10,000 rows computes the SGPR statistics, the driver adds them in chunk order and does the
   m x m algebra, one task per chunk computes the gradient) on a LocalCluster of 2 worker
   processes with 1 thread each (OMP/OPENBLAS/MKL/NUMBA threads = 1 in the workers); the chunks
@@ -89,8 +89,9 @@ def run_pgmflow(Xs, ys, Xts, yt, std, Z0, a):
     import distributed
     from distributed import Client
 
-    from pipelines import sparse_gp as sg
-    from pipelines.graph import Executor
+    from pipelines.core.graph import Executor
+    from pipelines.sparse_gp import evaluations as sg
+    from tasks.gp import chunks
     from tasks.gp import kernels as kern
     from tasks.gp import stats as gstats
 
@@ -101,7 +102,7 @@ def run_pgmflow(Xs, ys, Xts, yt, std, Z0, a):
     out = {}
     with _cluster() as cluster, Client(cluster) as client:
         ex = Executor(client)
-        refs = [ex.scatter(sg.Chunk(Xs[lo:hi], ys[lo:hi], Xts[tlo:thi], yt[tlo:thi]))
+        refs = [ex.scatter(chunks.Chunk(Xs[lo:hi], ys[lo:hi], Xts[tlo:thi], yt[tlo:thi]))
                 for (lo, hi), (tlo, thi) in zip(bounds, tb)]
         distributed.wait(refs)
         ev = sg.Evaluations(ex, refs, "sgpr", "rbf", d, m, Z0, True, 1e-6, 6, "numpy", "bench")
@@ -131,11 +132,11 @@ def run_pgmflow(Xs, ys, Xts, yt, std, Z0, a):
             rec = ev.records[np.asarray(res.x).tobytes()]
         params, Z = ev.unpack(res.x)
         out["bound"] = rec[0]
-        pred = sg.Predictor("sgpr", "rbf", params, Z, rec[1], None, rec[5], 6)
+        pred = chunks.Predictor("sgpr", "rbf", params, Z, rec[1], None, rec[5], 6)
         import dask
 
         h = ex.scatter(pred)
-        sums = ex.gather(ex.compute([dask.delayed(sg.chunk_test_task)(h, r, std, dask_key_name=f"bench-test-{c}")
+        sums = ex.gather(ex.compute([dask.delayed(chunks.chunk_test_task)(h, r, std, dask_key_name=f"bench-test-{c}")
                                      for c, r in enumerate(refs)]))
     n_t = sum(s[0] for s in sums)
     out["rmse"] = math.sqrt(sum(s[1] for s in sums) / n_t)
@@ -242,7 +243,7 @@ def our_bound_at(params, Xs, ys):
 
 
 def compare(a):
-    from pipelines import sparse_gp as sg
+    from pipelines.sparse_gp import evaluations as sg
     from tasks.gp.data import Standardizer
 
     t0 = time.perf_counter()
@@ -342,7 +343,8 @@ def large(a):
     from hydra import compose, initialize_config_dir
     from omegaconf import OmegaConf
 
-    from pipelines import gp_data, runner
+    from pipelines.core import runner
+    from pipelines.sparse_gp import data as gp_data
 
     n = a.large_n
     tmp = Path(a.large_dir or tempfile.mkdtemp(prefix="pgmflow-gp-large-"))

@@ -105,8 +105,8 @@ def start_cluster():
 
 
 def run_pgmflow(info, a, workdir: Path, cluster):
-    from pipelines.runner import execute
-    from pipelines.tracking import Tracker
+    from pipelines.core.runner import execute
+    from pipelines.core.tracking import Tracker
     from tests.conftest import compose
 
     uri = f"sqlite:///{workdir / 'mlflow.db'}"

@@ -9,7 +9,7 @@ time points). The grid: lambda1 in {0.32, 0.16, 0.08, 0.04, 0.02} x lambda2 in {
 0.125}, i.e. 100 nodes x 25 grid points = 2,500 whole-path problems of 100 x 100 parameters,
 chosen per node by BIC.
 
-* pgmflow: the pipeline's own graph (``pipelines.tesla.build_fits``: one task per node and
+* pgmflow: the pipeline's own graph (``pipelines.tesla.run.build_fits``: one task per node and
   lambda2 that solves the lambda1 path warm-started, one selection task per node) on a
   LocalCluster of 1 and of 2 worker processes (1 thread each), started and warmed up (numba
   kernels loaded) before the clock runs. Also timed: pgmflow's static baseline, the same
@@ -58,8 +58,8 @@ def make_data(a):
 def run_pgmflow(series, n_workers, methods, a):
     from distributed import Client, LocalCluster
 
-    from pipelines.graph import Executor
-    from pipelines.tesla import build_fits
+    from pipelines.core.graph import Executor
+    from pipelines.tesla.run import build_fits
 
     env = {"NUMBA_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
     os.environ.update(env)

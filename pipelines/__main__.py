@@ -1,6 +1,6 @@
 """``python -m pipelines`` is the ``pgmflow`` command."""
 
-from pipelines.cli import main
+from pipelines.core.cli import main
 
 if __name__ == "__main__":
     main()

@@ -138,7 +138,7 @@ def test_a_tls_client_without_a_certificate_is_refused_by_the_scheduler(tls_clus
 def test_a_pipeline_runs_through_a_tls_address_profile(tls_cluster, certs, tmp_path):
     """pgmflow pipeline=tempering with cluster.file= a cluster file whose address profile has a tls:
     block (paths relative to the file): the run finishes and its tasks ran on the TLS cluster."""
-    from pipelines import cluster as cluster_mod
+    from pipelines.core import cluster as cluster_mod
 
     good = certs["good"]
     (tmp_path / "certs").mkdir()
@@ -167,7 +167,7 @@ def test_the_local_tls_profile_starts_a_tls_cluster(certs, tmp_path):
     and its own client computes; a plain client is refused."""
     from distributed import Client
 
-    from pipelines import cluster as cluster_mod
+    from pipelines.core import cluster as cluster_mod
 
     good = certs["good"]
     (tmp_path / "c.yaml").write_text(yaml.safe_dump({"profiles": {"local_tls": {

@@ -120,3 +120,39 @@ class Standardizer(NamedTuple):
         """Inverse of :meth:`to_dict`."""
         return cls(np.asarray(d["x_mean"], dtype=np.float64), np.asarray(d["x_std"], dtype=np.float64),
                    float(d["y_mean"]), float(d["y_std"]))
+
+
+# --- the held-out split: a pure function of the row index, so any chunking of the rows agrees --------
+
+GP_STREAM_SPLIT = 3  # identity element under rng.STAGE_GP for the held-out split (0-2: tasks.gp)
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+_MIX1 = np.uint64(0xBF58476D1CE4E5B9)
+_MIX2 = np.uint64(0x94D049BB133111EB)
+
+
+def split_key(seed: int) -> int:
+    """The 64-bit key of the held-out split of ``seed``."""
+    return int(trng.seed_sequence(seed, trng.STAGE_GP, GP_STREAM_SPLIT).generate_state(1, dtype=np.uint64)[0])
+
+
+def heldout_rows(key: int, start: int, stop: int, fraction: float) -> np.ndarray:
+    """bool [stop - start]: which of rows ``start .. stop - 1`` are held out (a pure function of the
+    row index, so any chunking of the rows agrees)."""
+    n = max(0, int(stop) - int(start))
+    if fraction <= 0 or n == 0:
+        return np.zeros(n, dtype=bool)
+    z = np.arange(int(start) + 1, int(stop) + 1, dtype=np.uint64)
+    z *= _GOLDEN
+    z += np.uint64(key)
+    z ^= z >> np.uint64(30)
+    z *= _MIX1
+    z ^= z >> np.uint64(27)
+    z *= _MIX2
+    z ^= z >> np.uint64(31)
+    u = (z >> np.uint64(11)).astype(np.float64) * (1.0 / 9007199254740992.0)  # [0, 1), 53 bits
+    return u < float(fraction)
+
+
+def open_npy(path: str):
+    """The memory-mapped array of an ``.npy`` file (read-only)."""
+    return np.load(path, mmap_mode="r", allow_pickle=False)

@@ -199,3 +199,11 @@ def words_of_group(states, max_docs: int = 2000) -> np.ndarray:
         sh = _data(st)
         out.append(_words_of_docs(sh, st.train_ids[:max_docs]))
     return np.unique(np.concatenate(out)).astype(np.int64)
+
+
+def true_heldout_group(states, topics: np.ndarray, alpha: np.ndarray, max_iter: int,
+                       tol: float) -> list[tuple[int, float, float]]:
+    """Document-completion log likelihood of each shard's held-out documents under known topics
+    (a synthetic corpus's true model): [(j, sum log p, tokens)]."""
+    return [(st.index, *_evaluate.completion_log_likelihood(st.heldout_obs, st.heldout_test, alpha, topics=topics,
+                                                           max_iter=max_iter, tol=tol)) for st in states]

@@ -20,7 +20,7 @@ from scipy.special import digamma, gammaln
 
 from tasks import rng as _rng
 
-__all__ = ["SVIState", "SVIInfo", "init", "step_size", "update", "topic_term_bound"]
+__all__ = ["SVIState", "SVIInfo", "exp_elog_beta", "init", "step_size", "update", "topic_term_bound"]
 
 
 class SVIState(NamedTuple):
@@ -59,3 +59,12 @@ def topic_term_bound(lam: np.ndarray, eta: float) -> float:
     elog = digamma(lam) - digamma(lam.sum(axis=1))[:, None]
     return float(np.sum((eta - lam) * elog) + np.sum(gammaln(lam) - gammaln(eta))
                  + np.sum(gammaln(eta * V) - gammaln(lam.sum(axis=1))))
+
+
+def exp_elog_beta(lam: np.ndarray, cols: np.ndarray, rowsum: np.ndarray | None = None) -> np.ndarray:
+    """``exp(E[log beta])`` of the columns ``cols`` of lambda [K, V], word-major [len(cols), K]:
+    what the driver sends with each E-step task (scipy's digamma; ``rowsum`` = ``lam.sum(axis=1)``
+    when the caller has it already)."""
+    rowsum = lam.sum(axis=1) if rowsum is None else rowsum
+    sub = lam[:, cols]
+    return np.ascontiguousarray(np.exp(digamma(sub) - digamma(rowsum)[:, None]).T)

@@ -661,3 +661,26 @@ def gaussian_mixture_log_z(weights, sigmas, dim):
     with np.errstate(divide="ignore"):
         terms = np.log(w) + 0.5 * dim * np.log(2.0 * np.pi * s * s)
     return float(special.logsumexp(terms))
+
+
+def reference_log_z(target) -> tuple[float | None, str]:
+    """The exact log Z of a tempering target where one is known, and how it was obtained:
+    ``(value, "kaufman" | "transfer_matrix" | "analytic")`` or ``(None, "none")``.
+
+    Ising targets with uniform bonds and no field use Kaufman's finite-lattice formula (an
+    antiferromagnet on an even periodic lattice maps onto the ferromagnet by flipping one
+    sublattice); other Ising targets up to 10 x 10 use the transfer matrix; continuous targets
+    report their own ``exact_log_z`` when they have one.
+    """
+    if target.kind == "ising":
+        uniform_bonds = bool(np.all(target.bonds_h == target.bonds_h.flat[0]) and
+                             np.all(target.bonds_v == target.bonds_h.flat[0]))
+        if uniform_bonds and target.h == 0.0:
+            return float(kaufman_log_z(target.L, target.L, target.J_abs, target.beta_model)), "kaufman"
+        if target.L <= 10:
+            res = ising_log_z_transfer_matrix(target.bonds_h, target.bonds_v, target.J_abs, target.h,
+                                              target.beta_model)
+            return float(res["log_z"] if isinstance(res, dict) else res), "transfer_matrix"
+        return None, "none"
+    val = getattr(target, "exact_log_z", None)
+    return (float(val), "analytic") if val is not None else (None, "none")

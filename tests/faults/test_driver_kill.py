@@ -60,7 +60,7 @@ def test_killed_driver_resumes_to_identical_result(tmp_path, name):
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     run_id = _kill_mid_run(args, tmp_path, uri, name)
 
-    from pipelines.tracking import Tracker
+    from pipelines.core.tracking import Tracker
 
     tr = Tracker(uri, "pgmflow")
     assert tr.client.get_run(run_id).info.status == "RUNNING"  # killed: nobody could end it

@@ -18,8 +18,8 @@ SMALL_GMM = ["model=gaussian_mixture", "tempering.n_replicas=5", "tempering.n_ro
 def run(overrides, mlflow_uri, cluster=None, n_workers=None):
     """Execute one experiment in this process; ``cluster`` is a LocalCluster to connect to (or None:
     the synchronous scheduler). Returns (result dict, Tracker bound to the run)."""
-    from pipelines.runner import execute
-    from pipelines.tracking import Tracker
+    from pipelines.core.runner import execute
+    from pipelines.core.tracking import Tracker
 
     ov = list(overrides) + [f"tracking.uri={mlflow_uri}"]
     if cluster is None:

@@ -54,7 +54,7 @@ def test_killed_driver_resumes_to_identical_result(tmp_path):
     assert "finished" not in out
     assert not checkpoint_of_round(10), "the run finished before it was killed; the test proves nothing"
 
-    from pipelines.tracking import Tracker
+    from pipelines.core.tracking import Tracker
 
     tr = Tracker(uri, "pgmflow")
     assert tr.client.get_run(run_id).info.status == "RUNNING"  # killed: nobody could end it
@@ -65,7 +65,7 @@ def test_killed_driver_resumes_to_identical_result(tmp_path):
     _, tr_full = run(OVERRIDES, uri)
     assert_same_results(tr_full, tr_resumed)
 
-    from pipelines.errors import ConfigError
+    from pipelines.core.errors import ConfigError
 
     with pytest.raises(ConfigError, match="already finished"):
         run(OVERRIDES + [f"resume={run_id}"], uri)

@@ -107,9 +107,11 @@ def test_svgp_minibatches_improve_the_elbo(store, cluster2):
 
 
 def test_npy_data_is_read_by_path_in_the_chunk_tasks(tmp_path, store, cluster2):
-    from pipelines import gp_data, sparse_gp
-    from pipelines.graph import Executor
+    from pipelines.sparse_gp import data as gp_data
+    from pipelines.sparse_gp import evaluations as sparse_gp
+    from pipelines.core.graph import Executor
     from tasks.gp import data as gdata
+    from tasks.gp.chunks import FileRows
     from tests.conftest import compose
 
     X, y = gdata.friedman1(5, 500, d=6)
@@ -122,7 +124,7 @@ def test_npy_data_is_read_by_path_in_the_chunk_tasks(tmp_path, store, cluster2):
     assert data.memmap and data.X is None and data.d == 6
     refs, counts = sparse_gp.chunk_refs(Executor(None), data, 128, 0, 0.2)
     assert len(refs) == 4 and counts.sum() == data.n_train
-    assert all(isinstance(r, sparse_gp.FileRows) and r.path == str(tmp_path / "data.npy") for r in refs)
+    assert all(isinstance(r, FileRows) and r.path == str(tmp_path / "data.npy") for r in refs)
     assert max(len(pickle.dumps(r)) for r in refs) < 1000  # a path and a row range, not the rows
     res, tr = run(npy, store, cluster2)
     tags = tr.client.get_run(tr.run_id).data.tags

@@ -33,7 +33,7 @@ def sweep(args, cwd, uri, timeout=400):
 
 
 def runs(uri):
-    from pipelines.tracking import Tracker
+    from pipelines.core.tracking import Tracker
 
     tr = Tracker(uri, "pgmflow")
     exp = tr.client.get_experiment_by_name("pgmflow")

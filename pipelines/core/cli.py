@@ -17,23 +17,8 @@ from __future__ import annotations
 
 import os
 import sys
-from pathlib import Path
 
-
-def conf_dir() -> str:
-    """The config directory: the source tree's conf/ or the installed ``pgmflow_conf`` package."""
-    env = os.environ.get("PGMFLOW_CONF_DIR")
-    if env:
-        return str(Path(env).resolve())
-    src = Path(__file__).resolve().parent.parent / "conf"
-    if (src / "config.yaml").exists():
-        return str(src)
-    import importlib.util
-
-    spec = importlib.util.find_spec("pgmflow_conf")
-    if spec is not None and spec.submodule_search_locations:
-        return str(Path(list(spec.submodule_search_locations)[0]).resolve())
-    raise RuntimeError("pgmflow cannot find its conf/ directory; set PGMFLOW_CONF_DIR")
+from pipelines.core.config import conf_dir, conf_groups
 
 
 def _report(message: str, code: int):
@@ -46,7 +31,7 @@ def run_from_hydra(cfg):
     from omegaconf import OmegaConf
     from omegaconf.errors import OmegaConfBaseException
 
-    from pipelines.errors import EXIT_BAD_INPUT, EXIT_FAILED, ConfigError
+    from pipelines.core.errors import EXIT_BAD_INPUT, EXIT_FAILED, ConfigError
 
     verbose = OmegaConf.select(cfg, "verbose", default=False) is True  # a mistyped verbose=2 is refused by preflight, not obeyed
     try:
@@ -57,7 +42,7 @@ def run_from_hydra(cfg):
             raise ConfigError(str(key), "<interpolation>", f"cannot be resolved ({exc.msg if hasattr(exc, 'msg') else exc})",
                               "fix the ${...} reference") from None
         cfg_dict.pop("hydra", None)
-        from pipelines.runner import execute
+        from pipelines.core.runner import execute
 
         result = execute(cfg_dict)
         return result.get("objective")
@@ -100,9 +85,8 @@ def _override_error(argv, exc) -> str:
             from hydra import compose, initialize_config_dir
 
             with initialize_config_dir(config_dir=conf_dir(), version_base="1.3"):
-                base = compose("config", overrides=[a for a in argv if "=" in a and a.split("=")[0].split(".")[0] in
-                                                    ("pipeline", "model", "experiment", "debug", "tracking", "cluster", "network", "corpus", "gp_data")
-                                                    and "." not in a.split("=")[0]])
+                groups = conf_groups()
+                base = compose("config", overrides=[a for a in argv if "=" in a and a.split("=")[0] in groups])
             node = base
             for part in section.split(".") if section else []:
                 node = node[part]
@@ -122,7 +106,7 @@ def _precheck(argv) -> None:
         return  # --help, --cfg, -m/--multirun, --info...: Hydra's own handling
     from hydra import compose, initialize_config_dir
 
-    from pipelines.errors import EXIT_BAD_INPUT
+    from pipelines.core.errors import EXIT_BAD_INPUT
 
     try:
         with initialize_config_dir(config_dir=conf_dir(), version_base="1.3"):
@@ -137,7 +121,7 @@ def _is_multirun(argv) -> bool:
 
 def _multirun(app) -> None:
     """Run a sweep; exit with the number of failed jobs (Hydra's own errors: its exit code)."""
-    from pipelines import sweep
+    from pipelines.core import sweep
 
     code = 0
     try:
@@ -160,7 +144,7 @@ def main():
     os.environ.setdefault("PGMFLOW_ORIG_CWD", os.getcwd())
     argv = sys.argv[1:]
     if argv and argv[0] == "reproduce":
-        from pipelines.reproduce import main as reproduce_main
+        from pipelines.core.reproduce import main as reproduce_main
 
         sys.exit(reproduce_main(argv[1:]))
     _precheck(argv)

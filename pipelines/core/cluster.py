@@ -28,12 +28,12 @@ from pathlib import Path
 
 import yaml
 
-from pipelines.errors import ConfigError
+from pipelines.core.errors import ConfigError
 
 TYPES = ("local", "address", "slurm", "pbs", "kubernetes", "local_cuda", "synchronous")
 EXTRAS = {"slurm": ("dask_jobqueue", "slurm"), "pbs": ("dask_jobqueue", "pbs"),
           "kubernetes": ("dask_kubernetes", "kubernetes"), "local_cuda": ("dask_cuda", "gpu")}
-PACKAGED_FILE = Path(__file__).resolve().parent.parent / "dask_cluster.yaml"
+PACKAGED_FILE = Path(__file__).resolve().parents[2] / "dask_cluster.yaml"
 # Used when no dask_cluster.yaml exists (an installed pgmflow run outside the source tree).
 BUILTIN_PROFILES = {"local": {"type": "local", "n_workers": None, "threads_per_worker": 1,
                               "dashboard_address": "127.0.0.1:8787"},
@@ -380,7 +380,7 @@ def security_for(ccfg: dict):
 
 class _ReportedByPgmflow(logging.Filter):
     """Drops the in-process scheduler's log line about a task whose workers all died: the driver
-    reports it itself, as one line that says what to change (pipelines.graph.WorkerMemoryError)."""
+    reports it itself, as one line that says what to change (pipelines.core.graph.WorkerMemoryError)."""
 
     def filter(self, record):
         msg = record.getMessage()

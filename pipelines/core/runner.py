@@ -7,24 +7,22 @@ workers -> ordered reduce -> metrics, figures, checkpoints -> end run.
 from __future__ import annotations
 
 import contextlib
-import importlib
 import os
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from pipelines.errors import ConfigError
-from pipelines.graph import Executor
-
-PIPELINES = {"tempering": "pipelines.tempering:run", "svi": "pipelines.svi:run", "tesla": "pipelines.tesla:run",
-             "bounds": "pipelines.bounds:run", "sparse_gp": "pipelines.sparse_gp:run"}
+from pipelines.core import registry
+from pipelines.core.errors import ConfigError
+from pipelines.core.graph import Executor
 # Fields a resumed run may change: where and how it runs, not what it computes.
 RESUME_MAY_CHANGE = ("cluster", "progress", "verbose", "tracking", "backend", "resume")
 
 
 @dataclass
 class RunContext:
-    """What a pipeline receives: the config, the tracker, the cluster and the backend."""
+    """What a workload's ``run`` receives: the config, the tracker, the cluster, the backend, and the
+    stream every line for the user goes to (:meth:`say`)."""
 
     cfg: dict
     tracker: object
@@ -33,15 +31,20 @@ class RunContext:
     backend: str
     device: str
     resumed: bool
+    stream: object = field(default=None)
 
     @property
     def progress(self) -> bool:
         return bool(self.cfg.get("progress", True))
 
+    @property
+    def token(self) -> str:
+        """The run's short token in task keys."""
+        return self.tracker.run_id[:12]
 
-def _pipeline(name: str):
-    mod, _, fn = PIPELINES[name].partition(":")
-    return getattr(importlib.import_module(mod), fn)
+    def say(self, text: str, prefix: str = "pgmflow: "):
+        """Print a line (or lines) for the user on the run's stream."""
+        print(f"{prefix}{text}", file=self.stream if self.stream is not None else sys.stdout, flush=True)
 
 
 def load_recorded_config(cfg: dict) -> dict:
@@ -76,7 +79,7 @@ SWEEP_SCHEDULER = "PGMFLOW_SWEEP_SCHEDULER"  # the sweep's cluster: the job's ow
 
 
 def _tracker(cfg: dict):
-    from pipelines import tracking
+    from pipelines.core import tracking
 
     tcfg = cfg["tracking"]
     return tracking.Tracker(tcfg["uri"], tcfg["experiment"], tcfg.get("artifact_location"),
@@ -88,7 +91,7 @@ def _sweep_cluster(ccfg: dict, address: str):
     """A sweep job's cluster: the scheduler its launcher opened (no new cluster per job)."""
     from distributed import Client
 
-    from pipelines import cluster as cluster_mod
+    from pipelines.core import cluster as cluster_mod
 
     security = None
     make_security = getattr(cluster_mod, "security_for", None)
@@ -101,13 +104,14 @@ def _sweep_cluster(ccfg: dict, address: str):
                                         type="sweep", n_workers=max(n, 1), address=address)
 
 
-def execute(cfg: dict, stream=sys.stdout) -> dict:
+def execute(cfg: dict, stream=None) -> dict:
     """Run one experiment from a resolved config (plain dict). Returns the pipeline's result dict.
 
     In a sweep job (``PGMFLOW_SWEEP_RUN_ID`` set by the launcher) the run already exists: it is
     taken over, and ends FAILED with the message if the config is refused before any task runs.
     """
     sweep_run = os.environ.get(SWEEP_RUN_ID)
+    stream = sys.stdout if stream is None else stream  # looked up per call (tests swap sys.stdout)
     try:
         return _execute(cfg, stream, sweep_run)
     except BaseException as exc:
@@ -121,8 +125,8 @@ def execute(cfg: dict, stream=sys.stdout) -> dict:
 
 
 def _execute(cfg: dict, stream, sweep_run: str | None) -> dict:
-    from pipelines import cluster as cluster_mod
-    from pipelines import preflight, tracking
+    from pipelines.core import cluster as cluster_mod
+    from pipelines.core import preflight, tracking
     from tasks import backend as backend_mod
 
     if cfg.get("resume"):
@@ -152,9 +156,9 @@ def _execute(cfg: dict, stream, sweep_run: str | None) -> dict:
         print(f"pgmflow: {cfg['pipeline']['name']} run {tracker.run_id} on {ch.profile} ({ch.n_workers} worker"
               f"{'s' if ch.n_workers != 1 else ''}), backend {backend}", file=stream, flush=True)
         ctx = RunContext(cfg=cfg, tracker=tracker, cluster=ch, executor=Executor(ch.client), backend=backend,
-                         device=device, resumed=bool(cfg.get("resume")))
+                         device=device, resumed=bool(cfg.get("resume")), stream=stream)
         try:
-            result = _pipeline(cfg["pipeline"]["name"])(ctx)
+            result = registry.get(cfg["pipeline"]["name"]).load_run()(ctx)
             objective = result.get("objective")
             if isinstance(objective, (int, float)) and objective == objective:
                 tracker.log_metrics({"objective": objective}, step=0, flush=True)

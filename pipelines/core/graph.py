@@ -107,6 +107,29 @@ class Executor:
             return None
         return WorkerMemoryError(exc.task, mine[-1].get("rss"), limit, exc.allowed_failures + 1)
 
+    def gather_ordered(self, outputs, key=None, flatten: bool = False, release: bool = False) -> list:
+        """Compute delayed ``outputs`` and return their results in task-id order, never in completion
+        order: the order of ``outputs``, or, with ``flatten``, the items of every output's list in turn,
+        sorted (stably) by ``key`` when given (e.g. the shard index each item carries)."""
+        handles = self.compute(outputs)
+        results = self.gather(handles)
+        if release:
+            self.release(handles)
+        if flatten:
+            results = [item for part in results for item in part]
+        return sorted(results, key=key) if key is not None else list(results)
+
+    def sum_ordered(self, outputs, batch: int = 16):
+        """Compute delayed ``outputs`` and add their results left to right (``((r0 + r1) + r2) + ...``,
+        the same bits for any placement), gathering ``batch`` at a time to bound the driver's memory."""
+        handles = self.compute(outputs)
+        total = None
+        for i in range(0, len(handles), batch):
+            for part in self.gather(handles[i:i + batch]):
+                total = part if total is None else total + part
+            self.release(handles[i:i + batch])
+        return total
+
     def release(self, handles):
         if self.client is not None:
             for h in handles:
@@ -118,13 +141,12 @@ def _identity(x):
     return x
 
 
-# What cuts a pipeline's work into tasks, by the prefix of its task keys: the first setting to change
-# when one task does not fit in a worker.
-CHUNK_SETTINGS = (
-    ("pt-", "tempering.layout=blocks with a larger tempering.n_blocks (fewer replicas per task)"),
-    ("svi-", "a smaller corpus.docs_per_shard (fewer documents per task)"),
-    ("gp-", "a smaller sparse_gp.chunk_size (fewer rows per task)"),
-)
+def chunk_settings() -> list[tuple[str, str]]:
+    """What cuts each workload's work into tasks, by the prefix of its task keys: the first setting to
+    change when one task does not fit in a worker (each workload's ``memory_hint``)."""
+    from pipelines.core import registry
+
+    return [w.memory_hint for w in registry.workloads() if w.memory_hint]
 
 
 def _bytes(n) -> str:
@@ -141,7 +163,7 @@ class WorkerMemoryError(RuntimeError):
     def __init__(self, task, rss, memory_limit, tries, detail: str | None = None):
         self.task, self.rss, self.memory_limit, self.tries = task, rss, memory_limit, tries
         key = str(task) if task is not None else ""
-        chunk = next((hint for prefix, hint in CHUNK_SETTINGS if key.startswith(prefix)), None)
+        chunk = next((hint for prefix, hint in chunk_settings() if key.startswith(prefix)), None)
         fixes = ([chunk] if chunk else []) + [
             "a larger memory_limit for the cluster profile in dask_cluster.yaml",
             "fewer workers per machine (cluster.n_workers=N) with memory_limit: auto, so each gets more"]

@@ -19,7 +19,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from pipelines.errors import ConfigError
+from pipelines.core.errors import ConfigError
 
 KINDS = ("synthetic", "npz", "csv")
 SYNTHETIC_KEYS = ("p", "T", "samples_per_time", "n_edges", "rewire_every", "n_rewire", "max_degree", "weight_low",

@@ -32,16 +32,15 @@ from typing import NamedTuple
 import numpy as np
 
 import tasks.gp
-from pipelines.errors import ConfigError
+from pipelines.core.errors import ConfigError
 from tasks import rng as trng
-from tasks.gp.data import Standardizer
+from tasks.gp.data import Standardizer, heldout_rows, open_npy, split_key  # noqa: F401  (part of this module's API)
 
 KINDS = ("synthetic", "diabetes", "csv", "npz", "npy")
 FUNCTIONS = ("friedman1", "sine_1d")
 KEYS = {"synthetic": {"kind", "function", "n", "d", "noise_std"}, "diabetes": {"kind"},
         "csv": {"kind", "path", "target"}, "npz": {"kind", "path", "x_key", "y_key"},
         "npy": {"kind", "path", "target"}}
-GP_STREAM_SPLIT = 3  # identity element under rng.STAGE_GP for the held-out split (0-2: tasks.gp)
 DIABETES = Path(tasks.gp.__file__).resolve().parent / "data" / "diabetes.csv"  # shipped as package data
 _BLOCK_BYTES = 64 << 20  # rows read per block when streaming an .npy file (about 64 MB)
 
@@ -81,34 +80,6 @@ class GPData(NamedTuple):
 
 
 # --- the held-out split ---------------------------------------------------------------------
-
-_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
-_MIX1 = np.uint64(0xBF58476D1CE4E5B9)
-_MIX2 = np.uint64(0x94D049BB133111EB)
-
-
-def split_key(seed: int) -> int:
-    """The 64-bit key of the held-out split of ``seed``."""
-    return int(trng.seed_sequence(seed, trng.STAGE_GP, GP_STREAM_SPLIT).generate_state(1, dtype=np.uint64)[0])
-
-
-def heldout_rows(key: int, start: int, stop: int, fraction: float) -> np.ndarray:
-    """bool [stop - start]: which of rows ``start .. stop - 1`` are held out (a pure function of the
-    row index, so any chunking of the rows agrees)."""
-    n = max(0, int(stop) - int(start))
-    if fraction <= 0 or n == 0:
-        return np.zeros(n, dtype=bool)
-    z = np.arange(int(start) + 1, int(stop) + 1, dtype=np.uint64)
-    z *= _GOLDEN
-    z += np.uint64(key)
-    z ^= z >> np.uint64(30)
-    z *= _MIX1
-    z ^= z >> np.uint64(27)
-    z *= _MIX2
-    z ^= z >> np.uint64(31)
-    u = (z >> np.uint64(11)).astype(np.float64) * (1.0 / 9007199254740992.0)  # [0, 1), 53 bits
-    return u < float(fraction)
-
 
 # --- moments (Chan et al.'s pairwise update, in block order) ----------------------------------
 
@@ -356,11 +327,6 @@ def _read_npz(path: Path, gcfg: dict, value):
     _finite(X, field, value, lambda i, j: f"{xk}[{i}, {j}]")
     _finite(y[:, None], field, value, lambda i, j: f"{yk}[{i}]")
     return X, y, [f"x{j}" for j in range(X.shape[1])], yk
-
-
-def open_npy(path: str):
-    """The memory-mapped array of an ``.npy`` file (read-only)."""
-    return np.load(path, mmap_mode="r", allow_pickle=False)
 
 
 def _resolve_npy(gcfg: dict, path: Path, seed: int, fraction: float, standardize: bool) -> GPData:

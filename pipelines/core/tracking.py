@@ -26,7 +26,7 @@ from pathlib import Path
 
 import yaml
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = Path(__file__).resolve().parents[2]
 IGNORED_FOR_HASH = ("resume", "progress", "verbose", "cluster", "tracking")
 DEFAULT_MAX_WAIT = 300.0
 # Error texts that mean "the store is busy or away for now", not "the request is wrong".

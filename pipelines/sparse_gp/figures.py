@@ -4,19 +4,13 @@ lengthscales."""
 
 from __future__ import annotations
 
-import matplotlib
+import numpy as np
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
+from pipelines.core.plotting import close, plt  # noqa: F401  (close is part of this module's API)
 
 BOUND_NAMES = {"sgpr": "SGPR lower bound (Titsias 2009)", "dtc": "DTC log marginal likelihood",
                "fitc": "FITC log marginal likelihood", "svgp": "SVGP ELBO (full data)",
                "exact": "exact log marginal likelihood"}
-
-
-def close(fig):
-    plt.close(fig)
 
 
 def bound_figure(method, trace, minibatch_trace=None) -> "plt.Figure":

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from pipelines.errors import ConfigError
+from pipelines.core.errors import ConfigError
 
 KINDS = ("shipped", "synthetic", "uci", "text", "matrix_market", "npz", "sharded")
 _SOURCE_FIELDS = {"uci": ("docword", "vocab"), "text": ("folder",), "matrix_market": ("path",), "npz": ("path",),
@@ -255,12 +255,3 @@ def pr_config(cfg: dict, info):
         field = "pr.topic_cap" if "cap" in str(exc) else "pr.seed_mass" if "mass" in str(exc) else "pr.seed_words"
         raise ConfigError(field, p.get(field.split(".")[1]), f"{exc}", "relax the constraint so that some "
                           "distribution over topics satisfies it") from None
-
-
-def exp_elog_beta(lam: np.ndarray, cols: np.ndarray, rowsum: np.ndarray | None = None) -> np.ndarray:
-    """``exp(E[log beta])`` of the columns ``cols`` of lambda, word-major [len(cols), K]."""
-    from scipy.special import digamma
-
-    rowsum = lam.sum(axis=1) if rowsum is None else rowsum
-    sub = lam[:, cols]
-    return np.ascontiguousarray(np.exp(digamma(sub) - digamma(rowsum)[:, None]).T)

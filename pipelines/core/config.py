@@ -1,0 +1,86 @@
+"""Where pgmflow's configs live, and which keys and groups they can produce."""
+
+from __future__ import annotations
+
+import functools
+import os
+from pathlib import Path
+
+
+def conf_dir() -> str:
+    """The config directory: the source tree's conf/ or the installed ``pgmflow_conf`` package."""
+    env = os.environ.get("PGMFLOW_CONF_DIR")
+    if env:
+        return str(Path(env).resolve())
+    src = Path(__file__).resolve().parents[2] / "conf"
+    if (src / "config.yaml").exists():
+        return str(src)
+    import importlib.util
+
+    spec = importlib.util.find_spec("pgmflow_conf")
+    if spec is not None and spec.submodule_search_locations:
+        return str(Path(list(spec.submodule_search_locations)[0]).resolve())
+    raise RuntimeError("pgmflow cannot find its conf/ directory; set PGMFLOW_CONF_DIR")
+
+
+def conf_dirs() -> list[str]:
+    """pgmflow's own configs, then those of plug-in workloads (Hydra's search path, in order)."""
+    from pipelines.core import registry
+
+    return [conf_dir(), *registry.extra_conf_dirs()]
+
+
+def conf_groups() -> list[str]:
+    """The config groups (folders of yaml files) of every config directory."""
+    groups = set()
+    for d in conf_dirs():
+        groups |= {p.name for p in Path(d).iterdir() if p.is_dir() and any(p.glob("*.yaml"))}
+    return sorted(groups)
+
+
+def _package_prefix(rel: Path, text: str) -> str:
+    """Where Hydra puts a config file's keys: '' (the top level) or a dotted section."""
+    group = ".".join(rel.parent.parts)
+    package = "_global_" if not group else "_group_"
+    for line in text.splitlines():
+        s = line.strip()
+        if s and not s.startswith("#"):
+            break
+        if "@package" in s:
+            package = s.split("@package", 1)[1].strip()
+    package = package.replace("_group_", group).replace("_global_", "")
+    return package.strip(".")
+
+
+@functools.lru_cache(maxsize=4)
+def conf_keys(*confs: str) -> tuple[frozenset, dict]:
+    """Every top-level key that some composition of the configs under ``confs`` can produce, and for
+    each section the keys any config file sets in it. Read from the files, so a new pipeline or
+    experiment needs no change here."""
+    import yaml
+
+    top, sections = set(), {}
+    files = [(Path(c), f) for c in confs for f in sorted(Path(c).rglob("*.yaml"))]
+    for root, f in files:
+        text = f.read_text()
+        try:
+            data = yaml.safe_load(text)
+        except yaml.YAMLError:
+            continue  # Hydra reports it when the file is used
+        if not isinstance(data, dict):
+            continue
+        data.pop("defaults", None)
+        prefix = _package_prefix(f.relative_to(root), text)
+        if not prefix:
+            top |= set(data)
+            for k, v in data.items():
+                if isinstance(v, dict):
+                    sections.setdefault(k, set()).update(v)
+        else:
+            head, _, rest = prefix.partition(".")
+            top.add(head)
+            if not rest:
+                sections.setdefault(head, set()).update(data)
+    return frozenset(top), {k: frozenset(v) for k, v in sections.items()}
+
+

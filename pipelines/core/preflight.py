@@ -1,0 +1,89 @@
+"""Preflight checks: every field of the composed config is validated before anything runs.
+
+The core checks what every run shares (top-level keys and types, the cluster section, the backend);
+the workload named by ``pipeline.name`` checks its own sections (its ``validate``). Raises
+:class:`ConfigError` on the first problem.
+"""
+
+from __future__ import annotations
+
+from pipelines.core import registry
+from pipelines.core.config import conf_dir, conf_keys
+from pipelines.core.errors import ConfigError
+from pipelines.core.validation import ALLOWED_MODULES_ENV, apply, boolean, choice, integer, optional_str, unknown_keys
+
+TOP = {
+    "seed": integer(lo=0, hi=2**63 - 1),
+    "backend": choice("auto", "numpy", "cupy"),
+    "progress": boolean,
+    "verbose": boolean,
+    "resume": optional_str,
+    "tracking.uri": optional_str,
+    "tracking.experiment": optional_str,
+}
+
+
+def check_backend(cfg: dict):
+    if cfg["backend"] == "cupy":
+        from tasks import backend
+
+        ok, why = backend.gpu_status()
+        if not ok:
+            raise ConfigError("backend", "cupy", f"no usable GPU: {why}",
+                              "use backend=numpy (or auto), or install pgmflow[gpu] on a machine with a CUDA GPU")
+
+# A key that looks like a way to widen the allow-list of importable modules gets that answer.
+_ALLOW_LIST_LIKE = ("allowed_modules", "allow_list", "allowlist")
+
+
+def check_unknown_top_level(cfg: dict):
+    """Refuse keys that no config defines (``+foo=1``, a typo): pgmflow would ignore them silently."""
+    try:
+        top, sections = conf_keys(conf_dir(), *registry.extra_conf_dirs())
+    except RuntimeError:  # no conf/ to read the known keys from (pgmflow could not have composed cfg either)
+        return
+    for key in cfg:
+        if key in top:
+            continue
+        if any(w in str(key).lower() for w in _ALLOW_LIST_LIKE):
+            raise ConfigError(str(key), cfg[key], "unknown key: the allow-list of modules a config may import "
+                              "is never read from the config", f"drop it and export {ALLOWED_MODULES_ENV}=module "
+                              "in the shell that runs pgmflow")
+        import difflib
+
+        near = difflib.get_close_matches(str(key), sorted(top), n=1)
+        hint = f"did you mean {near[0]}?" if near else f"known top-level keys: {', '.join(sorted(top - {'hydra'}))}"
+        raise ConfigError(str(key), cfg[key], "unknown top-level key (no config defines it, so nothing would read "
+                          "it)", f"{hint} (pgmflow --cfg job shows every key)")
+    for section in ("cluster", "tracking"):  # sections that are wholly defined by their config group
+        if isinstance(cfg.get(section), dict) and section in sections:
+            unknown_keys(cfg, section, sections[section])
+
+
+def check_flags(cfg: dict, name: str):
+    """Top-level flags that workloads add (``bounds=true`` of tempering): booleans, and set only under
+    a workload that declares them."""
+    for wl in registry.workloads():
+        for flag, (what, fix) in wl.flags.items():
+            if flag in cfg:
+                boolean(flag, cfg[flag])
+                if cfg[flag] and name not in [w.name for w in registry.workloads() if flag in w.flags]:
+                    raise ConfigError(flag, True, f"{what}, not pipeline={name}", fix)
+
+
+def preflight_checks(cfg: dict) -> None:
+    """Validate a resolved config (plain dict). Raises ConfigError on the first problem."""
+    check_unknown_top_level(cfg)
+    apply(cfg, TOP)
+    for wl in registry.workloads():  # type errors of every flag first, as for every top-level key
+        for flag in wl.flags:
+            if flag in cfg:
+                boolean(flag, cfg[flag])
+    from pipelines.core import cluster
+
+    cluster.check_cluster_config(cfg.get("cluster") or {})
+    name = cfg["pipeline"]["name"]
+    workload = registry.get(name)
+    workload.load_validate()(cfg)
+    check_flags(cfg, name)
+    check_backend(cfg)

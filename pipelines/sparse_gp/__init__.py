@@ -1,0 +1,17 @@
+"""Inducing-point Gaussian processes (SGPR, DTC, FITC, SVGP, and the exact GP for small data) with
+per-chunk statistics summed across workers.
+
+Modules: ``validate`` (the config rules), ``data`` (data sources and standardisation), ``evaluations``
+(chunks on the cluster and the bound's evaluations), ``fit`` (L-BFGS-B, SVGP, exact), ``run`` (the run
+and the model artifact), ``figures``. Worker-side code is in ``tasks.gp`` (``tasks.gp.chunks``).
+"""
+
+from pipelines.core.registry import Workload
+
+WORKLOAD = Workload(
+    name="sparse_gp",
+    run="pipelines.sparse_gp.run:run",
+    validate="pipelines.sparse_gp.validate:check_sparse_gp",
+    summary="inducing-point Gaussian process regression (SGPR, FITC, DTC, SVGP, exact)",
+    memory_hint=("gp-", "a smaller sparse_gp.chunk_size (fewer rows per task)"),
+)

@@ -1,0 +1,197 @@
+"""The three fits of the sparse-GP workload: L-BFGS-B on a collapsed bound (SGPR, DTC, FITC) with
+one stats pass and one gradient pass over the chunks per evaluation; SVGP by natural-gradient and
+Adam steps on minibatches fetched from the chunks; the exact GP in one task."""
+
+from __future__ import annotations
+
+import math
+import time
+
+import dask
+import numpy as np
+
+from pipelines.core.errors import ConfigError
+from pipelines.core.progress import Progress
+from pipelines.sparse_gp.evaluations import EXACT_MAX_N, LOG_BOX, Evaluations, lbfgs_box
+from tasks.gp import kernels as kern
+from tasks.gp import svgp as gsvgp
+from tasks.gp.chunks import Predictor, chunk_elbo_task, chunk_rows_task, exact_task
+
+SVGP_BLOCK = 20  # SVGP minibatches fetched per round of chunk tasks
+
+
+def fit_collapsed(ctx, scfg, method, kernel, refs, data, params0, Z0, tok, backend):
+    import scipy.optimize
+
+    tracker = ctx.tracker
+    opt = bool(scfg["optimize_inducing"])
+    m, d = Z0.shape
+    max_iter = int(scfg["max_iter"])
+    ev = Evaluations(ctx.executor, refs, method, kernel, d, m, Z0, opt, float(scfg["jitter"]),
+                      int(scfg["max_tries"]), backend, tok)
+    theta0 = kern.pack(params0, Z0 if opt else None)
+    f0, _ = ev(theta0)
+    if not math.isfinite(f0):
+        raise ConfigError("sparse_gp.jitter", scfg["jitter"], f"Kuu = K(Z, Z) could not be factored at the initial "
+                          f"hyperparameters even with the jitter raised {scfg['max_tries']} times",
+                          "raise sparse_gp.jitter or sparse_gp.max_tries, or start from a shorter sparse_gp.lengthscale")
+    trace = [(0, -f0, ev.records[theta0.tobytes()][3])]
+    tracker.log_metrics({"bound": -f0, "jitter": trace[0][2]}, step=0)
+    _note_jitter(ctx.say, ev, scfg)
+    bar = Progress(max_iter, f"sparse_gp {method}", "iterations", enabled=ctx.progress)
+
+    def callback(intermediate_result):
+        x = np.asarray(intermediate_result.x)
+        rec = ev.records.get(x.tobytes())
+        value = -float(intermediate_result.fun)
+        rel = rec[3] if rec is not None else float("nan")
+        k = len(trace)
+        trace.append((k, value, rel))
+        tracker.log_metrics({"bound": value, "jitter": rel}, step=k)
+        bar.update(1, bound=value)
+
+    t0 = time.monotonic()
+    res = scipy.optimize.minimize(ev, theta0, jac=True, method="L-BFGS-B", bounds=lbfgs_box(d, m, opt),
+                                  callback=callback, options={"maxiter": max_iter})
+    seconds = time.monotonic() - t0
+    bar.close()
+    _note_jitter(ctx.say, ev, scfg)
+    x = np.asarray(res.x)
+    rec = ev.records.get(x.tobytes())
+    if rec is None:  # the optimiser's answer was not the last point evaluated: one more pass
+        ev(x)
+        rec = ev.records.get(x.tobytes())
+    if rec is None:
+        raise RuntimeError("the bound could not be evaluated at the optimiser's answer")
+    params, Z = ev.unpack(x)
+    value, st, jit_abs, rel, _, jit0 = rec
+    pred = Predictor(method, kernel, params, Z, st, None, jit0, int(scfg["max_tries"]))
+    return {"predictor": pred, "trace": trace, "value": value, "iterations": int(res.nit), "evaluations": ev.count,
+            "failed_evaluations": ev.failed, "success": bool(res.success), "message": str(res.message),
+            "fit_seconds": seconds, "seconds_per_evaluation": ev.seconds / max(ev.count, 1),
+            "jitter_max": max(ev.jitters), "jitter_final": rel, "jitter_abs_final": jit_abs}
+
+
+def _note_jitter(say, ev, scfg):
+    if ev.first_growth is not None and not getattr(ev, "_noted", False):
+        ev._noted = True
+        k, rel = ev.first_growth
+        say(f"note: a Cholesky factorisation (Kuu = K(Z, Z) + jitter s I, or I + A A') failed with the "
+              f"jitter {float(scfg['jitter']):.3g} x s at evaluation {k}; retried with a tenfold larger jitter each "
+              f"time, it succeeded with {rel:.3g} x s (every iteration's jitter is the metric 'jitter', the largest "
+              "'final_jitter_max')")
+
+
+def fit_svgp(ctx, scfg, kernel, refs, train_counts, data, params0, Z0, seed, tok):
+    tracker, ex = ctx.tracker, ctx.executor
+    opt = bool(scfg["optimize_inducing"])
+    m, d = Z0.shape
+    n = int(train_counts.sum())
+    steps = int(scfg["svgp_steps"])
+    bs = min(int(scfg["svgp_batch_size"]), n)
+    rho, lr = float(scfg["svgp_rho"]), float(scfg["svgp_lr"])
+    every = int(scfg["svgp_eval_every"])
+    jitter = float(scfg["jitter"])
+    offsets = np.concatenate([[0], np.cumsum(train_counts)])
+    state = gsvgp.svgp_init(m)
+    theta = kern.pack(params0, Z0 if opt else None)
+    adam = gsvgp.adam_init(theta)
+    lo_box, hi_box = LOG_BOX
+
+    def unpack(th):
+        p, Z = kern.unpack(th, d, m if opt else 0)
+        return p, (Z0 if Z is None else Z)
+
+    def full_elbo(params, Z, state, k):
+        return _full_elbo(ex, tok, kernel, params, Z, state, refs, jitter, k)
+
+    trace, mb_trace = [], []
+    params, Z = unpack(theta)
+    v0 = full_elbo(params, Z, state, 0)
+    trace.append((0, v0))
+    tracker.log_metrics({"bound": v0}, step=0)
+    bar = Progress(steps, "sparse_gp svgp", "steps", enabled=ctx.progress)
+    t0 = time.monotonic()
+    for s0 in range(0, steps, SVGP_BLOCK):
+        block = list(range(s0, min(steps, s0 + SVGP_BLOCK)))
+        got = _fetch_minibatches(ex, tok, refs, offsets, [gsvgp.minibatch_indices(seed, t, n, bs) for t in block], s0)
+        for k, t in enumerate(block):
+            Xb = np.concatenate([g[k][0] for g in got])
+            yb = np.concatenate([g[k][1] for g in got])
+            params, Z = unpack(theta)
+            try:
+                state = gsvgp.natgrad_step(kernel, params, Z, state, Xb, yb, n, rho, jitter)
+                elbo, dparams, dZ = gsvgp.svgp_elbo_and_grad(kernel, params, Z, state, Xb, yb, n, jitter)
+            except kern.CholeskyError as exc:
+                raise RuntimeError(f"SVGP step {t}: {exc}; fix: lower sparse_gp.svgp_lr or sparse_gp.svgp_rho, or "
+                                   "raise sparse_gp.jitter") from None
+            adam, step = gsvgp.adam_update(adam, -kern.pack(dparams, dZ if opt else None), lr=lr)
+            theta = theta + step
+            theta[:d + 2] = np.clip(theta[:d + 2], lo_box, hi_box)
+            mb_trace.append((t + 1, elbo))
+            tracker.log_metrics({"elbo_minibatch": elbo}, step=t + 1)
+            if (t + 1) % every == 0 or t + 1 == steps:
+                params, Z = unpack(theta)
+                v = full_elbo(params, Z, state, t + 1)
+                trace.append((t + 1, v))
+                tracker.log_metrics({"bound": v}, step=t + 1)
+            bar.update(1, elbo=elbo)
+    seconds = time.monotonic() - t0
+    bar.close()
+    params, Z = unpack(theta)
+    pred = Predictor("svgp", kernel, params, Z, None, state, jitter, int(scfg["max_tries"]))
+    _, jit_abs = kern.inducing_cholesky(kernel, params, Z, jitter, int(scfg["max_tries"]))
+    rel = jit_abs / params.variance
+    return {"predictor": pred, "trace": [(k, v, float("nan")) for k, v in trace], "minibatch_trace": mb_trace,
+            "value": trace[-1][1], "iterations": steps, "evaluations": steps, "failed_evaluations": 0,
+            "success": True, "message": f"{steps} SVGP steps", "fit_seconds": seconds,
+            "seconds_per_evaluation": seconds / max(steps, 1), "jitter_max": rel, "jitter_final": rel,
+            "jitter_abs_final": jit_abs}
+
+
+def _full_elbo(ex, tok, kernel, params, Z, state, refs, jitter, k) -> float:
+    """The SVGP ELBO over every chunk's training rows (chunk order)."""
+    outs = [dask.delayed(chunk_elbo_task, pure=True)(kernel, params, Z, state, ref, jitter,
+                                                    dask_key_name=f"gp-elbo-{tok}-s{k}-c{c}")
+            for c, ref in enumerate(refs)]
+    parts = ex.gather_ordered(outs, release=True)
+    kl = -gsvgp.svgp_elbo(kernel, params, Z, state, Z[:1], np.zeros(1), 0, jitter)  # n = 0: the KL alone
+    total = 0.0
+    for v, rows in parts:  # chunk order; each chunk's ELBO counts the KL once
+        if rows:
+            total += v + kl
+    return total - kl
+
+
+def _fetch_minibatches(ex, tok, refs, offsets, idx, s0) -> list:
+    """The rows of the minibatches ``idx`` (global training-row indices), one task per chunk that
+    holds some: per such chunk (in chunk order), a list of ``(X, y)`` per minibatch."""
+    outs = []
+    for c, ref in enumerate(refs):
+        a, b = offsets[c], offsets[c + 1]
+        sel = [i[(i >= a) & (i < b)] - a for i in idx]
+        if any(s.size for s in sel):
+            outs.append(dask.delayed(chunk_rows_task, pure=True)(ref, sel, dask_key_name=f"gp-rows-{tok}-s{s0}-c{c}"))
+    return ex.gather_ordered(outs, release=True)
+
+
+def fit_exact(ctx, scfg, kernel, refs, data, params0, Xslice, tok):
+    ex = ctx.executor
+    if data.n_train > EXACT_MAX_N:  # preflight refuses this too
+        raise ConfigError("sparse_gp.method", "exact", f"the exact GP factors an n x n matrix; n = {data.n_train} "
+                          f"training rows is more than {EXACT_MAX_N}", "use sparse_gp.method=sgpr")
+    t0 = time.monotonic()
+    out = ex.gather_ordered([dask.delayed(exact_task, pure=True)(
+        kernel, params0, int(scfg["max_iter"]), list(refs), data.standardizer, Xslice,
+        dask_key_name=f"gp-exact-{tok}")], release=True)[0]
+    seconds = time.monotonic() - t0
+    fit = out["fit"]
+    trace = [(0, out["lml0"], 0.0), (max(int(fit.n_iter), 1), float(fit.lml), 0.0)]
+    for k, v, _ in trace:
+        ctx.tracker.log_metrics({"bound": v}, step=k)
+    pred = Predictor("exact", kernel, fit.params, None, None, None, 0.0, 0)
+    return {"predictor": pred, "trace": trace, "value": float(fit.lml), "iterations": int(fit.n_iter),
+            "evaluations": int(fit.n_iter), "failed_evaluations": 0, "success": bool(fit.success),
+            "message": "exact GP (tasks.gp.exact.fit)", "fit_seconds": seconds,
+            "seconds_per_evaluation": float("nan"), "jitter_max": 0.0, "jitter_final": 0.0, "jitter_abs_final": 0.0,
+            "sums": out["sums"], "slice": out["slice"], "X": out["X"], "y": out["y"]}

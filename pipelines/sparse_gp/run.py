@@ -1,0 +1,226 @@
+"""Inducing-point GP regression: statistics summed over data chunks held by the workers.
+
+The data ``X`` [n, d], ``y`` [n] is cut into chunks of ``sparse_gp.chunk_size`` rows (the chunks
+depend on that alone). In-memory data (synthetic, CSV, .npz) is standardised on the driver and each
+chunk is put on the cluster once (``Executor.scatter``, with lineage); later tasks take its future.
+An ``.npy`` file is never loaded whole: a chunk task receives ``FileRows`` (the path and a row
+range, a few hundred bytes) and reads its rows from the memory-mapped file, so a worker's memory is
+bounded by the chunk size. Each row is a training or a held-out row by a hash of its index
+(``tasks.gp.data.heldout_rows``), whatever the chunking.
+
+SGPR, DTC, FITC (``sparse_gp.method``): L-BFGS-B on the driver (``scipy.optimize.minimize``,
+``jac=True``) over the log hyperparameters and, with ``optimize_inducing``, the inducing inputs ``Z``.
+One function evaluation::
+
+    driver: theta --> chunk_stats(chunk c) for every c                 one task per chunk
+    driver: sum the statistics in chunk order; bounds.objective (m x m algebra) -> value, adjoints
+    driver: adjoints (m x m) onto the cluster once --> chunk_grad(chunk c) for every c
+    driver: sum the gradients in chunk order; bounds.finish_grad -> the gradient
+
+SVGP: minibatch ``t`` holds the training rows ``tasks.gp.svgp.minibatch_indices(seed, t, ...)``; one
+task per chunk returns its rows of a block of minibatches, and the driver takes a natural-gradient
+step of ``q(u)`` and an Adam step of the hyperparameters per minibatch. The full-data ELBO is a
+chunked pass every ``svgp_eval_every`` steps. Exact GP: one task fits ``tasks.gp.exact.fit`` on the
+training rows (at most ``EXACT_MAX_N``) and predicts the held-out rows.
+
+Test RMSE and NLPD are a chunked pass too (per-chunk sums, added in chunk order), in original units.
+Every sum runs in chunk order and every random number comes from ``tasks.rng`` with ``STAGE_GP`` and
+an identity (inducing-input subsample, k-means++, minibatch step), so the results are bit-identical
+on any number of workers. With ``backend=cupy`` the chunk statistics and gradients are computed on
+CuPy arrays (the chunk is moved to the GPU inside the task; the sums come back as NumPy).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import pickle
+import time
+
+import dask
+import numpy as np
+
+from pipelines.core import artifacts
+from pipelines.sparse_gp import data as gp_data
+from pipelines.sparse_gp.evaluations import chunk_ranges, chunk_refs, initial_inducing, initial_params, inducing_pool
+from pipelines.sparse_gp.fit import fit_collapsed, fit_exact, fit_svgp
+from tasks.gp import stats as gstats
+from tasks.gp.chunks import chunk_test_task, predict_f
+
+SLICE_POINTS = 200
+
+
+def run(ctx) -> dict:
+    cfg = ctx.cfg
+    scfg = cfg["sparse_gp"]
+    seed = int(cfg["seed"])
+    tracker, ex = ctx.tracker, ctx.executor
+    data = gp_data.resolve(cfg)
+    method, kernel = str(scfg["method"]), str(scfg["kernel"])
+    fraction = float(scfg["test_fraction"])
+    chunk_size = int(scfg["chunk_size"])
+    m = int(scfg["m"])
+    tok = ctx.token
+    backend = ctx.backend
+    n_chunks = len(chunk_ranges(data, chunk_size))
+    access = (f"memmap: each chunk task reads its rows of {data.path}" if data.memmap
+              else "scattered: each chunk put on the cluster once")
+    ctx.say(gp_data.describe(data))
+    ctx.say(f"method {method}, kernel {kernel}" + (f", m={m} inducing inputs" if method != "exact" else "")
+            + f"; {n_chunks} chunk(s) of <= {chunk_size} rows ({access.split(':')[0]}); backend {backend}")
+    tracker.set_tags({"pgmflow.gp.method": method, "pgmflow.gp.kernel": kernel, "pgmflow.gp.source": data.source[:250],
+                      "pgmflow.gp.data_access": access[:250], "pgmflow.gp.backend": backend})
+    t_start = time.monotonic()
+    refs, train_counts = chunk_refs(ex, data, chunk_size, seed, fraction)
+    ref_bytes = max(len(pickle.dumps(r)) for r in refs) if data.memmap else 0
+    tracker.log_metrics({"rows": data.n, "inputs": data.d, "train_rows": data.n_train, "test_rows": data.n_test,
+                         "chunks": n_chunks, **({"chunk_ref_bytes": ref_bytes} if data.memmap else {})}, step=0)
+
+    std = data.standardizer
+    pool = inducing_pool(data, seed, fraction, int(scfg["kmeans_points"]))
+    median = np.median(pool, axis=0)
+    lo, hi = pool.min(axis=0), pool.max(axis=0)
+    params0 = initial_params(scfg, data.d)
+    Z0 = None
+    if method != "exact":
+        Z0 = initial_inducing(std.apply_X(pool), m, seed, int(scfg["kmeans_iter"]), int(scfg["kmeans_points"]))
+
+    if method in gstats.METHODS:
+        fit = fit_collapsed(ctx, scfg, method, kernel, refs, data, params0, Z0, tok, backend)
+    elif method == "svgp":
+        fit = fit_svgp(ctx, scfg, kernel, refs, train_counts, data, params0, Z0, seed, tok)
+    else:
+        fit = None
+    j_slice = gp_data.slice_dim(scfg.get("slice_dim"), data)
+    if method == "exact":
+        dims = [j_slice] if j_slice is not None else list(range(min(data.d, 50)))
+        grids = {j: _slice_grid(data, median, lo, hi, j) for j in dims}  # every candidate: the fit picks one
+        fit = fit_exact(ctx, scfg, kernel, refs, data, params0, np.concatenate([grids[j][0] for j in dims]), tok)
+        if j_slice is None:
+            j_slice = dims[int(np.argmin(np.asarray(fit["predictor"].params.lengthscale)[dims]))]
+        k = dims.index(j_slice)
+        mean, var = fit["slice"]
+        fit["slice"] = (mean[k * SLICE_POINTS:(k + 1) * SLICE_POINTS], var[k * SLICE_POINTS:(k + 1) * SLICE_POINTS])
+        sums = fit["sums"]
+    else:
+        if j_slice is None:
+            j_slice = int(np.argmin(np.asarray(fit["predictor"].params.lengthscale)))
+        grids = {j_slice: _slice_grid(data, median, lo, hi, j_slice)}
+        h_pred = ex.scatter(fit["predictor"])  # summed statistics (m x m) or q(u): to the cluster once
+        outs = [dask.delayed(chunk_test_task, pure=True)(h_pred, ref, std, dask_key_name=f"gp-test-{tok}-c{c}")
+                for c, ref in enumerate(refs)]
+        sums = ex.gather_ordered(outs, release=True)
+        ex.release([h_pred])
+        fit["slice"] = predict_f(fit["predictor"], grids[j_slice][0])
+    seconds = time.monotonic() - t_start
+    n_test = sum(s[0] for s in sums)
+    sse = 0.0
+    nlpd = 0.0
+    for s in sums:  # chunk order
+        sse += s[1]
+        nlpd += s[2]
+    rmse = math.sqrt(sse / n_test)
+    mean_nlpd = nlpd / n_test
+    return finish(ctx, scfg, data, method, kernel, fit, rmse, mean_nlpd, n_test, seconds,
+                   (j_slice, *grids[j_slice]), median)
+
+
+def _slice_grid(data, median, lo, hi, j):
+    """(standardised inputs [P, d], original-units values of input j [P]): input j over its training
+    range (and 5% beyond), the others at their training medians."""
+    span = hi[j] - lo[j]
+    pad = 0.05 * span if span > 0 else 1.0
+    xs = np.linspace(lo[j] - pad, hi[j] + pad, SLICE_POINTS)
+    G = np.tile(median, (SLICE_POINTS, 1))
+    G[:, j] = xs
+    return data.standardizer.apply_X(G), xs
+
+
+def finish(ctx, scfg, data, method, kernel, fit, rmse, nlpd, n_test, seconds, grid, median) -> dict:
+    tracker = ctx.tracker
+    pred = fit["predictor"]
+    std = data.standardizer
+    params = pred.params
+    ls_std = np.asarray(params.lengthscale)
+    ls_orig = ls_std * std.x_std
+    y2 = std.y_std**2
+    result = {
+        "method": method, "kernel": kernel, "seconds": seconds, "rows": data.n, "inputs": data.d,
+        "train_rows": data.n_train, "test_rows": int(n_test), "test_rmse": rmse, "test_nlpd": nlpd,
+        "bound": float(fit["value"]), "bound_per_row": float(fit["value"]) / data.n_train,
+        "iterations": fit["iterations"], "evaluations": fit["evaluations"],
+        "failed_evaluations": fit["failed_evaluations"], "converged": fit["success"], "optimizer": fit["message"],
+        "fit_seconds": fit["fit_seconds"], "seconds_per_evaluation": fit["seconds_per_evaluation"],
+        "jitter_max": float(fit["jitter_max"]), "jitter_final": float(fit["jitter_final"]),
+        "jitter_requested": float(scfg["jitter"]) if method != "exact" else 0.0,
+        "noise_variance": params.noise * y2, "kernel_variance": params.variance * y2,
+        "lengthscales": [float(v) for v in ls_orig], "input_names": list(data.input_names),
+        "standardizer": std.to_dict(),
+        "objective": nlpd,
+        "objective_name": "test NLPD (mean negative log predictive density of the held-out rows, original units; "
+                          "lower is better)",
+    }
+    artifacts.log_final_metrics(tracker, result, step=max(fit["iterations"], 1), flush=False)
+    tracker.flush()
+    artifacts.log_npz(tracker, "model.npz", _model_arrays(data, method, kernel, fit, rmse, nlpd), compressed=True)
+    artifacts.log_results(tracker, result)
+    if scfg.get("figures", True):
+        from pipelines.sparse_gp import figures
+
+        j, _, xs = grid
+        mean_f, var_f = fit["slice"]
+        figs = figures.gp_figures(method, fit["trace"], fit.get("minibatch_trace"), xs,
+                                     std.invert_mean(mean_f), std.invert_var(np.asarray(var_f) + params.noise),
+                                     std.invert_var(np.asarray(var_f)), data.input_names[j], data.target_name,
+                                     median, j, data.input_names, ls_orig)
+        artifacts.log_figures(tracker, figs)
+    _print_summary(ctx.say, result)
+    json.dumps(result)  # results must stay JSON-serialisable (logged as results.json)
+    return result
+
+
+def _print_summary(say, r):
+    per = r["seconds_per_evaluation"]
+    what = "steps" if r["method"] == "svgp" else "iterations"
+    lines = [f"pgmflow: sparse_gp ({r['method']}, {r['kernel']}) finished in {r['seconds']:.1f} s: "
+             f"{'ELBO' if r['method'] == 'svgp' else 'bound' if r['method'] == 'sgpr' else 'log marginal likelihood'} "
+             f"{r['bound']:.6g} after {r['iterations']} {what}"
+             + (f" ({r['evaluations']} evaluations, {per:.3g} s each)" if r["method"] in gstats.METHODS else ""),
+             (f"  test RMSE {r['test_rmse']:.6g}, NLPD {r['test_nlpd']:.6g} (original units, {r['test_rows']} "
+              f"held-out rows); noise variance {r['noise_variance']:.4g}")]
+    if r["jitter_max"] > r["jitter_requested"] * 1.5 and r["method"] != "exact":
+        lines.append(f"  note: Kuu needed a jitter of up to {r['jitter_max']:.3g} x s (asked {r['jitter_requested']:.3g}"
+                     f"); final {r['jitter_final']:.3g} x s")
+    if r["failed_evaluations"]:
+        lines.append(f"  note: {r['failed_evaluations']} evaluation(s) could not factor Kuu and were rejected by the "
+                     "line search")
+    if not r["converged"]:
+        lines.append(f"  note: the optimiser stopped before convergence ({r['optimizer']}); raise sparse_gp.max_iter "
+                     "for a tighter fit")
+    say("\n".join(lines), prefix="")
+
+
+def _model_arrays(data, method, kernel, fit, rmse, nlpd) -> dict:
+    """What ``model.npz`` holds: everything needed to predict again, in original units."""
+    pred, std = fit["predictor"], data.standardizer
+    params = pred.params
+    arrays = {"method": np.array(method), "kernel": np.array(kernel),
+              "log_lengthscale": np.asarray(params.log_lengthscale, dtype=np.float64),
+              "log_variance": np.float64(params.log_variance), "log_noise": np.float64(params.log_noise),
+              "x_mean": std.x_mean, "x_std": std.x_std, "y_mean": np.float64(std.y_mean),
+              "y_std": np.float64(std.y_std), "input_names": np.array(data.input_names),
+              "target_name": np.array(data.target_name), "jitter": np.float64(fit["jitter_abs_final"]),
+              "bound_trace": np.array([[k, v] for k, v, _ in fit["trace"]], dtype=np.float64),
+              "test_rmse": np.float64(rmse), "test_nlpd": np.float64(nlpd)}
+    if pred.Z is not None:
+        arrays["Z"] = np.asarray(pred.Z)
+    if pred.stats is not None:
+        for f, v in pred.stats._asdict().items():
+            arrays[f"stats_{f}"] = np.asarray(v)
+    if pred.state is not None:
+        arrays["svgp_theta1"] = np.asarray(pred.state.theta1)
+        arrays["svgp_theta2"] = np.asarray(pred.state.theta2)
+    if method == "exact":
+        arrays["X_train"] = fit["X"]
+        arrays["y_train"] = fit["y"]
+    return arrays

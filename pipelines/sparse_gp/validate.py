@@ -1,0 +1,90 @@
+"""Validation of pipeline=sparse_gp: every field, then the data itself, then what depends on both."""
+
+from __future__ import annotations
+
+import math
+
+from pipelines.core.errors import ConfigError
+from pipelines.core.validation import apply, boolean, choice, get, integer, real, unknown_keys
+
+SPARSE_GP = {
+    "method": choice("sgpr", "fitc", "dtc", "svgp", "exact"),
+    "kernel": choice("rbf", "matern32", "matern52"),
+    "m": integer(lo=1, hi=100_000),
+    "variance": real(gt=0),
+    "noise": real(gt=0),
+    "optimize_inducing": boolean,
+    "kmeans_iter": integer(lo=0),
+    "kmeans_points": integer(lo=1),
+    "chunk_size": integer(lo=1),
+    "max_iter": integer(lo=1),
+    "jitter": real(gt=0),
+    "max_tries": integer(lo=1, hi=30),
+    "test_fraction": real(gt=0),
+    "standardize": boolean,
+    "svgp_steps": integer(lo=1),
+    "svgp_batch_size": integer(lo=1),
+    "svgp_rho": real(gt=0),
+    "svgp_lr": real(gt=0),
+    "svgp_eval_every": integer(lo=1),
+    "figures": boolean,
+}
+GP_SYNTHETIC = {"function": choice("friedman1", "sine_1d"), "n": integer(lo=2), "d": integer(lo=1),
+                "noise_std": real(ge=0)}
+
+
+def check_sparse_gp(cfg: dict):
+    """pipeline=sparse_gp: every field, then the data itself (read and checked -- every value finite,
+    the target column present -- before any MLflow run starts), then what depends on both."""
+    from pipelines.sparse_gp import data as gp_data
+    from pipelines.sparse_gp.evaluations import EXACT_MAX_N, LOG_BOX
+
+    unknown_keys(cfg, "sparse_gp", set(SPARSE_GP) | {"lengthscale", "slice_dim"})
+    apply(cfg, {f"sparse_gp.{k}": r for k, r in SPARSE_GP.items()})
+    s = cfg["sparse_gp"]
+    lo, hi = (math.exp(v) for v in LOG_BOX)
+    for key in ("variance", "noise"):
+        if not lo <= s[key] <= hi:
+            raise ConfigError(f"sparse_gp.{key}", s[key], f"must lie in [{lo:g}, {hi:g}] (the optimiser's box, "
+                              "in standardised units)", f"set sparse_gp.{key} to e.g. {1.0 if key == 'variance' else 0.1}")
+    ls = get(cfg, "sparse_gp.lengthscale")
+    for v in (ls if isinstance(ls, (list, tuple)) else [ls]):
+        real(gt=0)("sparse_gp.lengthscale", v)
+        if not lo <= v <= hi:
+            raise ConfigError("sparse_gp.lengthscale", ls, f"{v:g} is outside [{lo:g}, {hi:g}] (the optimiser's box, "
+                              "in standardised input units)", "start from e.g. sparse_gp.lengthscale=1.0")
+    if isinstance(ls, (list, tuple)) and not ls:
+        raise ConfigError("sparse_gp.lengthscale", ls, "is an empty list", "give a number, or one per input")
+    if not s["test_fraction"] < 1:
+        raise ConfigError("sparse_gp.test_fraction", s["test_fraction"], "must be below 1 (rows must be left to "
+                          "train on)", "use e.g. sparse_gp.test_fraction=0.2")
+    model = cfg.get("model") or {}
+    if set(model) - {"name"} or model.get("name") != s["method"]:
+        raise ConfigError("model", model.get("name") if set(model) <= {"name"} else sorted(model), "pipeline=sparse_gp "
+                          "takes no model group (the model is sparse_gp.method with sparse_gp.kernel)",
+                          "drop the model= override and set sparse_gp.method / sparse_gp.kernel")
+    g = cfg.get("gp_data")
+    if not isinstance(g, dict) or "kind" not in g:
+        raise ConfigError("gp_data", g, "pipeline=sparse_gp needs data", "use gp_data=synthetic, gp_data=diabetes, "
+                          "or gp_data=csv|npz|npy gp_data.path=FILE")
+    if g["kind"] not in gp_data.KINDS:
+        raise ConfigError("gp_data.kind", g["kind"], "unknown data source", f"use one of: {', '.join(gp_data.KINDS)}")
+    unknown_keys(cfg, "gp_data", gp_data.KEYS[g["kind"]])
+    if g["kind"] == "synthetic":
+        apply(cfg, {f"gp_data.{k}": r for k, r in GP_SYNTHETIC.items()})
+        if g["function"] == "friedman1" and g["d"] < 5:
+            raise ConfigError("gp_data.d", g["d"], "Friedman #1 needs at least 5 inputs", "set gp_data.d=5 or more")
+    data = gp_data.resolve(cfg)
+    if isinstance(ls, (list, tuple)) and len(ls) not in (1, data.d):
+        raise ConfigError("sparse_gp.lengthscale", ls, f"has {len(ls)} entries but the data has {data.d} inputs",
+                          "give one number, or one per input")
+    gp_data.slice_dim(s.get("slice_dim"), data)
+    if s["method"] == "exact":
+        if data.n_train > EXACT_MAX_N:
+            raise ConfigError("sparse_gp.method", "exact", f"the exact GP factors an n x n matrix and the data has "
+                              f"n = {data.n_train} training rows, more than {EXACT_MAX_N}",
+                              "use sparse_gp.method=sgpr (or svgp) for data this large")
+    elif s["m"] > data.n_train:
+        raise ConfigError("sparse_gp.m", s["m"], f"is more inducing inputs than the {data.n_train} training rows "
+                          f"(m > n) of {data.source}", f"use sparse_gp.m={data.n_train} or fewer (usually far fewer)")
+

@@ -1,0 +1,141 @@
+"""Estimates, diagnostics and tables of the tempering workload, from the gathered round traces.
+
+Pure functions of the traces (``tasks.tempering.engine.RoundTrace``), the ladders and the targets:
+the per-round summary of each chain, the per-temperature table, the final log Z estimates with their
+standard errors, and the combination of several targets farmed in one run.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tasks.tempering import diagnostics, engine, estimators, schedule
+
+
+def _stepping_stone(betas, loglik):
+    """Stepping stone, the mean of the forward and reverse estimators (their first-order biases,
+    -var/2 and +var/2 in log Z, cancel), with the joint SE that keeps correlations between levels."""
+    return tuple(estimators.stepping_stone_joint(betas, loglik))
+
+
+def _thermodynamic_integration(betas, loglik):
+    return tuple(estimators.thermodynamic_integration_joint(betas, loglik))
+
+
+def rejection(trace: engine.RoundTrace) -> np.ndarray:
+    return 1.0 - trace.accept_prob.mean(axis=0)
+
+
+def round_summary(c, betas, trace, rts, target, exact_log_z):
+    rej = rejection(trace)
+    lam, _ = schedule.communication_barrier(betas, rej)
+    ll = trace.loglik.T  # [K, T]
+    ss, ss_se = _stepping_stone(betas, ll)
+    ti, ti_se = _thermodynamic_integration(betas, ll)
+    out = {"chain": c, "barrier": float(lam), "swap_accept_mean": float(1 - rej.mean()),
+           "swap_accepted_frac": float(trace.accepted[trace.proposed].mean()) if trace.proposed.any() else float("nan"),
+           "local_accept_mean": float(trace.local_accept.mean()), "round_trips": int(rts.trips.sum()),
+           "log_z_ss": target.log_z_reference + float(ss), "log_z_ss_se": float(ss_se),
+           "log_z_ti": target.log_z_reference + float(ti), "log_z_ti_se": float(ti_se)}
+    if exact_log_z is not None:
+        out["log_z_ss_error"] = out["log_z_ss"] - exact_log_z
+    return out
+
+
+def per_level_table(betas, trace, target):
+    """Per-temperature estimates and diagnostics from one round's trace."""
+    K = len(betas)
+    rows = []
+    ess_e = diagnostics.effective_sample_size(trace.energy.T) if target.kind == "ising" else None
+    ess_ll = diagnostics.effective_sample_size(trace.loglik.T)
+    ess_m = diagnostics.effective_sample_size(trace.abs_m.T)
+    acc_pair = trace.accept_prob.mean(axis=0)
+    for k in range(K):
+        b = float(betas[k])
+        row = {"level": k, "b": b, "local_accept": float(trace.local_accept[:, k].mean()),
+               "swap_accept_to_next": float(acc_pair[k]) if k < K - 1 else float("nan"),
+               "mean_loglik": float(trace.loglik[:, k].mean()), "ess_loglik": float(ess_ll[k]),
+               "mean_abs_m": float(trace.abs_m[:, k].mean()), "ess_abs_m": float(ess_m[k])}
+        if target.kind == "ising":
+            n = target.n_sites
+            beta = b * target.beta_model
+            e = trace.energy[:, k]
+            row.update({"temperature": (1.0 / beta) if beta > 0 else float("inf"), "energy_per_site": float(e.mean() / n),
+                        "specific_heat_per_site": float(beta**2 * e.var() / n), "ess_energy": float(ess_e[k])})
+        rows.append(row)
+    return rows
+
+
+def final_results(cfg, target, betas, traces, rts, exact_log_z, exact_how, history):
+    C = len(traces)
+    rows, per_level = [], []
+    ss_all, ti_all = [], []
+    for c in range(C):
+        ll = traces[c].loglik.T
+        ss, ss_se = _stepping_stone(betas[c], ll)
+        ti, ti_se = _thermodynamic_integration(betas[c], ll)
+        ss_all.append((target.log_z_reference + ss, ss_se))
+        ti_all.append((target.log_z_reference + ti, ti_se))
+        rows.append({"chain": c, "method": "stepping_stone", "log_z": ss_all[-1][0], "se": ss_se})
+        rows.append({"chain": c, "method": "thermodynamic_integration", "log_z": ti_all[-1][0], "se": ti_se})
+        per_level.append(per_level_table(betas[c], traces[c], target))
+    ss = float(np.mean([v for v, _ in ss_all]))
+    ss_se = float(np.sqrt(sum(s**2 for _, s in ss_all)) / C)
+    ti = float(np.mean([v for v, _ in ti_all]))
+    ti_se = float(np.sqrt(sum(s**2 for _, s in ti_all)) / C)
+    total_scans = sum(h["scans"] for h in history) if history else 0
+    rej = [rejection(t) for t in traces]
+    lam = float(np.mean([schedule.communication_barrier(b, r)[0] for b, r in zip(betas, rej)]))
+    trips = int(sum(int(s.trips.sum()) for s in rts))
+    res = {"log_z_ss": ss, "log_z_ss_se": ss_se, "log_z_ti": ti, "log_z_ti_se": ti_se,
+           "barrier": lam, "round_trips": trips,
+           "swap_accept_mean": float(np.mean([1 - r.mean() for r in rej])),
+           "local_accept_mean": float(np.mean([t.local_accept.mean() for t in traces])),
+           "local_accept_per_replica": [t.replica_accept.mean(axis=0).tolist() for t in traces],
+           "swap_accept_per_pair": [t.accept_prob.mean(axis=0).tolist() for t in traces],
+           "n_levels": len(betas[0]), "n_chains": C, "scans_total": total_scans,
+           "exact_log_z_source": exact_how, "per_level": per_level, "log_z_table": rows}
+    if target.kind == "ising":
+        res["log_z_ss_per_site"] = ss / target.n_sites
+    if C >= 2:
+        series = np.stack([t.energy.T if target.kind == "ising" else t.loglik.T for t in traces], axis=1)  # [K, C, T]
+        rhat = diagnostics.split_rhat(series)
+        res["rhat_max"] = float(np.nanmax(rhat))
+        res["rhat_per_level"] = [float(v) for v in rhat]
+    if exact_log_z is not None:
+        res["log_z_exact"] = exact_log_z
+        res["log_z_ss_error"] = ss - exact_log_z
+        res["log_z_ss_error_sigmas"] = (ss - exact_log_z) / ss_se if ss_se > 0 else float("inf")
+        res["log_z_ti_error"] = ti - exact_log_z
+        res["log_z_ti_error_sigmas"] = (ti - exact_log_z) / ti_se if ti_se > 0 else float("inf")
+        res["objective"] = abs(ss - exact_log_z)
+        rows.append({"chain": -1, "method": f"exact ({exact_how})", "log_z": exact_log_z, "se": 0.0})
+    else:
+        res["objective"] = ss_se
+    rows.append({"chain": -1, "method": "stepping_stone (all chains)", "log_z": ss, "se": ss_se})
+    rows.append({"chain": -1, "method": "thermodynamic_integration (all chains)", "log_z": ti, "se": ti_se})
+    return res
+
+
+def combine_targets(per_group: list[dict]) -> dict:
+    """Results of several targets farmed at once: per-target entries plus flat per-target metrics."""
+    out = {"targets": per_group, "n_targets": len(per_group),
+           "objective": float(np.mean([r["objective"] for r in per_group])),
+           "barrier": float(np.mean([r["barrier"] for r in per_group])),
+           "round_trips": int(sum(r["round_trips"] for r in per_group)),
+           "swap_accept_mean": float(np.mean([r["swap_accept_mean"] for r in per_group])),
+           "scans_total": per_group[0]["scans_total"]}
+    for g, r in enumerate(per_group):
+        for k in ("log_z_ss", "log_z_ss_se", "log_z_ti", "log_z_ti_se", "log_z_exact", "log_z_ss_error_sigmas"):
+            if k in r:
+                out[f"{k}_target{g}"] = r[k]
+    return out
+
+
+def print_summary(say, res, prefix=""):
+    line = (f"pgmflow: {prefix}log Z = {res['log_z_ss']:.6f} ± {res['log_z_ss_se']:.6f} (stepping stone), "
+            f"{res['log_z_ti']:.6f} ± {res['log_z_ti_se']:.6f} (thermodynamic integration)")
+    if "log_z_exact" in res:
+        line += f"; exact {res['log_z_exact']:.6f} ({res['exact_log_z_source']}), error {res['log_z_ss_error_sigmas']:+.2f} SE"
+    line += f"; barrier Λ = {res['barrier']:.3f}, {res['round_trips']} round trips"
+    say(line, prefix="")

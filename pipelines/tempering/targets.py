@@ -1,0 +1,43 @@
+"""The task-side target of a validated model section, and the explorer that suits it."""
+
+from __future__ import annotations
+
+from pipelines.core.errors import ConfigError
+
+MODELS = ("ising", "gaussian_mixture", "custom")
+
+
+def build_target(model: dict):
+    """The task-side target object for a validated model section."""
+    from tasks.tempering import targets
+
+    name = model["name"]
+    if name == "ising":
+        return targets.make_ising(model["L"], model["T"], model["J"], model["h"], model["couplings"],
+                                  model["disorder_seed"])
+    if name == "gaussian_mixture":
+        return targets.make_gaussian_mixture(model["dim"], model["n_components"], model["separation"],
+                                             model["sigma"], model["reference_scale"], model["target_seed"],
+                                             model.get("weights"))
+    if name == "custom":
+        return targets.CustomTarget(log_density=model["log_density"],
+                                    grad_log_density=model.get("grad_log_density") or "",
+                                    reference=targets.GaussianReference(model["dim"], float(model["reference_scale"])))
+    raise ConfigError("model.name", name, "unknown target", f"use one of {', '.join(MODELS)}")
+
+
+def resolve_explorer(explorer: str, model_name: str) -> str:
+    if model_name == "ising":
+        if explorer == "auto":
+            return "heatbath"
+        if explorer not in ("metropolis", "heatbath"):
+            raise ConfigError("tempering.explorer", explorer, "is for continuous targets, the Ising model needs "
+                              "spin updates", "set tempering.explorer=heatbath or metropolis")
+        return explorer
+    if explorer == "auto":
+        return "hmc" if model_name == "gaussian_mixture" else "rwm"
+    if explorer not in ("rwm", "hmc"):
+        raise ConfigError("tempering.explorer", explorer, "is an Ising spin update, the target is continuous",
+                          "set tempering.explorer=rwm or hmc")
+    return explorer
+

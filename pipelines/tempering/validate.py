@@ -1,0 +1,155 @@
+"""Validation of pipeline=tempering: the tempering section, the target (model) and its options."""
+
+from __future__ import annotations
+
+from pipelines.bounds.validate import ISING_RULES
+from pipelines.core.errors import ConfigError
+from pipelines.core.validation import apply, boolean, check_importable, choice, get, integer, real, unknown_keys
+from pipelines.tempering.targets import MODELS, build_target, resolve_explorer
+
+TEMPERING = {
+    "n_replicas": integer(lo=2, hi=4096),
+    "n_rounds": integer(lo=1, hi=24),
+    "n_chains": integer(lo=1, hi=4096),
+    "explorer": choice("auto", "metropolis", "heatbath", "rwm", "hmc"),
+    "sweeps_per_scan": integer(lo=1),
+    "n_leapfrog": integer(lo=1, hi=10_000),
+    "step_size": real(gt=0),
+    "swap": choice("deo", "seo"),
+    "adapt_schedule": boolean,
+    "initial_schedule": choice("linear", "power"),
+    "schedule_power": real(gt=0),
+    "n_blocks": integer(lo=1, allow=("auto",)),
+    "layout": choice("auto", "chain", "blocks"),
+    "scans_per_task": integer(lo=1, allow=("auto",)),
+    "checkpoint_every": integer(lo=0),
+    "figures": boolean,
+}
+TEMPERING_OPTIONAL = {"ladder", "chain_overrides"}
+SHAPE_FIELDS = {"ising": ("L",), "gaussian_mixture": ("dim",), "custom": ("dim",)}
+
+MODEL_RULES = {
+    "ising": ISING_RULES,
+    "gaussian_mixture": {"dim": integer(lo=1, hi=10_000), "n_components": integer(lo=1, hi=10_000),
+                         "separation": real(ge=0), "sigma": real(gt=0), "reference_scale": real(gt=0),
+                         "target_seed": integer(lo=0)},
+    "custom": {"dim": integer(lo=1, hi=100_000), "reference_scale": real(gt=0)},
+}
+MODEL_EXTRA = {"ising": set(), "gaussian_mixture": {"weights"}, "custom": {"log_density", "grad_log_density"}}
+
+
+def check_ladder(ladder, n_replicas):
+    path = "tempering.ladder"
+    if ladder is None:
+        return
+    if not isinstance(ladder, (list, tuple)) or len(ladder) < 2:
+        raise ConfigError(path, ladder, "must be a list of at least two annealing parameters b in [0, 1]",
+                          f"set {path}=null (automatic) or e.g. {path}=[0,0.25,0.5,1]")
+    for v in ladder:
+        real(ge=0)(path, v)
+    if ladder[0] != 0 or ladder[-1] != 1:
+        raise ConfigError(path, ladder, "must start at 0 (the reference) and end at 1 (the target)",
+                          "make the first entry 0 and the last 1")
+    for a, b in zip(ladder, ladder[1:]):
+        if not b > a:
+            raise ConfigError(path, ladder, f"must be strictly increasing (found {a} then {b}); negative or "
+                              "non-increasing temperatures are not allowed",
+                              "sort the values and remove duplicates")
+
+
+def check_chain_overrides(overrides, model: dict, name: str):
+    """Several targets farmed at once: a list of model-field overrides, one per target."""
+    path = "tempering.chain_overrides"
+    if overrides is None:
+        return
+    if not isinstance(overrides, (list, tuple)) or not overrides or not all(isinstance(o, dict) for o in overrides):
+        raise ConfigError(path, overrides, "must be a list of mappings of model fields, one per target",
+                          f"e.g. '{path}=[{{T:2.0}},{{T:2.5}}]' or {path}=null")
+    known = set(MODEL_RULES[name]) | MODEL_EXTRA[name]
+    for i, ov in enumerate(overrides):
+        for key, value in ov.items():
+            if key not in known:
+                raise ConfigError(f"{path}[{i}].{key}", value, f"is not a field of model={name}",
+                                  f"use fields of the model: {', '.join(sorted(known))}")
+            if key in SHAPE_FIELDS[name] and value != model[key]:
+                raise ConfigError(f"{path}[{i}].{key}", value, "would change the shape of the state; every "
+                                  "target farmed in one run shares it", f"set model.{key} instead, or sweep it "
+                                  f"with pgmflow -m model.{key}=...")
+            if key in MODEL_RULES[name]:
+                MODEL_RULES[name][key](f"{path}[{i}].{key}", value)
+
+
+def check_custom_target(model: dict, explorer: str):
+    """Import the user's log-density and evaluate it on reference draws: finite values, right shape.
+    Only modules on the allow-list (:func:`allowed_modules`) are imported."""
+    import numpy as np
+
+    from tasks.tempering import targets
+
+    for field in ("log_density", "grad_log_density"):
+        path = f"model.{field}"
+        spec = model.get(field)
+        if field == "grad_log_density" and not spec:
+            if explorer == "hmc":
+                raise ConfigError(path, spec, "HMC needs the gradient of the log-density",
+                                  "set model.grad_log_density=package.module:function or tempering.explorer=rwm")
+            continue
+        if not isinstance(spec, str) or not spec:
+            raise ConfigError(path, spec, "must name an importable callable",
+                              f"set {path}=package.module:function")
+        check_importable(path, spec)
+        try:
+            targets.load_callable(spec)
+        except Exception as exc:
+            raise ConfigError(path, spec, f"cannot be imported ({type(exc).__name__}: {exc})",
+                              "check the module is on PYTHONPATH and the name is 'package.module:function'") from None
+    t = build_target(model)
+    x = t.reference.sample(np.random.default_rng(0), 16)
+    try:
+        val = t.log_gamma(x)
+    except Exception as exc:
+        raise ConfigError("model.log_density", model["log_density"], f"raised {type(exc).__name__}: {exc} "
+                          f"on an input of shape {x.shape}", "make it map x [n, d] to log-densities [n]") from None
+    if not np.all(np.isfinite(val) | (val == -np.inf)) or np.any(val == np.inf):
+        raise ConfigError("model.log_density", model["log_density"],
+                          "returned NaN or +inf on draws from the reference", "return finite values (or -inf "
+                          "outside the support) for every x")
+    if explorer == "hmc":
+        g = t.grad_log_gamma(x)
+        if not np.all(np.isfinite(g)):
+            raise ConfigError("model.grad_log_density", model["grad_log_density"],
+                              "returned NaN or inf on draws from the reference", "return finite gradients")
+
+
+def check_tempering(cfg: dict):
+    unknown_keys(cfg, "tempering", set(TEMPERING) | TEMPERING_OPTIONAL)
+    apply(cfg, {f"tempering.{k}": r for k, r in TEMPERING.items()})
+    t = cfg["tempering"]
+    check_ladder(t.get("ladder"), t["n_replicas"])
+    model = cfg["model"]
+    name = model.get("name")
+    if name not in MODELS:
+        raise ConfigError("model.name", name, "unknown target", "use model=ising, model=gaussian_mixture or "
+                          "model=custom")
+    unknown_keys(cfg, "model", set(MODEL_RULES[name]) | MODEL_EXTRA[name] | {"name"})
+    apply(cfg, {f"model.{k}": r for k, r in MODEL_RULES[name].items()})
+    explorer = resolve_explorer(t["explorer"], name)
+    check_chain_overrides(t.get("chain_overrides"), model, name)
+    if name == "gaussian_mixture":
+        w = model.get("weights")
+        if w is not None:
+            if not isinstance(w, (list, tuple)) or len(w) != model["n_components"]:
+                raise ConfigError("model.weights", w, f"must be a list of {model['n_components']} positive numbers "
+                                  "(one per component)", "set model.weights=null for equal weights")
+            for v in w:
+                real(gt=0)("model.weights", v)
+    if name == "custom":
+        check_custom_target(model, explorer)
+
+    if cfg.get("bounds"):  # bounds=true: the variational bounds along the ladder (pipelines.bounds)
+        from pipelines.bounds.validate import check_variational
+
+        check_variational(cfg)
+        if name != "ising":
+            raise ConfigError("bounds", True, f"variational bounds need a binary pairwise model, not model={name}",
+                              "use model=ising with bounds=true")

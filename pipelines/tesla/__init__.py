@@ -1,0 +1,16 @@
+"""TESLA: time-varying network structure learning by temporally smoothed L1 logistic regression
+(with KELLER and a static baseline beside it).
+
+Modules: ``validate`` (the config rules), ``networks`` (data sources: synthetic, npz, csv), ``run``
+(one path task per node and grid point, one selection task per node), ``report`` (edge sets,
+recovery, artifacts), ``figures``. Worker-side code is in ``tasks.tesla``.
+"""
+
+from pipelines.core.registry import Workload
+
+WORKLOAD = Workload(
+    name="tesla",
+    run="pipelines.tesla.run:run",
+    validate="pipelines.tesla.validate:check_tesla",
+    summary="TESLA time-varying networks (and KELLER, static) by L1 logistic paths per node",
+)

@@ -1,0 +1,124 @@
+"""The end of a TESLA run: edge sets (AND / OR rules), recovery against the truth when there is one,
+per-time metrics, the estimates, the selection table, results and figures."""
+
+from __future__ import annotations
+
+import io
+import json
+
+import numpy as np
+
+from pipelines.core import artifacts
+from tasks.tesla import evaluate
+
+
+def _edges(data, methods, choices, rule, result) -> tuple[dict, dict, dict, dict]:
+    """Edge sets of every method under both rules, counts per time, and recovery against the truth;
+    the summary numbers go into ``result``. Returns (thetas, edge sets, recovery, counts)."""
+    thetas, adj, recov, counts = {}, {}, {}, {}
+    for m in methods:
+        th = np.stack([c.theta for c in choices[m]])  # [p, T, p]
+        thetas[m] = th
+        for r in evaluate.RULES:
+            adj[(m, r)] = evaluate.edge_sets(th, r)
+        counts[m] = evaluate.edge_counts(adj[(m, rule)])
+        result[f"{m}_edges_mean"] = float(counts[m].mean())
+        result[f"{m}_iterations"] = int(sum(c.n_iter for c in choices[m]))
+        result[f"{m}_all_converged"] = bool(all(c.all_converged for c in choices[m]))
+        if data.truth is not None:
+            for r in evaluate.RULES:
+                rec = evaluate.recovery(adj[(m, r)], data.truth)
+                recov[(m, r)] = rec
+                sfx = "" if r == rule else f"_{r}"
+                result[f"{m}_f1{sfx}"] = rec.mean_f1
+                result[f"{m}_precision{sfx}"] = rec.mean_precision
+                result[f"{m}_recall{sfx}"] = rec.mean_recall
+    if data.truth is not None:
+        result["true_edges_mean"] = float(evaluate.edge_counts(data.truth).mean())
+    return thetas, adj, recov, counts
+
+
+def _objective(result, data, methods, choices, rule, criterion) -> dict:
+    """The run's objective: the first method's F1 against the truth, else its summed selection score."""
+    primary = methods[0]
+    if data.truth is not None:
+        return {"objective": result[f"{primary}_f1"], "objective_name": f"{primary}_f1 (mean over time, {rule} rule; higher is better)",
+                "objective_direction": "maximize"}
+    return {"objective": float(np.nansum([np.nanmin(c.scores) for c in choices[primary] if not c.isolated])),
+            "objective_name": f"{primary} summed {criterion} score of the chosen grid points (lower is better)"}
+
+
+def finish(ctx, cfg, data, methods, choices, lam1, lam2, bandwidths, rule, seconds) -> dict:
+    tracker, tcfg = ctx.tracker, cfg["tesla"]
+    series = data.series
+    T = len(series.n_per_time)
+    result = {"seconds": seconds, "time_points": T, "nodes": series.X.shape[1], "samples": int(series.X.shape[0]),
+              "isolated_nodes": [series.node_names[i] for i in data.isolated]}
+    thetas, adj, recov, counts = _edges(data, methods, choices, rule, result)
+    result.update(_objective(result, data, methods, choices, rule, tcfg["criterion"]))
+    artifacts.log_final_metrics(tracker, result, step=T, flush=False)
+    for t in range(T):
+        row = {f"edges_{m}": float(counts[m][t]) for m in methods}
+        if data.truth is not None:
+            row["edges_true"] = float(evaluate.edge_counts(data.truth[t:t + 1])[0])
+            row.update({f"f1_{m}": float(recov[(m, rule)].f1[t]) for m in methods})
+        tracker.log_metrics(row, step=t)
+    tracker.flush()
+    artifacts.log_npz(tracker, "estimates.npz", _estimate_arrays(data, methods, choices, thetas, adj), compressed=True)
+    tracker.log_text(_selection_csv(methods, choices, series.node_names), "tables/selection.csv")
+    artifacts.log_results(tracker, result)
+    if tcfg.get("figures", True):
+        from pipelines.tesla import figures
+
+        snaps = tcfg.get("snapshot_times")
+        snaps = [int(s) for s in snaps] if snaps else sorted(set(np.linspace(0, T - 1, min(4, T)).round().astype(int)))
+        artifacts.log_figures(tracker, figures.tesla_figures(
+            methods, {m: adj[(m, rule)] for m in methods}, thetas, data.truth,
+            {m: recov[(m, rule)] for m in methods} if data.truth is not None else None,
+            snaps, series.node_names, rule, choices, lam1, lam2, bandwidths))
+    _print_summary(ctx.say, result, methods, data.truth is not None, rule)
+    return result
+
+
+def _estimate_arrays(data, methods, choices, thetas, adj) -> dict:
+    arrays = {"node_names": np.asarray(data.series.node_names), "times": np.asarray(data.series.times)}
+    for m in methods:
+        arrays[f"theta_{m}"] = thetas[m]
+        arrays[f"lambda1_{m}"] = np.array([c.lam1 for c in choices[m]])
+        arrays[f"lambda2_{m}"] = np.array([c.lam2 for c in choices[m]])
+        arrays[f"bandwidth_{m}"] = np.array([c.bandwidth for c in choices[m]])
+        arrays[f"scores_{m}"] = np.stack([c.scores for c in choices[m]])
+        for r in evaluate.RULES:
+            arrays[f"edges_{r}_{m}"] = adj[(m, r)]
+    if data.truth is not None:
+        arrays["edges_true"] = data.truth
+    return arrays
+
+
+def _selection_csv(methods, choices, names) -> str:
+    out = io.StringIO()
+    out.write("method,node,name,lambda1,lambda2,bandwidth,iterations,converged,isolated\n")
+    for m in methods:
+        for c in choices[m]:
+            nm = str(names[c.node]).replace('"', '""')
+            out.write(f'{m},{c.node},"{nm}",{c.lam1:g},{c.lam2:g},{c.bandwidth:g},{c.n_iter},'
+                      f'{str(c.all_converged).lower()},{str(c.isolated).lower()}\n')
+    return out.getvalue()
+
+
+def _print_summary(say, result, methods, has_truth, rule):
+    lines = [f"pgmflow: tesla finished in {result['seconds']:.1f} s"]
+    if has_truth:
+        lines.append(f"  {'method':8s} {'F1':>6s} {'prec':>6s} {'recall':>6s} {'edges/t':>8s}   ({rule} rule; "
+                     f"true edges/t {result['true_edges_mean']:.1f})")
+        for m in methods:
+            lines.append(f"  {m:8s} {result[f'{m}_f1']:6.3f} {result[f'{m}_precision']:6.3f} "
+                         f"{result[f'{m}_recall']:6.3f} {result[f'{m}_edges_mean']:8.1f}")
+    else:
+        for m in methods:
+            lines.append(f"  {m:8s} edges per time point {result[f'{m}_edges_mean']:.1f}")
+    for m in methods:
+        if not result[f"{m}_all_converged"]:
+            lines.append(f"  warning: some {m} solves stopped at tesla.max_iter before tesla.tol; raise tesla.max_iter")
+    say("\n".join(lines), prefix="")
+    json.dumps(result)  # results must stay JSON-serialisable (logged as results.json)

@@ -1,0 +1,105 @@
+"""Validation of pipeline=tesla: the tesla, model and network sections, then the data itself."""
+
+from __future__ import annotations
+
+import numbers
+
+from pipelines.core.errors import ConfigError
+from pipelines.core.validation import apply, boolean, choice, get, integer, number_list, real, unknown_keys
+
+TESLA_KEYS = {"methods", "lambda1", "lambda2", "bandwidth", "criterion", "ebic_gamma", "heldout_fraction", "rule",
+              "max_iter", "tol", "snapshot_times", "figures"}
+TESLA = {
+    "criterion": choice("bic", "ebic", "heldout"),
+    "ebic_gamma": real(ge=0),
+    "rule": choice("and", "or"),
+    "max_iter": integer(lo=1),
+    "tol": real(gt=0),
+    "figures": boolean,
+}
+TESLA_METHODS = ("tesla", "keller", "static")
+NETWORK_SYNTHETIC = {
+    "p": integer(lo=2, hi=2000),
+    "T": integer(lo=1),
+    "samples_per_time": integer(lo=1),
+    "rewire_every": integer(lo=1),
+    "n_rewire": integer(lo=0),
+    "max_degree": integer(lo=1),
+    "weight_low": real(ge=0),
+    "weight_high": real(gt=0),
+    "ramp": integer(lo=0),
+    "field": real(),
+    "burn_in": integer(lo=1),
+}
+
+
+
+def check_tesla(cfg: dict):
+    """Every field of a TESLA run, then the data itself (loaded and checked before any task runs)."""
+    unknown_keys(cfg, "tesla", TESLA_KEYS)
+    apply(cfg, {f"tesla.{k}": r for k, r in TESLA.items()})
+    t = cfg["tesla"]
+    methods = get(cfg, "tesla.methods")
+    if not isinstance(methods, (list, tuple)) or not methods:
+        raise ConfigError("tesla.methods", methods, "must be a non-empty list", "use tesla.methods=[tesla,keller,static]")
+    for m in methods:
+        if m not in TESLA_METHODS:
+            raise ConfigError("tesla.methods", methods, f"unknown method {m!r}",
+                              f"use any of {', '.join(TESLA_METHODS)}")
+    if len(set(methods)) != len(methods):
+        raise ConfigError("tesla.methods", methods, "lists a method twice", "list each method once")
+    number_list("tesla.lambda1", get(cfg, "tesla.lambda1"), ge=0)
+    number_list("tesla.lambda2", get(cfg, "tesla.lambda2"), ge=0)
+    number_list("tesla.bandwidth", get(cfg, "tesla.bandwidth"), gt=0)
+    f = get(cfg, "tesla.heldout_fraction")
+    real(gt=0)("tesla.heldout_fraction", f)
+    if t["criterion"] == "heldout" and not f < 1:
+        raise ConfigError("tesla.heldout_fraction", f, "must be below 1 (samples must be left to fit)",
+                          "use e.g. tesla.heldout_fraction=0.2")
+    model = cfg.get("model") or {}
+    if model.get("name") != "tesla":
+        raise ConfigError("model", model.get("name"), "pipeline=tesla estimates time-varying networks",
+                          "use model=tesla (or drop the model= override)")
+    unknown_keys(cfg, "model", {"name", "q"})
+    choice(1, 2)("model.q", get(cfg, "model.q"))
+    n = cfg.get("network")
+    if not isinstance(n, dict) or "kind" not in n:
+        raise ConfigError("network", n, "pipeline=tesla needs data", "use network=synthetic, or network=npz "
+                          "network.path=FILE.npz, or network=csv network.path=FILE.csv")
+    from pipelines.tesla import networks
+
+    if n["kind"] not in networks.KINDS:
+        raise ConfigError("network.kind", n["kind"], "unknown data source", f"use one of: {', '.join(networks.KINDS)}")
+    if n["kind"] == "synthetic":
+        unknown_keys(cfg, "network", set(networks.SYNTHETIC_KEYS) | {"kind"})
+        apply(cfg, {f"network.{k}": r for k, r in NETWORK_SYNTHETIC.items()})
+        if n.get("n_edges") is not None:
+            integer(lo=0)("network.n_edges", n["n_edges"])
+        if n["weight_low"] > n["weight_high"]:
+            raise ConfigError("network.weight_low", n["weight_low"], f"is above network.weight_high={n['weight_high']}",
+                              "swap them")
+    else:
+        unknown_keys(cfg, "network", {"kind", "path", "truth"})
+    data = networks.resolve(cfg)
+    T = len(data.series.n_per_time)
+    if T == 1 and "tesla" in methods and any(float(x) > 0 for x in t["lambda2"]):
+        raise ConfigError("tesla.lambda2", t["lambda2"], "the data has a single time point (T=1), so there is "
+                          "nothing to smooth over time", "set tesla.lambda2=[0] or give data with several time points")
+    snaps = t.get("snapshot_times")
+    if snaps is not None:
+        if not isinstance(snaps, (list, tuple)) or not snaps:
+            raise ConfigError("tesla.snapshot_times", snaps, "must be a non-empty list of time indices or null",
+                              "use e.g. tesla.snapshot_times=[0,50,99]")
+        for s_ in snaps:
+            if isinstance(s_, bool) or not isinstance(s_, numbers.Integral) or not 0 <= s_ < T:
+                raise ConfigError("tesla.snapshot_times", snaps, f"{s_!r} is not a time index in [0, {T - 1}]",
+                                  f"use indices between 0 and {T - 1}")
+    if t["criterion"] == "heldout":
+        from tasks.tesla import path_tasks
+
+        N = data.series.X.shape[0]
+        held = path_tasks.heldout_rows(N, int(cfg["seed"]), float(f))
+        if held.all() or not held.any():
+            raise ConfigError("tesla.heldout_fraction", f, f"leaves {int(held.sum())} of {N} samples held out",
+                              "choose a fraction that holds out some but not all samples")
+
