@@ -1,0 +1,148 @@
+"""The shape of the code, checked from its import graph (imports inside functions included):
+
+- no import cycle among the project's modules (pipelines/, tasks/, hydra_plugins/, tests/fixtures/);
+- the core (pipelines/core/) imports no workload package: it finds them through the registry;
+- workload packages do not import each other, except tempering -> bounds (bounds=true is an add-on);
+- tasks/ imports nothing from pipelines/ or hydra_plugins/ (tests/test_layering.py: nor dask & co.);
+- no function in pipelines/ over 80 lines, no module over 500 lines.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+ROOTS = ("pipelines", "tasks", "hydra_plugins", "tests/fixtures")
+ALLOWED_WORKLOAD_IMPORTS = {("tempering", "bounds")}
+MAX_FUNCTION_LINES, MAX_MODULE_LINES = 80, 500
+
+
+def _modules() -> dict[str, Path]:
+    mods = {}
+    for root in ROOTS:
+        for f in sorted((REPO / root).rglob("*.py")):
+            name = ".".join(f.relative_to(REPO).with_suffix("").parts)
+            mods[name[:-len(".__init__")] if name.endswith(".__init__") else name] = f
+    return mods
+
+
+def _resolve(name: str, mods) -> str | None:
+    while name and name not in mods:
+        name = name.rpartition(".")[0]
+    return name or None
+
+
+def import_graph() -> dict[str, set[str]]:
+    """module -> the project modules it imports (absolute imports, anywhere in the file)."""
+    mods = _modules()
+    graph = {m: set() for m in mods}
+    for m, path in mods.items():
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+            names = []
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                names = [f"{node.module}.{a.name}" for a in node.names] + [node.module]
+            for n in names:
+                target = _resolve(n, mods)
+                if target and target != m:
+                    graph[m].add(target)
+    return graph
+
+
+def strongly_connected(graph) -> list[list[str]]:
+    """Tarjan's algorithm, iteratively: the components with more than one module (the cycles)."""
+    index, low, on, stack, out, counter = {}, {}, set(), [], [], [0]
+    for root in graph:
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = counter[0]
+        counter[0] += 1
+        stack.append(root)
+        on.add(root)
+        while work:
+            v, it = work[-1]
+            w = next(it, None)
+            if w is not None:
+                if w not in index:
+                    index[w] = low[w] = counter[0]
+                    counter[0] += 1
+                    stack.append(w)
+                    on.add(w)
+                    work.append((w, iter(sorted(graph[w]))))
+                elif w in on:
+                    low[v] = min(low[v], index[w])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[v])
+            if low[v] == index[v]:
+                comp = []
+                while True:
+                    w = stack.pop()
+                    on.discard(w)
+                    comp.append(w)
+                    if w == v:
+                        break
+                if len(comp) > 1:
+                    out.append(sorted(comp))
+    return out
+
+
+def _workload(module: str) -> str | None:
+    parts = module.split(".")
+    return parts[1] if parts[0] == "pipelines" and len(parts) > 1 and parts[1] != "core" else None
+
+
+def test_the_cycle_finder_finds_a_cycle():
+    assert strongly_connected({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert strongly_connected({"a": {"b"}, "b": set()}) == []
+
+
+def test_no_import_cycle():
+    graph = import_graph()
+    assert len(graph) > 60 and any(graph.values())
+    assert strongly_connected(graph) == []
+
+
+def test_core_imports_no_workload():
+    bad = [f"{m} imports {t}" for m, ts in import_graph().items() if m.startswith("pipelines.core")
+           for t in ts if _workload(t)]
+    assert not bad, "\n".join(bad)
+
+
+def test_workloads_do_not_import_each_other():
+    graph = import_graph()
+    workloads = {_workload(m) for m in graph} - {None}
+    assert {"tempering", "svi", "tesla", "bounds", "sparse_gp"} <= workloads
+    bad = []
+    for m, ts in graph.items():
+        a = _workload(m)
+        for t in ts:
+            b = _workload(t)
+            if a and b and a != b and (a, b) not in ALLOWED_WORKLOAD_IMPORTS:
+                bad.append(f"{m} imports {t}")
+    assert not bad, "\n".join(bad)
+
+
+def test_tasks_import_no_pipelines_code():
+    bad = [f"{m} imports {t}" for m, ts in import_graph().items() if m.startswith("tasks")
+           for t in ts if not t.startswith("tasks")]
+    assert not bad, "\n".join(bad)
+
+
+def test_functions_and_modules_stay_small():
+    too_long = []
+    for f in sorted((REPO / "pipelines").rglob("*.py")):
+        text = f.read_text()
+        rel = f.relative_to(REPO)
+        if len(text.splitlines()) > MAX_MODULE_LINES:
+            too_long.append(f"{rel}: {len(text.splitlines())} lines")
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                n = node.end_lineno - node.lineno + 1
+                if n > MAX_FUNCTION_LINES:
+                    too_long.append(f"{rel}:{node.lineno} {node.name}(): {n} lines")
+    assert not too_long, "\n".join(too_long)
