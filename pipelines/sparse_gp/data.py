@@ -33,7 +33,6 @@ import numpy as np
 
 import tasks.gp
 from pipelines.core.errors import ConfigError
-from tasks import rng as trng
 from tasks.gp.data import Standardizer, heldout_rows, open_npy, split_key  # noqa: F401  (part of this module's API)
 
 KINDS = ("synthetic", "diabetes", "csv", "npz", "npy")

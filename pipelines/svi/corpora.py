@@ -17,8 +17,6 @@ import os
 import shutil
 from pathlib import Path
 
-import numpy as np
-
 from pipelines.core.errors import ConfigError
 
 KINDS = ("shipped", "synthetic", "uci", "text", "matrix_market", "npz", "sharded")

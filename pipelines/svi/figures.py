@@ -4,14 +4,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from pipelines.core.plotting import close, plt  # noqa: F401  (close is part of this module's API)
+from pipelines.core.plotting import plt
 
 
 def svi_figures(history, lam, names, vocab, coherence) -> dict:
     """Figures of an SVI run for LDA: held-out perplexity against documents seen, the top words of
     each topic, and a topic-word heatmap over the leading words of every topic."""
-    import matplotlib.pyplot as plt
-
     figs = {}
     if history:
         fig, ax = plt.subplots(figsize=(6, 4))

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pipelines.core.errors import ConfigError
-from pipelines.core.validation import apply, boolean, choice, get, integer, real, unknown_keys
+from pipelines.core.validation import apply, boolean, get, integer, real, unknown_keys
 
 SVI_MODELS = ("lda",)
 

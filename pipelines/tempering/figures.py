@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from pipelines.core.plotting import close, plt  # noqa: F401  (close is part of this module's API)
+from pipelines.core.plotting import plt
 from tasks.tempering import schedule
 
 
@@ -13,14 +13,19 @@ def _levels_to_show(K, n=6):
 
 
 def tempering_figures(target, betas, traces, history, results) -> dict:
-    """energy_traces, swap_acceptance (with the barrier Lambda(b)), round_trips, log_z."""
-    figs = {}
+    """energy_traces, swap_acceptance (with the barrier Lambda(b)), round_trips, autocorrelation, log_z."""
+    makers = {"energy_traces": _energy_traces, "swap_acceptance": _swap_acceptance, "round_trips": _round_trips,
+              "autocorrelation": _autocorrelation, "log_z": _log_z}
+    return {name: make(target, betas, traces, history, results) for name, make in makers.items()}
+
+
+def _energy_traces(target, betas, traces, history, results):
+    """Energy (or log-likelihood) traces per temperature, last round, chain 0."""
     ising = target.kind == "ising"
     b = np.asarray(betas[0])
     tr = traces[0]
     K = len(b)
 
-    # 1. energy (or log-likelihood) traces per temperature, last round, chain 0
     fig, ax = plt.subplots(figsize=(8, 4.5))
     for k in _levels_to_show(K):
         y = tr.energy[:, k] / target.n_sites if ising else tr.loglik[:, k]
@@ -35,9 +40,13 @@ def tempering_figures(target, betas, traces, history, results) -> dict:
     ax.set_title("Traces per temperature (last round, chain 0)")
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     fig.tight_layout()
-    figs["energy_traces"] = fig
+    return fig
 
-    # 2. swap acceptance per adjacent pair and the communication barrier Lambda(b)
+
+def _swap_acceptance(target, betas, traces, history, results):
+    """Swap acceptance per adjacent pair and the communication barrier Lambda(b)."""
+    ising = target.kind == "ising"
+
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
     for c, (bc, t) in enumerate(zip(betas, traces)):
         acc = t.accept_prob.mean(axis=0)
@@ -55,9 +64,14 @@ def tempering_figures(target, betas, traces, history, results) -> dict:
     for ax in axes:
         ax.legend(fontsize=8)
     fig.tight_layout()
-    figs["swap_acceptance"] = fig
+    return fig
 
-    # 3. round trips: index process of a few replicas, and cumulative trips per round
+
+def _round_trips(target, betas, traces, history, results):
+    """Round trips: index process of a few replicas, and cumulative trips per round."""
+    tr = traces[0]
+    rounds = [h["round"] for h in history]
+
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
     R = tr.levels.shape[1]
     for r in _levels_to_show(R, 4):
@@ -72,9 +86,16 @@ def tempering_figures(target, betas, traces, history, results) -> dict:
     axes[1].set_ylabel("round trips (cumulative, all chains)")
     axes[1].set_title(f"Round trips: {results['round_trips']} in total")
     fig.tight_layout()
-    figs["round_trips"] = fig
+    return fig
 
-    # 4. autocorrelation of the energy (log-likelihood) and |m| at a few levels, last round
+
+def _autocorrelation(target, betas, traces, history, results):
+    """Autocorrelation of the energy (log-likelihood) and |m| at a few levels, last round."""
+    ising = target.kind == "ising"
+    b = np.asarray(betas[0])
+    tr = traces[0]
+    K = len(b)
+
     from tasks.tempering import diagnostics
 
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
@@ -92,9 +113,13 @@ def tempering_figures(target, betas, traces, history, results) -> dict:
         ax.legend(fontsize=7)
     fig.suptitle(f"Autocorrelation (last round, chain 0, {tr.scans.shape[0]} scans)")
     fig.tight_layout()
-    figs["autocorrelation"] = fig
+    return fig
 
-    # 5. log Z estimates per round, with the exact value where known
+
+def _log_z(target, betas, traces, history, results):
+    """Log Z estimates per round, with the exact value where known."""
+    rounds = [h["round"] for h in history]
+
     has_exact = "log_z_exact" in results
     fig, axes = plt.subplots(1, 2 if has_exact else 1, figsize=(12 if has_exact else 7, 4.2), squeeze=False)
     ax = axes[0, 0]
@@ -122,5 +147,4 @@ def tempering_figures(target, betas, traces, history, results) -> dict:
         ax2.set_title(f"Error against the exact value (final: {results['log_z_ss_error_sigmas']:+.2f} SE)")
         ax2.legend(fontsize=8)
     fig.tight_layout()
-    figs["log_z"] = fig
-    return figs
+    return fig

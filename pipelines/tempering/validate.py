@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pipelines.bounds.validate import ISING_RULES
 from pipelines.core.errors import ConfigError
-from pipelines.core.validation import apply, boolean, check_importable, choice, get, integer, real, unknown_keys
+from pipelines.core.validation import apply, boolean, check_importable, choice, integer, real, unknown_keys
 from pipelines.tempering.targets import MODELS, build_target, resolve_explorer
 
 TEMPERING = {

@@ -4,16 +4,25 @@ from __future__ import annotations
 
 import numpy as np
 
-from pipelines.core.plotting import close, plt  # noqa: F401  (close is part of this module's API)
+from pipelines.core.plotting import plt
+
 
 
 def tesla_figures(methods, adj, thetas, truth, recov, snaps, names, rule, choices, lam1, lam2, bandwidths) -> dict:
     """Figures of a TESLA run: network snapshots at chosen time points (one fixed networkx layout,
     so rewiring shows), edges over time, F1 over time (with a known truth), and the chosen grid
     points per node."""
+    figs = {"network_snapshots": _snapshots(methods, adj, truth, snaps, names, rule),
+            "edges_over_time": _edges_over_time(methods, adj, truth, rule)}
+    if recov is not None:
+        figs["f1_over_time"] = _f1_over_time(methods, recov, rule)
+    figs["chosen_grid_points"] = _chosen_grid_points(methods, choices, lam1, lam2, bandwidths)
+    return figs
+
+
+def _snapshots(methods, adj, truth, snaps, names, rule):
     import networkx as nx
 
-    figs = {}
     T, p = next(iter(adj.values())).shape[:2]
     base = nx.Graph()
     base.add_nodes_from(range(p))
@@ -52,8 +61,11 @@ def tesla_figures(methods, adj, thetas, truth, recov, snaps, names, rule, choice
     fig.suptitle(f"network snapshots ({rule} rule; green: true edge found, red: false edge, dashed: missed)"
                  if truth is not None else f"network snapshots ({rule} rule)", fontsize=10)
     fig.tight_layout()
-    figs["network_snapshots"] = fig
+    return fig
 
+
+def _edges_over_time(methods, adj, truth, rule):
+    p = next(iter(adj.values())).shape[1]
     fig, ax = plt.subplots(figsize=(7, 4))
     iu = np.triu_indices(p, 1)
     if truth is not None:
@@ -65,20 +77,23 @@ def tesla_figures(methods, adj, thetas, truth, recov, snaps, names, rule, choice
     ax.set_title(f"edges over time ({rule} rule)")
     ax.legend()
     ax.grid(alpha=0.3)
-    figs["edges_over_time"] = fig
+    return fig
 
-    if recov is not None:
-        fig, ax = plt.subplots(figsize=(7, 4))
-        for m in methods:
-            ax.plot(recov[m].f1, label=f"{m} (mean {recov[m].mean_f1:.3f})")
-        ax.set_xlabel("time point")
-        ax.set_ylabel("F1 of edge recovery")
-        ax.set_ylim(0, 1.02)
-        ax.set_title(f"F1 over time ({rule} rule)")
-        ax.legend()
-        ax.grid(alpha=0.3)
-        figs["f1_over_time"] = fig
 
+def _f1_over_time(methods, recov, rule):
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for m in methods:
+        ax.plot(recov[m].f1, label=f"{m} (mean {recov[m].mean_f1:.3f})")
+    ax.set_xlabel("time point")
+    ax.set_ylabel("F1 of edge recovery")
+    ax.set_ylim(0, 1.02)
+    ax.set_title(f"F1 over time ({rule} rule)")
+    ax.legend()
+    ax.grid(alpha=0.3)
+    return fig
+
+
+def _chosen_grid_points(methods, choices, lam1, lam2, bandwidths):
     fig, axes = plt.subplots(1, len(methods), figsize=(4 * len(methods), 3.5), squeeze=False)
     for ax, m in zip(axes[0], methods):
         counts = np.zeros((max(len(lam2), len(bandwidths), 1), len(lam1)))
@@ -97,5 +112,4 @@ def tesla_figures(methods, adj, thetas, truth, recov, snaps, names, rule, choice
         ax.set_title(f"{m}: grid points chosen (nodes)", fontsize=9)
         fig.colorbar(im, ax=ax, fraction=0.05)
     fig.tight_layout()
-    figs["chosen_grid_points"] = fig
-    return figs
+    return fig
