@@ -73,7 +73,7 @@ def test_toy_workload_runs_end_to_end_from_the_command_line(tmp_path):
     from pipelines.core.tracking import Tracker
 
     tr = Tracker(uri, "pgmflow")
-    run = tr.client.search_runs([tr.experiment_id])[0]
+    run = tr.client.search_runs([tr.client.get_experiment_by_name("pgmflow").experiment_id])[0]
     tr.run_id = run.info.run_id
     assert run.info.status == "FINISHED" and run.data.tags["pgmflow.pipeline"] == "toy"
     res = json.loads(tr.read_text("results.json"))
@@ -126,7 +126,10 @@ def test_workload_contract(name, tmp_path, cluster2, monkeypatch):
     # as if the driver had died before the end: the run is left KILLED, then resumed
     tr.client.set_terminated(tr.run_id, "KILLED")
     again = compose([f"resume={tr.run_id}", "progress=false", *where])
-    res2 = execute(again, stream=io.StringIO())
+    out2 = io.StringIO()
+    res2 = execute(again, stream=out2)
     assert res2["run_id"] == tr.run_id
+    if tr.list_artifacts("checkpoints"):  # tempering, svi: continued from the newest checkpoint
+        assert "resuming" in out2.getvalue(), out2.getvalue()
     assert tr.client.get_run(tr.run_id).info.status == "FINISHED"
     assert _estimates(json.loads(tr.read_text("results.json"))) == _estimates(first)
