@@ -10,7 +10,7 @@ from __future__ import annotations
 from pipelines.core import registry
 from pipelines.core.config import conf_dir, conf_keys
 from pipelines.core.errors import ConfigError
-from pipelines.core.validation import ALLOWED_MODULES_ENV, apply, boolean, choice, integer, optional_str, unknown_keys
+from pipelines.core.validation import ALLOWED_MODULES_ENV, apply, boolean, choice, get, integer, optional_str, unknown_keys
 
 TOP = {
     "seed": integer(lo=0, hi=2**63 - 1),
@@ -60,30 +60,33 @@ def check_unknown_top_level(cfg: dict):
             unknown_keys(cfg, section, sections[section])
 
 
-def check_flags(cfg: dict, name: str):
-    """Top-level flags that workloads add (``bounds=true`` of tempering): booleans, and set only under
-    a workload that declares them."""
+def _flag_types(cfg: dict):
+    """Flags that workloads add (``bounds=true`` of tempering) are booleans, checked with the other
+    top-level keys, whatever the pipeline."""
     for wl in registry.workloads():
-        for flag, (what, fix) in wl.flags.items():
+        for flag in wl.flags:
             if flag in cfg:
                 boolean(flag, cfg[flag])
-                if cfg[flag] and name not in [w.name for w in registry.workloads() if flag in w.flags]:
-                    raise ConfigError(flag, True, f"{what}, not pipeline={name}", fix)
+
+
+def check_flags(cfg: dict, name: str):
+    """A flag set true only under a workload that declares it; elsewhere its own sentence and fix."""
+    for wl in registry.workloads():
+        for flag, (what, fix) in wl.flags.items():
+            if cfg.get(flag) and flag not in registry.get(name).flags:
+                raise ConfigError(flag, True, f"{what}, not pipeline={name}", fix)
 
 
 def preflight_checks(cfg: dict) -> None:
     """Validate a resolved config (plain dict). Raises ConfigError on the first problem."""
     check_unknown_top_level(cfg)
     apply(cfg, TOP)
-    for wl in registry.workloads():  # type errors of every flag first, as for every top-level key
-        for flag in wl.flags:
-            if flag in cfg:
-                boolean(flag, cfg[flag])
+    _flag_types(cfg)
+    name = get(cfg, "pipeline.name")
+    workload = registry.get(name)  # an unknown pipeline.name: one line listing the workloads found
     from pipelines.core import cluster
 
     cluster.check_cluster_config(cfg.get("cluster") or {})
-    name = cfg["pipeline"]["name"]
-    workload = registry.get(name)
     workload.load_validate()(cfg)
     check_flags(cfg, name)
     check_backend(cfg)

@@ -62,14 +62,15 @@ def test_a_workload_module_without_workload_is_refused(monkeypatch):
 
 
 def test_toy_workload_runs_end_to_end_from_the_command_line(tmp_path):
-    """pgmflow pipeline=toy: composed from the toy's own conf/ (debug shrinking included), validated
+    """pgmflow pipeline=toy: composed from the toy's own conf/ (its data group and debug shrinking), validated
     by the toy's rules, run on a real LocalCluster, logged to MLflow -- no pgmflow file edited."""
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     env = {"PGMFLOW_WORKLOADS": TOY}
-    r = _cli(["pipeline=toy", "debug=default", "progress=false", "cluster.n_workers=2", f"tracking.uri={uri}"],
-             tmp_path, env)
+    r = _cli(["pipeline=toy", "toy_data=normal", "debug=default", "progress=false", "cluster.n_workers=2",
+              f"tracking.uri={uri}"], tmp_path, env)
     assert r.returncode == 0, r.stderr[-3000:]
-    assert "toy: 4 chunks of 20000 samples" in r.stdout  # the debug shrinking of the toy's own conf/
+    # the debug shrinking and the config group (toy_data/) of the toy's own conf/
+    assert "toy: 4 chunks of 20000 samples (normal proposal)" in r.stdout
     from pipelines.core.tracking import Tracker
 
     tr = Tracker(uri, "pgmflow")
