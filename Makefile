@@ -19,7 +19,7 @@ run: $(STAMP)
 	$(BIN)/pgmflow $(ARGS)
 
 test: $(STAMP)
-	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -q --durations=10 $(PYTEST_ARGS)
 
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest -q -m "not slow" $(PYTEST_ARGS)
