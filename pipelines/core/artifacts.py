@@ -16,11 +16,6 @@ import numpy as np
 CHECKPOINT_DIR = "checkpoints"
 
 
-def run_token(tracker) -> str:
-    """The run's short token in task keys (``<prefix>-<token>-...``): deterministic per run."""
-    return tracker.run_id[:12]
-
-
 def numeric(result: dict) -> dict:
     """The entries of ``result`` that are numbers (bools excluded): what becomes a metric."""
     return {k: v for k, v in result.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
