@@ -11,9 +11,12 @@ host memory.
 from __future__ import annotations
 
 import functools
+import inspect
 import os
 
 import numpy as np
+
+KERNEL_MARK = "__pgmflow_kernel__"
 
 BACKENDS = ("numpy", "cupy")
 
@@ -24,6 +27,32 @@ def numba():
     import numba as _numba  # noqa: PLC0415  (lazy by design)
 
     return _numba
+
+
+def kernel(**options):
+    """Mark a module-level function as a numba kernel, compiled with ``numba.njit(**options)`` by
+    :func:`compile_kernels` on first use. Marking imports nothing: the function stays plain Python
+    (callable, testable and readable as such) until its module's kernels are compiled."""
+    def mark(fn):
+        setattr(fn, KERNEL_MARK, dict(options))
+        return fn
+    return mark
+
+
+def compile_kernels(module) -> dict:
+    """``njit`` every :func:`kernel`-marked function of ``module`` and rebind the module's globals to
+    the dispatchers, so that kernels calling each other call compiled code (numba resolves callees
+    through the caller's globals; binding them to module globals rather than closure cells also keeps
+    numba's on-disk cache key free of pickled closures). Returns ``{name: dispatcher}``. Compilation
+    itself happens at each kernel's first call (or is loaded from the on-disk cache); call this once
+    per module (its callers cache it)."""
+    nb = numba()
+    marked = {name: fn for name, fn in vars(module).items()
+              if inspect.isfunction(fn) and getattr(fn, KERNEL_MARK, None) is not None}
+    compiled = {name: nb.njit(**getattr(fn, KERNEL_MARK))(fn) for name, fn in marked.items()}
+    for name, dispatcher in compiled.items():
+        setattr(module, name, dispatcher)
+    return compiled
 
 
 @functools.lru_cache(maxsize=None)

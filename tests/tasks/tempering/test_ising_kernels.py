@@ -15,6 +15,7 @@ import pytest
 
 from tasks import backend
 from tasks.philox import philox4x32_numpy
+from tasks.tempering import ising_cuda
 from tasks.tempering import ising_kernels as K
 
 TWO32 = 2**32
@@ -423,7 +424,7 @@ def cuda_source_on_cpu(tmp_path_factory):
         pytest.skip("no C++ compiler to build the CUDA source for the CPU")
     d = tmp_path_factory.mktemp("cuda_on_cpu")
     src = d / "kernel.cpp"
-    src.write_text(_HOST_PRELUDE + K._CUDA_SOURCE + _HOST_DRIVER)
+    src.write_text(_HOST_PRELUDE + ising_cuda._CUDA_SOURCE + _HOST_DRIVER)
     lib = d / "kernel.so"
     subprocess.run([cxx, "-O1", "-std=c++11", "-shared", "-fPIC", "-w", str(src), "-o", str(lib)], check=True)
     so = ctypes.CDLL(str(lib))
@@ -446,7 +447,7 @@ def cuda_source_on_cpu(tmp_path_factory):
 
 @pytest.mark.parametrize("L", [2, 6, 8, 18])
 def test_cuda_source_on_cpu_matches_numba(cuda_source_on_cpu, L, monkeypatch):
-    monkeypatch.setattr(K, "_CUDA_MAX_GRID_Y", 2)  # replicas in two launches: offsets matter
+    monkeypatch.setattr(ising_cuda, "_CUDA_MAX_GRID_Y", 2)  # replicas in two launches: offsets matter
     rng = np.random.default_rng(L)
     R = 3
     spins, bh, bv = random_problem(rng, R, L)
@@ -454,7 +455,7 @@ def test_cuda_source_on_cpu_matches_numba(cuda_source_on_cpu, L, monkeypatch):
         thr = K.ising_thresholds(np.array([0.0, 0.5, 40.0]), 1.0, 0.2, method)
         rids = np.array([3, 2**32 + 1, 77])
         a, b = spins.copy(), spins.copy()
-        ca = K._sweep_cuda(a, bh, bv, thr, KEY, rids, 6, 2**31 + 3, 3, np, cuda_source_on_cpu)
+        ca = ising_cuda._sweep_cuda(a, bh, bv, thr, KEY, rids, 6, 2**31 + 3, 3, np, cuda_source_on_cpu)
         cb = K.ising_sweep(b, bh, bv, thr, KEY, rids, 6, 2**31 + 3, 3)
         np.testing.assert_array_equal(a, b)
         np.testing.assert_array_equal(ca, cb)

@@ -1,0 +1,175 @@
+"""The GPU (CuPy ``RawKernel``) path of the Ising checkerboard sweep: the CUDA source, which
+implements the spec of :mod:`tasks.tempering.ising_kernels` bit for bit, and its host side.
+
+The tests compile the same CUDA source as C++ for the host CPU and drive :func:`_sweep_cuda` with
+NumPy arrays, so this code runs without a GPU too.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+
+from tasks import backend
+
+_MASK32 = 0xFFFFFFFF
+
+
+_CUDA_SOURCE = r"""
+typedef unsigned int pgm_u32;
+typedef unsigned long long pgm_u64;
+typedef long long pgm_i64;
+
+#define PHILOX_M0 0xD2511F53u
+#define PHILOX_M1 0xCD9E8D57u
+#define PHILOX_W0 0x9E3779B9u
+#define PHILOX_W1 0xBB67AE85u
+
+/* Philox4x32-10 (Random123); c[4] in: counter, out: the four random words. */
+__device__ __forceinline__ void pgm_philox4x32_10(pgm_u32 c[4], pgm_u32 k0, pgm_u32 k1)
+{
+    #pragma unroll
+    for (int rnd = 0; rnd < 10; ++rnd) {
+        if (rnd > 0) { k0 += PHILOX_W0; k1 += PHILOX_W1; }
+        const pgm_u32 hi0 = __umulhi(PHILOX_M0, c[0]);
+        const pgm_u32 lo0 = PHILOX_M0 * c[0];
+        const pgm_u32 hi1 = __umulhi(PHILOX_M1, c[2]);
+        const pgm_u32 lo1 = PHILOX_M1 * c[2];
+        const pgm_u32 n0 = hi1 ^ c[1] ^ k0;
+        const pgm_u32 n2 = hi0 ^ c[3] ^ k1;
+        c[0] = n0; c[1] = lo1; c[2] = n2; c[3] = lo0;
+    }
+}
+
+/* One colour of one checkerboard sweep. One thread per (replica r, row i, group g of 4 sites
+   of this colour in row i): grid.y runs over replicas r0 .. r0 + gridDim.y - 1, grid.x * block.x
+   over the L * G (row, group) pairs of a replica, G = (L/2 + 3) / 4.
+   spins  int8  [R, L, L]  (in place)
+   bonds_h, bonds_v int8 [L, L]
+   thr    int64 [R, 10]    (index 2n + (s+1)/2)
+   rid32  uint32 [R]       (replica_id & 0xffffffff)
+   counts uint32 [R, L, G] (per-thread count of changed spins, accumulated over launches) */
+extern "C" __global__ void pgm_ising_colour(
+    signed char* __restrict__ spins,
+    const signed char* __restrict__ bonds_h,
+    const signed char* __restrict__ bonds_v,
+    const pgm_i64* __restrict__ thr,
+    const pgm_u32* __restrict__ rid32,
+    pgm_u32* __restrict__ counts,
+    const int r0, const int L, const int colour,
+    const pgm_u32 ctr1, const pgm_u32 chain32, const pgm_u32 key0, const pgm_u32 key1)
+{
+    const int H = L >> 1;
+    const int G = (H + 3) >> 2;
+    const int tx = (int)(blockIdx.x * blockDim.x + threadIdx.x);
+    if (tx >= L * G) return;
+    const int r = r0 + (int)blockIdx.y;
+    const int g = tx % G;
+    const int i = tx / G;
+    const pgm_i64 tid = (pgm_i64)r * (pgm_i64)(L * G) + tx;
+
+    pgm_u32 u[4];
+    u[0] = (pgm_u32)i * (pgm_u32)G + (pgm_u32)g;
+    u[1] = ctr1;
+    u[2] = rid32[r];
+    u[3] = chain32;
+    pgm_philox4x32_10(u, key0, key1);
+
+    signed char* S = spins + (pgm_i64)r * L * L;
+    const pgm_i64* T = thr + (pgm_i64)r * 10;
+    const int p = (i + colour) & 1;
+    const int im = (i == 0) ? L - 1 : i - 1;
+    const int ip = (i == L - 1) ? 0 : i + 1;
+    const signed char* row = S + (pgm_i64)i * L;
+    const signed char* rowm = S + (pgm_i64)im * L;
+    const signed char* rowp = S + (pgm_i64)ip * L;
+    const signed char* bh = bonds_h + (pgm_i64)i * L;
+    const signed char* bvd = bonds_v + (pgm_i64)i * L;
+    const signed char* bvu = bonds_v + (pgm_i64)im * L;
+
+    pgm_u32 cnt = 0;
+    #pragma unroll
+    for (int w = 0; w < 4; ++w) {
+        const int q = 4 * g + w;
+        if (q < H) {
+            const int j = 2 * q + p;
+            const int jm = (j == 0) ? L - 1 : j - 1;
+            const int jp = (j == L - 1) ? 0 : j + 1;
+            const int s = row[j];
+            const int f = bh[j] * row[jp] + bh[jm] * row[jm] + bvd[j] * rowp[j] + bvu[j] * rowm[j];
+            const pgm_i64 t = T[f + 4 + ((s + 1) >> 1)];
+            const int ns = ((pgm_i64)u[w] < t) ? 1 : -1;
+            cnt += (ns != s);
+            S[(pgm_i64)i * L + j] = (signed char)ns;
+        }
+    }
+    if (cnt) counts[tid] += cnt;
+}
+"""
+
+_CUDA_KERNEL_NAME = "pgm_ising_colour"
+_CUDA_BLOCK = 256
+_CUDA_MAX_GRID_Y = 65535  # replicas per launch (CUDA's limit on gridDim.y)
+# counts are uint32 and grow by at most 4 per launch; flush them to int64 well before overflow
+_CUDA_MAX_SWEEPS_PER_FLUSH = 1 << 28
+
+
+@functools.lru_cache(maxsize=None)
+def _cupy_kernel():
+    """Compile (lazily, once per process; CuPy caches the binary on disk) the GPU kernel."""
+    cp = backend.cupy()
+    return cp.RawKernel(_CUDA_SOURCE, _CUDA_KERNEL_NAME, options=("-std=c++11",))
+
+
+def _sweep_cuda(spins, bonds_h, bonds_v, thr, key, replica_ids, chain, sweep0, n_sweeps, xp, launch):
+    """Host side of the GPU path: prepare device arrays, launch ``pgm_ising_colour`` once per
+    colour of each sweep, reduce the per-thread change counts.
+
+    ``xp`` is the array module of ``spins`` and ``launch(grid, block, args)`` runs the kernel
+    (a CuPy ``RawKernel``; the tests pass NumPy and the same CUDA source compiled for the host
+    CPU, so this code is exercised without a GPU too). Returns int64 [R] on the host.
+    """
+    R, L, _ = spins.shape
+    G = (L // 2 + 3) // 4
+    work = spins if spins.flags.c_contiguous else xp.ascontiguousarray(spins)
+    if bool(((work != 1) & (work != -1)).any()):
+        raise ValueError("spins must contain only -1 and +1")
+    bh = xp.ascontiguousarray(xp.asarray(bonds_h, dtype=xp.int8))
+    bv = xp.ascontiguousarray(xp.asarray(bonds_v, dtype=xp.int8))
+    if bool((((bh != 1) & (bh != -1)) | ((bv != 1) & (bv != -1))).any()):
+        raise ValueError("bonds_h and bonds_v must contain only -1 and +1")
+    thr_d = xp.ascontiguousarray(xp.asarray(thr, dtype=xp.int64).reshape(R, 10))
+    rid32 = xp.asarray((np.asarray(backend.to_numpy(replica_ids), dtype=np.int64) & _MASK32).astype(np.uint32))
+    counts = xp.zeros(R * L * G, dtype=xp.uint32)  # [R, L, G] per-thread counts
+    changed = np.zeros(R, dtype=np.int64)
+    block = (_CUDA_BLOCK, 1)
+    gx = (L * G + _CUDA_BLOCK - 1) // _CUDA_BLOCK
+    batches = [(r0, min(R - r0, _CUDA_MAX_GRID_Y)) for r0 in range(0, R, _CUDA_MAX_GRID_Y)]
+    k0, k1 = np.uint32(int(key[0])), np.uint32(int(key[1]))
+    chain32 = np.uint32(int(chain) & _MASK32)
+    pending = 0
+    for t_local in range(n_sweeps):
+        t = int(sweep0) + t_local
+        for c in (0, 1):
+            ctr1 = np.uint32((2 * t + c) & _MASK32)
+            for r0, nr in batches:
+                launch((gx, nr), block, (work, bh, bv, thr_d, rid32, counts,
+                                         np.int32(r0), np.int32(L), np.int32(c), ctr1, chain32, k0, k1))
+        pending += 1
+        if pending == _CUDA_MAX_SWEEPS_PER_FLUSH:
+            changed += backend.to_numpy(counts.reshape(R, -1).sum(axis=1, dtype=xp.int64))
+            counts.fill(0)
+            pending = 0
+    changed += backend.to_numpy(counts.reshape(R, -1).sum(axis=1, dtype=xp.int64))
+    if work is not spins:
+        spins[...] = work
+    return changed
+
+
+def _sweep_cupy(spins, bonds_h, bonds_v, thr, key, replica_ids, chain, sweep0, n_sweeps):
+    """GPU path of :func:`ising_sweep` (``spins`` a CuPy array)."""
+    cp = backend.cupy()
+    with cp.cuda.Device(spins.device.id):
+        return _sweep_cuda(spins, bonds_h, bonds_v, thr, key, replica_ids, chain, sweep0,
+                           n_sweeps, cp, _cupy_kernel())
