@@ -187,7 +187,7 @@ CASES.update({
     "uci_empty_docword": pytest.param(
         lambda p: (_uci(p, ""), ["corpus.docword='docword.txt'", "the header ends after 0 lines"]),
         marks=pytest.mark.xfail(strict=True, reason="the line holds two '; fix:' parts (the CorpusError's own fix "
-                                "is repeated inside the problem): pipelines/svi/corpora.py, tasks/lda/corpus.py")),
+                                "is repeated inside the problem): pipelines/svi/corpora.py, tasks/lda/corpus/uci.py")),
 })
 
 

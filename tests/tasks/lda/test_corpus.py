@@ -13,6 +13,7 @@ import scipy.io
 import scipy.sparse as sp
 
 from tasks.lda import corpus as C
+from tasks.lda.corpus import uci as uci_loader
 
 
 def _dense(seed=0, n=7, V=11, density=0.4):
@@ -340,7 +341,7 @@ def _uci_dense(D=7, W=5, body=UCI_BODY):
 
 @pytest.mark.parametrize("gz", [False, True])
 def test_from_uci(tmp_path, gz, monkeypatch):
-    monkeypatch.setattr(C, "_UCI_CHUNK", 9)  # many chunk boundaries inside lines
+    monkeypatch.setattr(uci_loader, "_UCI_CHUNK", 9)  # many chunk boundaries inside lines
     dw = _write_uci(tmp_path / ("docword.txt.gz" if gz else "docword.txt"), gz=gz)
     vocab = tmp_path / "vocab.txt"
     vocab.write_text("alpha\nbeta\ngamma\ndelta\nepsilon\n")
