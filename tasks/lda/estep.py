@@ -36,7 +36,8 @@ import numpy as np
 
 from tasks import backend
 
-__all__ = ["EStepResult", "digamma", "estep", "estep_numpy", "estep_xp", "exp_elog_dirichlet_rows"]
+__all__ = ["EStepResult", "digamma", "estep", "estep_numpy", "estep_xp"]
+# exp(E[log beta]), the topic columns an E-step takes: tasks.lda.svi.exp_elog_beta (the driver computes it).
 
 
 class EStepResult(NamedTuple):
@@ -52,18 +53,6 @@ class EStepResult(NamedTuple):
 def digamma(x: np.ndarray) -> np.ndarray:
     """The digamma function (the same series as the numba kernel), for x > 0."""
     return _kernels()["digamma_vec"](np.ascontiguousarray(x, dtype=np.float64).ravel()).reshape(np.shape(x))
-
-
-def exp_elog_dirichlet_rows(lam: np.ndarray, cols: np.ndarray | None = None) -> np.ndarray:
-    """``exp(E[log beta])`` for Dirichlet rows ``lam`` [K, V], word-major ``[len(cols), K]``.
-
-    ``E[log beta_kw] = digamma(lam_kw) - digamma(sum_w lam_kw)``; only the columns ``cols`` are
-    computed (all when None).
-    """
-    lam = np.asarray(lam, dtype=np.float64)
-    row = digamma(lam.sum(axis=1))  # [K]
-    sub = lam if cols is None else lam[:, cols]  # [K, C]
-    return np.ascontiguousarray(np.exp(digamma(sub) - row[:, None]).T)  # [C, K]
 
 
 def _local_ids(indices: np.ndarray, cols: np.ndarray) -> np.ndarray:

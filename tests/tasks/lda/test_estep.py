@@ -25,7 +25,7 @@ def test_digamma_matches_scipy():
 def test_kernel_matches_numpy_reference(seed):
     X, lam = _corpus(seed=seed)
     cols = np.unique(X.indices).astype(np.int64)
-    eeb = estep.exp_elog_dirichlet_rows(lam, cols)
+    eeb = svi.exp_elog_beta(lam, cols)
     alpha = np.full(lam.shape[0], 0.3)
     docs = np.arange(X.shape[0])
     a = estep.estep(X.indptr, X.indices, X.data, docs, cols, eeb, alpha, max_iter=200, tol=1e-6)
@@ -43,7 +43,7 @@ def test_fixed_point_and_bound_optimality():
     """At convergence gamma = alpha + sum_n c_n phi_n, and the bound is maximal in gamma."""
     X, lam = _corpus(D=5, seed=3)
     cols = np.unique(X.indices).astype(np.int64)
-    eeb = estep.exp_elog_dirichlet_rows(lam, cols)
+    eeb = svi.exp_elog_beta(lam, cols)
     alpha = np.full(lam.shape[0], 0.2)
     r = estep.estep(X.indptr, X.indices, X.data, np.array([2]), cols, eeb, alpha, max_iter=5000, tol=1e-12)
     g = r.gamma[0]
@@ -70,7 +70,7 @@ def test_documents_are_independent_of_the_batch():
     X, lam = _corpus(D=40, seed=4)
     alpha = np.full(lam.shape[0], 0.1)
     all_cols = np.arange(X.shape[1], dtype=np.int64)
-    eeb_all = estep.exp_elog_dirichlet_rows(lam, all_cols)
+    eeb_all = svi.exp_elog_beta(lam, all_cols)
     full = estep.estep(X.indptr, X.indices, X.data, np.arange(40), all_cols, eeb_all, alpha)
     parts = np.zeros_like(full.sstats)
     for docs in (np.arange(0, 13), np.arange(13, 40)):
@@ -111,7 +111,7 @@ def test_serial_and_parallel_kernels_give_the_same_bits():
     """Workers with one numba thread run the serial kernel, others the parallel one: same bits."""
     X, lam = _corpus(D=80, seed=5)
     cols = np.unique(X.indices).astype(np.int64)
-    eeb = estep.exp_elog_dirichlet_rows(lam, cols)
+    eeb = svi.exp_elog_beta(lam, cols)
     k = estep._kernels()
     loc = np.searchsorted(cols, X.indices).astype(np.int64)
     args = (X.indptr.astype(np.int64), loc, X.data.astype(np.float64), eeb, np.full(6, 0.2), 100, 1e-3)
@@ -126,7 +126,7 @@ def test_array_version_matches_the_kernel(chunk):
     (to rounding: its sums run in another order), including the iteration counts."""
     X, lam = _corpus(D=70, seed=6)
     cols = np.unique(X.indices).astype(np.int64)
-    eeb = estep.exp_elog_dirichlet_rows(lam, cols)
+    eeb = svi.exp_elog_beta(lam, cols)
     alpha = np.full(6, 0.2)
     a = estep.estep(X.indptr, X.indices, X.data, np.arange(70), cols, eeb, alpha, max_iter=100, tol=1e-4)
     loc = np.searchsorted(cols, X.indices).astype(np.int64)
@@ -143,7 +143,7 @@ def test_array_version_matches_the_kernel(chunk):
 def test_cupy_estep_matches_numpy():
     X, lam = _corpus(D=200, seed=7)
     cols = np.unique(X.indices).astype(np.int64)
-    eeb = estep.exp_elog_dirichlet_rows(lam, cols)
+    eeb = svi.exp_elog_beta(lam, cols)
     alpha = np.full(6, 0.2)
     args = (X.indptr, X.indices, X.data, np.arange(200), cols, eeb, alpha, 100, 1e-4)
     a = estep.estep(*args)
