@@ -85,14 +85,16 @@ def gpu_info() -> dict:
     info["cupy"] = getattr(cp, "__version__", "?")
     queries = {
         "cuda_runtime": lambda: _version(cp.cuda.runtime.runtimeGetVersion()),
-        "cuda_driver": lambda: _version(cp.cuda.runtime.driverGetVersion()),
+        "cuda_driver": lambda: _version(cp.cuda.runtime.driverGetVersion()),  # 0 (-> "0.0") without a driver
         "nvrtc": lambda: ".".join(str(x) for x in cp.cuda.nvrtc.getVersion()),
     }
     for key, query in queries.items():
         try:
-            info[key] = query()
+            value = query()
         except Exception:  # e.g. no driver: the runtime version is still known
-            pass
+            continue
+        if value != "0.0":
+            info[key] = value
     driver = _kernel_driver_version()
     if driver:
         info["driver"] = driver
