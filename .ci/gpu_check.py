@@ -88,6 +88,20 @@ def nvidia_smi() -> tuple[list[dict], str | None]:
     return gpus, None if gpus else "nvidia-smi lists no GPU"
 
 
+def find_gpus() -> tuple[list[dict], str | None]:
+    """nvidia-smi's GPUs; where it is missing but a device node exists, what the image's CuPy sees."""
+    gpus, why = nvidia_smi()
+    if gpus or not list(Path("/dev").glob("nvidia[0-9]*")):
+        return gpus, why
+    probe = ("import cupy as cp; n = cp.cuda.runtime.getDeviceCount(); p = cp.cuda.runtime.getDeviceProperties(0); "
+             "print(n, p['name'].decode() if isinstance(p['name'], bytes) else p['name'])")
+    rc, out, _ = run([sys.executable, "-c", probe], timeout=90)
+    if rc == 0 and out.strip() and out.split()[0].isdigit() and int(out.split()[0]) > 0:
+        name = out.strip().splitlines()[-1].split(" ", 1)[1]
+        return [{"name": name, "driver": "?", "memory": "?", "compute_cap": "?"}], None
+    return [], f"{why}; /dev/nvidia* exists but CuPy sees no device: {tail(out, 1)}"
+
+
 def slug(text: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-") or "unknown"
 
@@ -125,7 +139,7 @@ def main() -> int:
     t_start = time.monotonic()
 
     # 1. the GPU, or one line and out
-    gpus, why = nvidia_smi()
+    gpus, why = find_gpus()
     if not gpus and not a.cpu_rehearsal:
         print(f"gpu-check: no CUDA GPU on this machine ({why}); run make gpu-check on a GPU machine (docs/gpu.md)")
         return 1
@@ -169,9 +183,15 @@ def main() -> int:
     # 2. the venv, from the wheelhouse only
     if venv.exists():
         shutil.rmtree(venv)
-    step("venv", [sys.executable, "-m", "venv", "--system-site-packages", venv], 60,
-         summarize=lambda out: f"{venv.relative_to(REPO)} on {sys.executable} (Python {platform.python_version()}), "
-                               "system site-packages visible")
+    s_venv, _ = step("venv", [sys.executable, "-m", "venv", "--system-site-packages", venv], 60,
+                     summarize=lambda out: f"{venv.relative_to(REPO)} on {sys.executable} (Python "
+                                           f"{platform.python_version()}), system site-packages visible")
+    if s_venv.status != "passed":  # no ensurepip in the image: the venv uses the image's own pip
+        steps.remove(s_venv)
+        shutil.rmtree(venv, ignore_errors=True)
+        step("venv", [sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", venv], 60,
+             summarize=lambda out: f"{venv.relative_to(REPO)} on {sys.executable} (Python {platform.python_version()})"
+                                   ", system site-packages visible; no ensurepip: the image's pip installs into it")
     step("install", [py, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--no-index",
                      "--find-links", wheels, "-r", reqs], 180,
          summarize=lambda out: f"{sum(1 for ln in reqs.read_text().splitlines() if '==' in ln)} packages from "
