@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -142,8 +143,12 @@ def main() -> int:
         if wanted:
             pip("download", "--quiet", "--no-deps", "-d", str(dest), *target_flags(), *wanted)
 
-    # 4. pgmflow itself
+    # 4. pgmflow itself (setuptools builds in the tree: remove what it leaves there that was not there)
+    before = {p.name for p in REPO.iterdir()}
     pip("wheel", "--quiet", "--no-deps", "-w", str(dest), str(REPO))
+    for left_over in [REPO / "build", *REPO.glob("*.egg-info")]:
+        if left_over.name not in before and left_over.is_dir():
+            shutil.rmtree(left_over)
     (dest / "requirements.txt").write_text(
         "# what the GPU image lacks for pgmflow; install: pip install --no-index --find-links .whl -r this file,\n"
         "# then pip install --no-index --no-deps .whl/pgmflow-*.whl (pgmflow names mlflow; mlflow-skinny stands in)\n"

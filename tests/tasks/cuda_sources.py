@@ -5,8 +5,10 @@ the sources with NVRTC, CUDA's runtime compiler, which needs no GPU.
 What is found, wherever in ``tasks/`` it lives:
 
 * sources: module-level string constants holding a ``__global__`` kernel definition (also when
-  built from other constants with ``+``, or imported from another module), string literals with
-  one inside functions, and the resolved ``code`` argument of every ``RawKernel`` / ``RawModule``;
+  built from other constants with ``+``, imported from another module, or read from a file beside
+  the module with ``(Path(__file__).parent / "k.cu").read_text()``), string literals with one inside
+  functions, ``.cu`` files in the package, and the resolved ``code`` argument of every
+  ``RawKernel`` / ``RawModule``;
   a source that is only a piece of a larger one is compiled as part of that one;
 * kernel sites: every ``RawKernel(code, name, options=...)`` call (and ``RawModule(...)`` with
   ``.get_function(name)``), its source, kernel name and options resolved statically;
@@ -405,6 +407,16 @@ class Index:
         if isinstance(expr, ast.BinOp) and isinstance(expr.op, ast.Add):
             a, b = self.string(mod, expr.left, depth + 1), self.string(mod, expr.right, depth + 1)
             return a + b if a is not None and b is not None else None
+        if isinstance(expr, ast.Call) and _call_name(expr) in ("read_text", "read") \
+                and isinstance(expr.func, ast.Attribute):  # a source kept in a file beside the module
+            target = expr.func.value
+            if _call_name(expr) == "read" and isinstance(target, ast.Call) and _call_name(target) == "open" \
+                    and target.args:
+                target = target.args[0]
+            path = self.path(mod, target, depth + 1)
+            if path is not None and path.is_file():
+                return path.read_text()
+            return None
         if isinstance(expr, ast.Call) and isinstance(expr.func, ast.Attribute) and expr.func.attr == "join" \
                 and len(expr.args) == 1 and isinstance(expr.args[0], (ast.List, ast.Tuple)):
             sep = self.string(mod, expr.func.value, depth + 1)
@@ -418,6 +430,44 @@ class Index:
         r = self.resolve(mod, expr, depth + 1)
         if r and r[0] == "value":
             return self.string(r[1], r[2], depth + 1)
+        return None
+
+    def path(self, mod: Module, expr: ast.expr, depth: int = 0) -> Path | None:
+        """A file path built from ``__file__`` (``Path(__file__).parent / "k.cu"``, ``.with_name(...)``,
+        ``os.path.join(os.path.dirname(__file__), ...)``) and string constants."""
+        if depth > 30:
+            return None
+        if isinstance(expr, ast.Name) and expr.id == "__file__":
+            return mod.path
+        if isinstance(expr, ast.Call) and _call_name(expr) in ("Path", "PurePath") and len(expr.args) == 1:
+            return self.path(mod, expr.args[0], depth + 1)
+        if isinstance(expr, ast.Call) and _call_name(expr) in ("dirname", "abspath", "realpath", "resolve") :
+            inner = self.path(mod, expr.args[0] if expr.args else expr.func.value, depth + 1) \
+                if (expr.args or isinstance(expr.func, ast.Attribute)) else None
+            if inner is None:
+                return None
+            return inner.parent if _call_name(expr) == "dirname" else inner
+        if isinstance(expr, ast.Attribute) and expr.attr == "parent":
+            inner = self.path(mod, expr.value, depth + 1)
+            return inner.parent if inner is not None else None
+        if isinstance(expr, ast.BinOp) and isinstance(expr.op, ast.Div):
+            base, part = self.path(mod, expr.left, depth + 1), self.string(mod, expr.right, depth + 1)
+            return base / part if base is not None and part is not None else None
+        if isinstance(expr, ast.Call) and _call_name(expr) in ("join", "joinpath", "with_name") and (
+                _call_name(expr) != "join" or expr.args):
+            if _call_name(expr) == "join":
+                base, parts = self.path(mod, expr.args[0], depth + 1), expr.args[1:]
+            else:
+                base, parts = self.path(mod, expr.func.value, depth + 1), expr.args
+            names = [self.string(mod, a, depth + 1) for a in parts]
+            if base is None or None in names:
+                return None
+            if _call_name(expr) == "with_name":
+                return base.with_name(names[0])
+            return base.joinpath(*names)
+        r = self.resolve(mod, expr, depth + 1)
+        if r and r[0] == "value":
+            return self.path(r[1], r[2], depth + 1)
         return None
 
     def strings(self, mod: Module, expr: ast.expr | None) -> tuple[str, ...] | None:
@@ -673,6 +723,12 @@ def discover(root: Path, package: str = "tasks") -> Discovery:
     candidates: list[tuple[str, Where, str]] = []  # (text, where, label)
     sites: list[KernelSite] = []
 
+    # CUDA files shipped in the package (.cu; .cuh headers are compiled where they are included)
+    for path in sorted((root / package).rglob("*.cu")):
+        text = path.read_text()
+        rel = str(path.relative_to(root))
+        candidates.append((text, Where(package, rel, 1), rel))
+
     for mod in index.modules.values():
         docs = _docstring_nodes(mod.tree)
         covered = set()
@@ -780,6 +836,10 @@ def raw_kernel_definitions(package_dir: Path) -> list[tuple[str, str]]:
     ``__global__`` kernel definition written anywhere in the package's .py files (comments of
     Python aside), to check that the AST scan has missed none."""
     out = []
+    for path in sorted(package_dir.rglob("*.cu")):
+        text = strip_comments(path.read_text())
+        out += [(f"{path.relative_to(package_dir.parent)}:{text.count(chr(10), 0, m.start()) + 1}", m.group("name"))
+                for m in KERNEL_DEF.finditer(text)]
     for path in sorted(package_dir.rglob("*.py")):
         text = path.read_text()
         tree = ast.parse(text)

@@ -192,6 +192,21 @@ _FILES = {
             out = xp.zeros(n, dtype=xp.int32)
             fill_kernel()((1,), (32,), (out, np.int32(n)))  # int32 array for long long*
         ''',
+    "pkg/kernels/scale.cu": '''
+        extern "C" __global__ void scale(double* x, const double a, const long long n)
+        { long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; if (i < n) x[i] *= a; }
+        ''',
+    "pkg/filed.py": '''
+        from pathlib import Path
+        import numpy as np
+        from pkg import backend
+
+        _SCALE_CU = Path(__file__).parent / "kernels" / "scale.cu"
+
+        def scale(x, a):
+            k = backend.cupy().RawKernel(_SCALE_CU.read_text(), "scale")
+            k((1,), (x.size,), (x, np.float64(a), np.int64(x.size)))
+        ''',
     "pkg/inline.py": '''
         import numpy as np
         from pkg import backend
@@ -218,9 +233,9 @@ def made_up(tmp_path):
 def test_scanner_follows_sources_sites_and_launches_across_modules(made_up):
     found, root = made_up
     labels = sorted(s.label for s in found.sources)
-    assert labels == ["pkg.inline:6", "pkg.sources.SAXPY", "pkg.sources.WHOLE"]
+    assert labels == ["pkg.inline:6", "pkg.sources.SAXPY", "pkg.sources.WHOLE", "pkg/kernels/scale.cu"]
     assert [p[0] for p in found.pieces] == ["pkg.sources.PIECE"]  # compiled as part of WHOLE
-    assert sorted(k.name for _, k in found.kernels) == ["fill", "neg", "saxpy"]
+    assert sorted(k.name for _, k in found.kernels) == ["fill", "neg", "saxpy", "scale"]
     saxpy = next(k for _, k in found.kernels if k.name == "saxpy")
     assert [(p.name, p.pointer, p.dtype) for p in saxpy.params] == [
         ("x", True, "float32"), ("y", True, "float32"), ("n", False, "uint32"), ("a", False, "float32")]
@@ -228,15 +243,15 @@ def test_scanner_follows_sources_sites_and_launches_across_modules(made_up):
     assert fill.extern_c  # inside an extern "C" { } block
     sites = {s.kernel_name: s for s in found.sites}
     assert sites["saxpy"].options == ("-std=c++17",) and sites["fill"].options == ()
-    assert {name: len(s.launches) for name, s in sites.items()} == {"saxpy": 2, "fill": 1, "neg": 1}
+    assert {name: len(s.launches) for name, s in sites.items()} == {"saxpy": 2, "fill": 1, "neg": 1, "scale": 1}
     assert found.problems == ["pkg/inline.py:10: the CUDA source of this RawKernel cannot be read statically "
                               "(code); keep CUDA sources as module-level string constants (or + of them)"]
     assert [where for where, _ in cs.raw_kernel_definitions(root / "pkg")] == [
-        "pkg/inline.py:6", "pkg/sources.py:5", "pkg/sources.py:8"]  # not the docstring
+        "pkg/kernels/scale.cu:2", "pkg/inline.py:6", "pkg/sources.py:5", "pkg/sources.py:8"]  # not the docstring
 
     errs = {name: [e for lc in s.launches for e in cs.check_launch(
         next(k for _, k in found.kernels if k.name == name), lc)] for name, s in sites.items()}
-    assert errs["neg"] == []
+    assert errs["neg"] == [] and errs["scale"] == []
     assert len(errs["saxpy"]) == 2
     assert "argument 3 (const float a) gets `2.0`, a Python float" in errs["saxpy"][0]
     assert "saxpy takes 4 arguments, the launch passes 3" in errs["saxpy"][1]
