@@ -5,7 +5,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: run test test-fast bench install clean ui
+.PHONY: run test test-fast bench install clean ui gpu-wheelhouse gpu-check
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -28,6 +28,15 @@ bench: $(STAMP)
 	$(BIN)/pip install -q -e '.[dev,bench]'
 	$(BIN)/python benchmarks/tempering.py
 	$(BIN)/python benchmarks/svi_lda.py
+
+# GPU readiness (docs/gpu.md). On a CPU machine with PyPI access: the wheels the GPU image lacks, in .whl/
+# (< 64 MiB). On the GPU machine, with .whl/ brought along: every GPU test, pipeline and benchmark, and a
+# report in benchmarks/results/gpu-<device>.md; without a GPU it stops at once with one line.
+gpu-wheelhouse:
+	$(PYTHON) .ci/gpu_wheelhouse.py
+
+gpu-check:
+	@$(PYTHON) .ci/gpu_check.py $(GPU_CHECK_ARGS)
 
 ui: $(STAMP)
 	$(BIN)/mlflow ui --host 127.0.0.1 --backend-store-uri sqlite:///mlflow.db

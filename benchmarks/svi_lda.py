@@ -114,7 +114,7 @@ def run_pgmflow(info, a, workdir: Path, cluster):
           f"model.alpha={1.0 / a.k}", f"model.eta={1.0 / a.k}", f"svi.batch_size={a.batch_size}",
           f"svi.tau0={a.tau0}", f"svi.kappa={a.kappa}", "svi.n_epochs=1", "svi.heldout_fraction=0",
           "svi.eval_every=0", "svi.checkpoint_every=0", "svi.figures=false", "svi.estep_max_iter=100",
-          "svi.estep_tol=0.001", f"seed={a.seed}", "progress=false", f"tracking.uri={uri}",
+          "svi.estep_tol=0.001", f"seed={a.seed}", "progress=false", f"tracking.uri={uri}", f"backend={a.backend}",
           "cluster.profile=address", f"cluster.address={cluster.scheduler_address}"]
     cfg = compose(ov)
     t0 = time.perf_counter()
@@ -143,6 +143,8 @@ def main():
     ap.add_argument("--repeats", type=int, default=3, help="runs of each method (interleaved); the best time counts")
     ap.add_argument("--peers", default="sklearn,gensim", help="comma-separated: sklearn,gensim (or none)")
     ap.add_argument("--quick", action="store_true", help="a smoke run on 2,000 documents")
+    ap.add_argument("--backend", choices=("auto", "numpy", "cupy"), default="auto",
+                    help="pgmflow's E-step: numpy (numba, CPU), cupy (the workers' GPU) or auto (cupy where a GPU is seen)")
     ap.add_argument("--out", default=None, help="write the table to this .md or .json file")
     a = ap.parse_args()
     if a.quick:
@@ -157,7 +159,7 @@ def main():
     X = sp.vstack([C.shard_to_scipy(s) for s in C.iter_shards(info)]).tocsr()
     print(f"corpus: {info.n_docs} training documents, {info.n_words} words, {info.n_tokens:.0f} tokens "
           f"(true K={a.true_topics}); held-out: {a.heldout} documents; K={a.k}, S={a.batch_size}, "
-          f"tau0={a.tau0}, kappa={a.kappa}, one pass, 2 workers each", flush=True)
+          f"tau0={a.tau0}, kappa={a.kappa}, one pass, 2 workers each; pgmflow backend={a.backend}", flush=True)
     rows = []
     true_ppl = evaluate.perplexity(*evaluate.completion_log_likelihood(obs, test, model.alpha, topics=model.topics))
     peers = [p for p in a.peers.split(",") if p and p != "none"]
@@ -200,7 +202,8 @@ def main():
              f"Corpus: synthetic LDA, {info.n_docs} training documents, {info.n_words} words, "
              f"{info.n_tokens:.0f} tokens, {a.true_topics} true topics; {a.heldout} held-out documents.",
              f"Settings: K={a.k}, alpha=eta=1/K, S={a.batch_size}, tau0={a.tau0}, kappa={a.kappa}, one pass, "
-             "2 worker processes each; E-step <= 100 iterations, tolerance 1e-3.",
+             "2 worker processes each; E-step <= 100 iterations, tolerance 1e-3; "
+             f"pgmflow backend={a.backend}.",
              f"True model's held-out perplexity: {true_ppl:.2f}.", "",
              f"Times: best of {a.repeats} interleaved runs; pgmflow's cluster, like scikit-learn's process pool, "
              "persists between runs (the first run includes loading the kernels in the workers).", "",

@@ -5,7 +5,8 @@ builder function, so that importing ``tasks`` never pays for (or requires) eithe
 
 ``get_xp(name)`` returns the array module for a backend name (``"numpy"`` or ``"cupy"``);
 ``array_module(x)`` returns the module an array belongs to; ``to_numpy(x)`` copies any array to
-host memory.
+host memory. ``gpu_info()`` says which CUDA device, runtime and driver CuPy finds (or why none),
+``gpu_status()`` the same as ``(available, one line)``: what ``backend=auto`` records.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 import functools
 import inspect
 import os
+from pathlib import Path
 
 import numpy as np
 
@@ -72,27 +74,109 @@ def cupyx():
     return _cupyx
 
 
-def gpu_status() -> tuple[bool, str]:
-    """Return ``(available, description)``: whether CuPy imports and sees a CUDA device.
+def _version(v: int) -> str:
+    """CUDA's integer version (e.g. 13000, 12080) as "13.0", "12.8"."""
+    return f"{v // 1000}.{(v % 1000) // 10}"
 
-    The description names the device when there is one, or says why there is none.
+
+def _kernel_driver_version() -> str | None:
+    """The NVIDIA kernel driver's version (e.g. "580.65.06") from /proc, or None."""
+    try:
+        text = Path("/proc/driver/nvidia/version").read_text()
+    except OSError:
+        return None
+    for word in text.split():
+        parts = word.split(".")
+        if len(parts) >= 2 and all(p.isdigit() for p in parts):
+            return word
+    return None
+
+
+def gpu_info() -> dict:
+    """What CuPy finds: whether a CUDA device is usable, and which CUDA, driver and device.
+
+    Returns a dict with ``available`` (bool) and ``reason`` (why not, or None), and where CuPy
+    imports: ``cupy`` (its version), ``cuda_runtime`` (the CUDA runtime CuPy uses, e.g. "13.0"),
+    ``cuda_driver`` (the newest CUDA the driver supports), ``driver`` (the kernel driver's version,
+    e.g. "580.65.06", where /proc tells it), ``nvrtc`` (the runtime compiler's version); and with a
+    device: ``device_count``, ``device`` (device 0's name), ``compute_capability`` (e.g. "9.0"),
+    ``memory_gib`` and ``multiprocessors``. Nothing here raises: a failing query leaves its key out.
     """
+    info: dict = {"available": False, "reason": None}
     if os.environ.get("PGMFLOW_DISABLE_GPU"):
-        return False, "GPU disabled by PGMFLOW_DISABLE_GPU"
+        info["reason"] = "GPU disabled by PGMFLOW_DISABLE_GPU"
+        return info
     try:
         cp = cupy()
     except Exception as exc:  # ImportError, or a CUDA library that fails to load
-        return False, f"cupy is not importable ({type(exc).__name__}: {exc})"
+        info["reason"] = f"cupy is not importable ({type(exc).__name__}: {exc})"
+        return info
+    info["cupy"] = getattr(cp, "__version__", "?")
+    queries = {
+        "cuda_runtime": lambda: _version(cp.cuda.runtime.runtimeGetVersion()),
+        "cuda_driver": lambda: _version(cp.cuda.runtime.driverGetVersion()),  # 0 (-> "0.0") without a driver
+        "nvrtc": lambda: ".".join(str(x) for x in cp.cuda.nvrtc.getVersion()),
+    }
+    for key, query in queries.items():
+        try:
+            value = query()
+        except Exception:  # e.g. no driver: the runtime version is still known
+            continue
+        if value != "0.0":
+            info[key] = value
+    driver = _kernel_driver_version()
+    if driver:
+        info["driver"] = driver
     try:
         n = cp.cuda.runtime.getDeviceCount()
     except Exception as exc:
-        return False, f"cupy sees no CUDA device ({type(exc).__name__}: {exc})"
+        info["reason"] = f"cupy sees no CUDA device ({type(exc).__name__}: {exc})"
+        return info
     if n < 1:
-        return False, "cupy sees no CUDA device"
-    props = cp.cuda.runtime.getDeviceProperties(0)
+        info["reason"] = "cupy sees no CUDA device"
+        return info
+    try:
+        props = cp.cuda.runtime.getDeviceProperties(0)
+    except Exception as exc:
+        info["reason"] = f"cupy cannot query CUDA device 0 ({type(exc).__name__}: {exc})"
+        return info
     name = props["name"]
-    name = name.decode() if isinstance(name, bytes) else str(name)
-    return True, name
+    info.update(
+        available=True,
+        device_count=int(n),
+        device=name.decode() if isinstance(name, bytes) else str(name),
+        compute_capability=f"{props['major']}.{props['minor']}",
+        memory_gib=round(props["totalGlobalMem"] / 2**30, 1),
+        multiprocessors=int(props["multiProcessorCount"]),
+    )
+    return info
+
+
+def describe_gpu(info: dict) -> str:
+    """One line for a :func:`gpu_info` dict: the device and the CUDA it runs, or why there is none.
+
+    e.g. ``NVIDIA H100 80GB HBM3 (sm_90, 79.1 GiB; CUDA runtime 13.0, driver 580.65.06 (CUDA 13.0),
+    CuPy 13.6.0)``.
+    """
+    if not info.get("available"):
+        return str(info.get("reason") or "no CUDA device")
+    cc = info.get("compute_capability", "?").replace(".", "")
+    more = f", 1 of {info['device_count']} devices" if info.get("device_count", 1) > 1 else ""
+    driver = info.get("driver", "?")
+    if info.get("cuda_driver"):
+        driver += f" (CUDA {info['cuda_driver']})"
+    return (f"{info['device']} (sm_{cc}, {info.get('memory_gib', '?')} GiB{more}; "
+            f"CUDA runtime {info.get('cuda_runtime', '?')}, driver {driver}, CuPy {info.get('cupy', '?')})")
+
+
+def gpu_status() -> tuple[bool, str]:
+    """Return ``(available, description)``: whether CuPy imports and sees a CUDA device.
+
+    The description names the device and the CUDA runtime, driver and CuPy versions when there is
+    one (:func:`describe_gpu`), or says why there is none.
+    """
+    info = gpu_info()
+    return bool(info["available"]), describe_gpu(info)
 
 
 def resolve_backend(name: str) -> str:

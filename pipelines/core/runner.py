@@ -153,8 +153,10 @@ def _execute(cfg: dict, stream, sweep_run: str | None) -> dict:
             name = tcfg.get("run_name") or f"{cfg['pipeline']['name']}-{cfg.get('model', {}).get('name')}-" \
                                             f"{time.strftime('%Y%m%d-%H%M%S')}"
             tracker.start(name, cfg, tags)
+        gpu_note = f" on {device}" if backend == "cupy" else (
+            f" (auto: {backend_mod.gpu_status()[1]})" if cfg["backend"] == "auto" else "")
         print(f"pgmflow: {cfg['pipeline']['name']} run {tracker.run_id} on {ch.profile} ({ch.n_workers} worker"
-              f"{'s' if ch.n_workers != 1 else ''}), backend {backend}", file=stream, flush=True)
+              f"{'s' if ch.n_workers != 1 else ''}), backend {backend}{gpu_note}", file=stream, flush=True)
         ctx = RunContext(cfg=cfg, tracker=tracker, cluster=ch, executor=Executor(ch.client), backend=backend,
                          device=device, resumed=bool(cfg.get("resume")), stream=stream)
         try:
