@@ -114,7 +114,7 @@ def _print_summary(ctx, rows, n, all_converged):
     for r in rows:
         mid = f"exact {r['exact'] / n:.6f} ({r['exact_source']})" if r["exact"] is not None else "log Z"
         ctx.say(f"T={r['T']:.6g}: log Z per site: MF {r['mf'] / n:.6f} <= {mid} <= TRW {r['trw'] / n:.6f}; "
-                f"Bethe {r['bethe'] / n:.6f}")
+                f"Bethe {r['bethe'] / n:.6f}", summary=True)
     if not all_converged:
         ctx.say("warning: some message passing did not converge within variational.max_iter; the TRW value "
                 "is a bound only at convergence (raise variational.max_iter or variational.damping)")

@@ -2,6 +2,10 @@
 
 On a terminal it redraws one line on stderr; otherwise (logs, CI) it prints a line at most every
 10% of the work. ``enabled=False`` (``progress=false``) prints nothing.
+
+The ETA counts only the work after the first completed unit: the first unit pays for compiling the
+kernels (numba, CuPy), which would otherwise make the first rates, and so the first ETAs, absurd.
+Until that first unit completes the bar says "compiling kernels" instead of an ETA.
 """
 
 from __future__ import annotations
@@ -20,7 +24,8 @@ def _fmt_time(s: float) -> str:
 
 
 class Progress:
-    def __init__(self, total: int, desc: str, unit: str = "it", enabled: bool = True, stream=None):
+    def __init__(self, total: int, desc: str, unit: str = "it", enabled: bool = True, stream=None,
+                 clock=time.monotonic):
         self.total = max(int(total), 1)
         self.desc = desc
         self.unit = unit
@@ -29,9 +34,13 @@ class Progress:
         self.tty = bool(getattr(self.stream, "isatty", lambda: False)())
         self.done = 0
         self.fields: dict[str, str] = {}
-        self.t0 = time.monotonic()
+        self.clock = clock
+        self.t0 = clock()
+        self._first: tuple | None = None  # (time, done) when the first unit completed
         self._last_draw = 0.0
         self._last_pct_printed = -1
+        if self.enabled and self.tty:
+            self._draw(final=True)  # "compiling kernels" while the first unit runs
 
     def set(self, **fields):
         for k, v in fields.items():
@@ -39,24 +48,37 @@ class Progress:
 
     def update(self, n: int = 1, **fields):
         self.done = min(self.done + n, self.total)
+        if self._first is None and self.done > 0:
+            self._first = (self.clock(), self.done)
         self.set(**fields)
         self._draw()
 
+    def eta(self) -> float | None:
+        """Seconds left, from the rate since the first completed unit; None before that unit
+        completes (compiling), inf while no rate is known yet."""
+        if self.done >= self.total:
+            return 0.0
+        if self._first is None:
+            return None
+        t1, d1 = self._first
+        dt, dn = self.clock() - t1, self.done - d1
+        return (self.total - self.done) * dt / dn if dt > 0 and dn > 0 else float("inf")
+
     def _line(self) -> str:
-        el = time.monotonic() - self.t0
-        rate = self.done / el if el > 0 else 0.0
-        eta = (self.total - self.done) / rate if rate > 0 else float("inf")
+        el = self.clock() - self.t0
+        eta = self.eta()
         frac = self.done / self.total
         width = 24
         bar = "#" * int(frac * width) + "-" * (width - int(frac * width))
         extra = "  ".join(f"{k} {v}" for k, v in self.fields.items())
         return (f"{self.desc} [{bar}] {self.done}/{self.total} {self.unit} {100 * frac:5.1f}%  "
-                f"{extra}  elapsed {_fmt_time(el)}  ETA {_fmt_time(eta)}")
+                f"{extra}  elapsed {_fmt_time(el)}  "
+                + ("compiling kernels" if eta is None else f"ETA {_fmt_time(eta)}"))
 
     def _draw(self, final: bool = False):
         if not self.enabled:
             return
-        now = time.monotonic()
+        now = self.clock()
         if self.tty:
             if final or now - self._last_draw > 0.1:
                 self.stream.write("\r\033[K" + self._line())

@@ -32,6 +32,7 @@ class RunContext:
     device: str
     resumed: bool
     stream: object = field(default=None)
+    summary: list = field(default_factory=list)  # the lines said with summary=True: the run's description
 
     @property
     def progress(self) -> bool:
@@ -42,9 +43,14 @@ class RunContext:
         """The run's short token in task keys."""
         return self.tracker.run_id[:12]
 
-    def say(self, text: str, prefix: str = "pgmflow: "):
-        """Print a line (or lines) for the user on the run's stream."""
+    def say(self, text: str, prefix: str = "pgmflow: ", summary: bool = False):
+        """Print a line (or lines) for the user on the run's stream. ``summary=True`` marks the run's
+        closing summary: those lines, as printed (less the ``pgmflow: `` they start with), become the
+        run's description on its MLflow page."""
         print(f"{prefix}{text}", file=self.stream if self.stream is not None else sys.stdout, flush=True)
+        if summary:
+            line = f"{prefix}{text}"
+            self.summary.append(line[len("pgmflow: "):] if line.startswith("pgmflow: ") else line)
 
 
 def load_recorded_config(cfg: dict) -> dict:
@@ -167,6 +173,8 @@ def _execute(cfg: dict, stream, sweep_run: str | None) -> dict:
             if result.get("objective_name"):
                 tracker.set_tags({"pgmflow.objective_name": result["objective_name"],
                                   "pgmflow.objective_direction": result.get("objective_direction", "minimize")})
+            if ctx.summary:
+                tracker.set_description("\n".join(ctx.summary))
         except BaseException as exc:
             if isinstance(exc, KeyboardInterrupt):
                 status, message = "KILLED", f"interrupted; continue with resume={tracker.run_id}"

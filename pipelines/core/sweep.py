@@ -159,9 +159,10 @@ class SweepSession:
         ts = int(time.time() * 1000)
         client.log_batch(self.parent_id, metrics=[Metric(k, float(v), ts, 0) for k, v in metrics])
         if final:
-            fig = objective_figure(self.rows.values())
+            fig = objective_figure(self.rows.values(), self.objective_name(), self.direction())
             if fig is not None:
-                client.log_figure(self.parent_id, fig, "figures/objective_vs_parameters.png")
+                client.log_figure(self.parent_id, fig, "figures/objective_vs_parameters.png",
+                                  save_kwargs={"bbox_inches": "tight"})
                 import matplotlib.pyplot as plt
 
                 plt.close(fig)
@@ -194,6 +195,13 @@ class SweepSession:
             if r.status in ("FINISHED", "SKIPPED") and r.run_id:
                 return self.tracker.client.get_run(r.run_id).data.tags.get("pgmflow.objective_direction", "minimize")
         return "minimize"
+
+    def objective_name(self) -> str | None:
+        """What the jobs' pipeline calls its objective (the tag ``pgmflow.objective_name``), if known."""
+        for r in self.rows.values():
+            if r.status in ("FINISHED", "SKIPPED") and r.run_id:
+                return self.tracker.client.get_run(r.run_id).data.tags.get("pgmflow.objective_name")
+        return None
 
     def finish(self, stream=sys.stdout) -> int:
         """Summary, figure, the parent's end status; closes the cluster. Returns the failed count."""
@@ -245,34 +253,58 @@ def swept_values(rows) -> dict:
     return out
 
 
-def objective_figure(rows):
-    """The objective against each swept parameter (one panel per parameter); None if nothing to plot."""
+def _is_int(text: str) -> bool:
+    try:
+        int(text)
+        return True
+    except ValueError:
+        return False
+
+
+def _x_axis(ax, k: str, pts: list):
+    """The x values of one panel, with integer ticks for integer parameters, a log axis for positive
+    values spread over two orders of magnitude or more, and the labels of non-numeric ones."""
+    from matplotlib.ticker import MaxNLocator
+
+    try:
+        xs = [float(x) for x, _ in pts]
+    except ValueError:
+        labels = sorted({x for x, _ in pts})
+        ax.set_xticks(range(len(labels)), labels, rotation=30)
+        return [labels.index(x) for x, _ in pts]
+    if min(xs) > 0 and max(xs) / min(xs) >= 100:
+        ax.set_xscale("log")
+    elif all(_is_int(x) for x, _ in pts):
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    return xs
+
+
+def objective_figure(rows, objective_name: str | None = None, direction: str | None = None):
+    """The objective against each swept parameter (one panel per parameter); None if nothing to plot.
+    The y axis names the objective and its direction (the run's ``pgmflow.objective_name`` and
+    ``pgmflow.objective_direction``); the title is wrapped to the figure's width, never cut off."""
     data = {k: v for k, v in swept_values(list(rows)).items() if v}
     if not data:
         return None
+    import textwrap
+
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, len(data), figsize=(4 * len(data), 3.2), squeeze=False)
+    width = max(4.5 * len(data), 6.0)
+    fig, axes = plt.subplots(1, len(data), figsize=(width, 4.0), squeeze=False)
+    what = f"objective: {objective_name}" if objective_name else "objective"
+    ylabel = what + (f" ({direction})" if direction else "")
     for ax, (k, pts) in zip(axes[0], sorted(data.items())):
-        try:
-            xs = [float(x) for x, _ in pts]
-            numeric = True
-        except ValueError:
-            labels = sorted({x for x, _ in pts})
-            xs = [labels.index(x) for x, _ in pts]
-            numeric = False
+        xs = _x_axis(ax, k, pts)
         ax.scatter(xs, [y for _, y in pts], s=18)
-        if not numeric:
-            ax.set_xticks(range(len(labels)), labels, rotation=30)
-        elif len(set(xs)) > 2 and min(xs) > 0 and max(xs) / min(xs) > 50:
-            ax.set_xscale("log")
         ax.set_xlabel(k)
-        ax.set_ylabel("objective")
+        ax.set_ylabel("\n".join(textwrap.wrap(ylabel, 40)), fontsize=8)
         ax.grid(alpha=0.3)
-    fig.suptitle("sweep: objective against each swept parameter")
+    title = f"sweep: {objective_name or 'objective'} against each swept parameter"
+    fig.suptitle("\n".join(textwrap.wrap(title, int(width * 9))), fontsize=10)
     fig.tight_layout()
     return fig
 

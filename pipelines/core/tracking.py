@@ -29,6 +29,10 @@ import yaml
 REPO_ROOT = Path(__file__).resolve().parents[2]
 IGNORED_FOR_HASH = ("resume", "progress", "verbose", "cluster", "tracking")
 DEFAULT_MAX_WAIT = 300.0
+# MLflow 3's UI opens an experiment by this tag: pgmflow's runs are model-training runs, not GenAI ones.
+EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
+EXPERIMENT_KIND = "custom_model_development"
+DESCRIPTION_TAG = "mlflow.note.content"  # the run's description on its MLflow page
 # Error texts that mean "the store is busy or away for now", not "the request is wrong".
 TRANSIENT = ("database is locked", "database table is locked", "connection refused", "connectionerror",
              "max retries exceeded", "remote end closed", "connection aborted", "connection reset",
@@ -205,20 +209,30 @@ class Tracker:
         self.artifact_location = artifact_location or default_artifact_location(self.uri)
         self.run_id: str | None = None
         self._pending: list = []
+        self._seen: set = set()  # (key, step) already logged: each metric once per step
         self._last_flush = time.monotonic()
 
     # --- lifecycle ---------------------------------------------------------------------------
     def _experiment_id(self) -> str:
         exp = self.client.get_experiment_by_name(self.experiment_name)
-        if exp is not None:
-            return exp.experiment_id
-        try:
-            return self.client.create_experiment(self.experiment_name, artifact_location=self.artifact_location)
-        except Exception:  # created concurrently by another run
-            exp = self.client.get_experiment_by_name(self.experiment_name)
-            if exp is None:
-                raise
-            return exp.experiment_id
+        if exp is None:
+            try:
+                return self.client.create_experiment(self.experiment_name, artifact_location=self.artifact_location,
+                                                     tags={EXPERIMENT_KIND_TAG: EXPERIMENT_KIND})
+            except Exception:  # created concurrently by another run
+                exp = self.client.get_experiment_by_name(self.experiment_name)
+                if exp is None:
+                    raise
+        if EXPERIMENT_KIND_TAG not in (exp.tags or {}):  # an experiment made before pgmflow tagged it
+            self.client.set_experiment_tag(exp.experiment_id, EXPERIMENT_KIND_TAG, EXPERIMENT_KIND)
+        return exp.experiment_id
+
+    def _load_seen(self):
+        """The (key, step) pairs the run already holds, so that a resumed or retried run does not log
+        a metric a second time at one step."""
+        for key in self.client.get_run(self.run_id).data.metrics:
+            history = self.client.get_metric_history(self.run_id, key)
+            self._seen.update((key, m.step) for m in history)
 
     def start(self, run_name: str, cfg: dict, tags: dict) -> str:
         from mlflow.entities import Param
@@ -250,6 +264,7 @@ class Tracker:
         self.set_tags({**tags, "pgmflow.config_hash": config_hash(cfg), "pgmflow.attempt": attempt})
         if "pgmflow.error" in run.data.tags:
             self.client.delete_tag(run_id, "pgmflow.error")
+        self._load_seen()
         return run_id
 
     def resume(self, run_id: str) -> dict:
@@ -259,6 +274,7 @@ class Tracker:
         cfg = yaml.safe_load(self.read_text("config.yaml"))
         self.client.update_run(run_id, status="RUNNING")
         self.set_tags({"pgmflow.resumed": "true"})
+        self._load_seen()
         return cfg
 
     def end(self, status: str = "FINISHED", message: str | None = None):
@@ -282,6 +298,10 @@ class Tracker:
                 f"open the UI with: mlflow ui --backend-store-uri {store}")
 
     # --- logging -----------------------------------------------------------------------------
+    def set_description(self, text: str):
+        """The run's description on its MLflow page (the tag ``mlflow.note.content``)."""
+        self.set_tags({DESCRIPTION_TAG: text[:5000]})
+
     def set_tags(self, tags: dict):
         from mlflow.entities import RunTag
 
@@ -297,6 +317,9 @@ class Tracker:
             v = float(v)
             if v != v or v in (float("inf"), float("-inf")):
                 continue  # MLflow stores NaN poorly; absent means undefined
+            if (k, int(step)) in self._seen:
+                continue  # logged already (a resumed run repeats its last steps): once per step
+            self._seen.add((k, int(step)))
             self._pending.append(Metric(k, v, ts, int(step)))
         if flush:
             self.flush()

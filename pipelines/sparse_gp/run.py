@@ -197,7 +197,7 @@ def _print_summary(say, r):
     if not r["converged"]:
         lines.append(f"  note: the optimiser stopped before convergence ({r['optimizer']}); raise sparse_gp.max_iter "
                      "for a tighter fit")
-    say("\n".join(lines), prefix="")
+    say("\n".join(lines), prefix="", summary=True)
 
 
 def _model_arrays(data, method, kernel, fit, rmse, nlpd) -> dict:

@@ -145,11 +145,11 @@ def _pr_report(ctx, su, states, lam) -> dict:
 def _print_summary(say, result, names):
     say(f"held-out perplexity {result['heldout_perplexity']:.2f} on {result['heldout_tokens']:.0f} "
         f"test tokens; UMass coherence {result['coherence_umass_mean']:.2f}; "
-        f"{result['docs_per_second']:.0f} documents/s")
+        f"{result['docs_per_second']:.0f} documents/s", summary=True)
     if "topic_recovery_mean_cosine" in result:
         say(f"true topics recovered with mean cosine {result['topic_recovery_mean_cosine']:.3f} "
             f"(min {result['topic_recovery_min_cosine']:.3f}); true model's perplexity "
-            f"{result['true_model_perplexity']:.2f}")
+            f"{result['true_model_perplexity']:.2f}", summary=True)
     for k, row in enumerate(names[:10]):
         say(f"  topic {k:2d}: {' '.join(row[:8])}", prefix="")
     if len(names) > 10:

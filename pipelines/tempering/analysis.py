@@ -138,4 +138,4 @@ def print_summary(say, res, prefix=""):
     if "log_z_exact" in res:
         line += f"; exact {res['log_z_exact']:.6f} ({res['exact_log_z_source']}), error {res['log_z_ss_error_sigmas']:+.2f} SE"
     line += f"; barrier Λ = {res['barrier']:.3f}, {res['round_trips']} round trips"
-    say(line, prefix="")
+    say(line, prefix="", summary=True)

@@ -120,5 +120,5 @@ def _print_summary(say, result, methods, has_truth, rule):
     for m in methods:
         if not result[f"{m}_all_converged"]:
             lines.append(f"  warning: some {m} solves stopped at tesla.max_iter before tesla.tol; raise tesla.max_iter")
-    say("\n".join(lines), prefix="")
+    say("\n".join(lines), prefix="", summary=True)
     json.dumps(result)  # results must stay JSON-serialisable (logged as results.json)
