@@ -66,6 +66,16 @@ def compare_metrics(original: dict, new: dict) -> tuple[list[str], list[str], li
     return same, diffs, timing
 
 
+ENVIRONMENT = ("version.", "env.", "git.commit", "git.dirty")  # tags a run's bits depend on
+
+
+def compare_environment(original: dict, new: dict) -> list[str]:
+    """The environment tags (library versions, BLAS, CPU model, git commit) that differ, as text."""
+    keys = sorted(k for k in set(original) | set(new) if k.startswith(ENVIRONMENT))
+    return [f"{k}: {original.get(k, '(not recorded)')!r} -> {new.get(k, '(not recorded)')!r}"
+            for k in keys if original.get(k) != new.get(k)]
+
+
 def reproduce(run_id: str, overrides: dict, stream=sys.stdout) -> tuple[int, dict]:
     """Re-run ``run_id``; returns (exit code, report dict)."""
     import yaml
@@ -100,19 +110,33 @@ def reproduce(run_id: str, overrides: dict, stream=sys.stdout) -> tuple[int, dic
     result = execute(cfg, stream=stream)
     new_id = result["run_id"]
     tr.client.set_tag(new_id, "pgmflow.reproduces", run_id)
-    new = tr.client.get_run(new_id).data.metrics
-    same, diffs, timing = compare_metrics(dict(run.data.metrics), dict(new))
-    report = {"run_id": run_id, "reproduction": new_id, "matching": same, "differences": diffs, "timing": timing}
+    new_run = tr.client.get_run(new_id)
+    same, diffs, timing = compare_metrics(dict(run.data.metrics), dict(new_run.data.metrics))
+    env = compare_environment(dict(run.data.tags), dict(new_run.data.tags))
+    report = {"run_id": run_id, "reproduction": new_id, "matching": same, "differences": diffs, "timing": timing,
+              "environment": env}
     tr.client.log_text(new_id, "\n".join([f"reproduction of {run_id}", f"{len(same)} metrics match exactly",
                                           *(f"DIFFERS {d}" for d in diffs),
+                                          *(f"ENVIRONMENT {e}" for e in env),
                                           f"timings not compared: {', '.join(timing)}"]), "reproduction.txt")
     if diffs:
         print(f"pgmflow: reproduce: {len(diffs)} of {len(diffs) + len(same)} metrics differ between run {run_id} "
               f"and its reproduction {new_id}:", file=stream)
         for d in diffs:
             print(f"  {d}", file=stream)
+        if env:
+            print("pgmflow: reproduce: the environment differs (bits are guaranteed only within one environment, "
+                  "docs/reproducibility.md):", file=stream)
+            for e in env:
+                print(f"  {e}", file=stream)
+        else:
+            print("pgmflow: reproduce: same library versions, BLAS, CPU model and commit: a difference here is a "
+                  "bug in pgmflow; please report it with both run ids", file=stream)
         stream.flush()
         return 1, report
+    if env:
+        print(f"pgmflow: reproduce: note: the environment differs, yet every metric matched: {'; '.join(env)}",
+              file=stream)
     print(f"pgmflow: reproduce: all {len(same)} metrics of run {run_id} match exactly in run {new_id} "
           f"({len(timing)} timings not compared)", file=stream, flush=True)
     return 0, report
@@ -139,4 +163,4 @@ def main(argv) -> int:
         return 1
 
 
-__all__ = ["main", "reproduce", "compare_metrics"]
+__all__ = ["main", "reproduce", "compare_metrics", "compare_environment"]

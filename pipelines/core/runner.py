@@ -134,6 +134,7 @@ def _execute(cfg: dict, stream, sweep_run: str | None) -> dict:
     from pipelines.core import cluster as cluster_mod
     from pipelines.core import preflight, tracking
     from tasks import backend as backend_mod
+    from tasks import threads
 
     if cfg.get("resume"):
         cfg = load_recorded_config(cfg)
@@ -144,6 +145,9 @@ def _execute(cfg: dict, stream, sweep_run: str | None) -> dict:
     address = os.environ.get(SWEEP_SCHEDULER) if sweep_run else None
     opened = _sweep_cluster(cfg["cluster"], address) if address else cluster_mod.open_cluster(cfg["cluster"])
     with opened as ch:
+        if ch.client is not None and threads.configured_threads() is not None:
+            ch.client.register_plugin(threads.PinBlasThreads(threads.configured_threads()),
+                                      name=threads.PinBlasThreads.name)
         tcfg = cfg["tracking"]
         tracker = _tracker(cfg)
         tags = {"pgmflow.pipeline": cfg["pipeline"]["name"], "pgmflow.model": cfg.get("model", {}).get("name"),
@@ -166,7 +170,8 @@ def _execute(cfg: dict, stream, sweep_run: str | None) -> dict:
         ctx = RunContext(cfg=cfg, tracker=tracker, cluster=ch, executor=Executor(ch.client), backend=backend,
                          device=device, resumed=bool(cfg.get("resume")), stream=stream)
         try:
-            result = registry.get(cfg["pipeline"]["name"]).load_run()(ctx)
+            with threads.pinned_blas():  # the same bits on any scheduler: tasks/threads.py
+                result = registry.get(cfg["pipeline"]["name"]).load_run()(ctx)
             objective = result.get("objective")
             if isinstance(objective, (int, float)) and objective == objective:
                 tracker.log_metrics({"objective": objective}, step=0, flush=True)

@@ -127,6 +127,11 @@ def git_info() -> dict:
 
 
 def versions() -> dict:
+    """The software and machine a run's bits depend on (tags; ``pgmflow reproduce`` compares them):
+    library versions, the BLAS libraries in use and the CPU model."""
+    import importlib
+    import sys
+
     import dask
     import distributed
     import numpy
@@ -135,13 +140,27 @@ def versions() -> dict:
 
     out = {"version.pgmflow": __version__, "version.numpy": numpy.__version__, "version.dask": dask.__version__,
            "version.distributed": distributed.__version__, "version.python": platform.python_version()}
-    try:
-        import mlflow
+    for name in ("scipy", "numba", "mlflow", "hydra", "cupy"):
+        if name == "cupy" and "cupy" not in sys.modules:
+            continue  # never imported by this run: not in use
+        with contextlib.suppress(Exception):
+            out[f"version.{name}"] = importlib.import_module(name).__version__
+    with contextlib.suppress(Exception):
+        from tasks import threads
 
-        out["version.mlflow"] = mlflow.__version__
-    except Exception:  # pragma: no cover
-        pass
+        out["env.blas"] = threads.blas_summary()[:500]
+    out["env.cpu"] = cpu_model()
+    out["env.machine"] = f"{platform.system()} {platform.machine()}"
     return out
+
+
+def cpu_model() -> str:
+    """The CPU's model name (``/proc/cpuinfo``, else ``platform.processor()``)."""
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.lower().startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    return platform.processor() or "unknown"
 
 
 def default_artifact_location(uri: str) -> str | None:
