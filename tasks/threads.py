@@ -9,7 +9,7 @@ every BLAS call with exactly :data:`BLAS_THREADS` thread(s) wherever it runs:
 
 * in the driver, for the whole run (:func:`pinned_blas`, entered by the runner): the driver's
   numerics and the tasks of the synchronous scheduler, which run in the driver's thread;
-* on every worker (:class:`PinBlasThreads`, a worker plugin the runner registers on the cluster, so
+* on every worker (``pipelines.core.graph.PinBlasThreads``, a worker plugin the runner registers, so
   it also reaches workers pgmflow did not start: an address profile, SLURM jobs, late joiners).
 
 Parallelism comes from the tasks (one per chunk, node, replica group), never from inside a BLAS call.
@@ -86,25 +86,6 @@ def pinned_blas(n: int | None = None):
         return
     with _controller().limit(limits=n, user_api="blas"):
         yield
-
-
-try:
-    from distributed.diagnostics.plugin import WorkerPlugin as _WorkerPlugin
-except ImportError:  # pragma: no cover - tasks/ is usable without distributed (e.g. in a bare GPU image)
-    _WorkerPlugin = object
-
-
-class PinBlasThreads(_WorkerPlugin):
-    """Worker plugin: the worker's BLAS libraries at :data:`BLAS_THREADS` thread(s) from its start.
-    Registered under :attr:`name` (once per cluster; registering again replaces it)."""
-
-    name = "pgmflow-blas-threads"
-
-    def __init__(self, n: int = BLAS_THREADS):
-        self.n = int(n)
-
-    def setup(self, worker=None):
-        set_blas_threads(self.n)
 
 
 def worker_blas_threads() -> list[int]:

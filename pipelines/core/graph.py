@@ -141,6 +141,28 @@ def _identity(x):
     return x
 
 
+try:
+    from distributed.diagnostics.plugin import WorkerPlugin as _WorkerPlugin
+except ImportError:  # pragma: no cover - distributed is a core dependency
+    _WorkerPlugin = object
+
+
+class PinBlasThreads(_WorkerPlugin):
+    """Worker plugin: the worker's BLAS libraries at ``n`` thread(s) from its start (tasks/threads.py
+    says why). The runner registers it under :attr:`name` on every cluster it uses, so it reaches
+    workers pgmflow did not start and workers that join late; registering again replaces it."""
+
+    name = "pgmflow-blas-threads"
+
+    def __init__(self, n: int = 1):
+        self.n = int(n)
+
+    def setup(self, worker=None):
+        from tasks.threads import set_blas_threads
+
+        set_blas_threads(self.n)
+
+
 def chunk_settings() -> list[tuple[str, str]]:
     """What cuts each workload's work into tasks, by the prefix of its task keys: the first setting to
     change when one task does not fit in a worker (each workload's ``memory_hint``)."""

@@ -146,8 +146,9 @@ def _execute(cfg: dict, stream, sweep_run: str | None) -> dict:
     opened = _sweep_cluster(cfg["cluster"], address) if address else cluster_mod.open_cluster(cfg["cluster"])
     with opened as ch:
         if ch.client is not None and threads.configured_threads() is not None:
-            ch.client.register_plugin(threads.PinBlasThreads(threads.configured_threads()),
-                                      name=threads.PinBlasThreads.name)
+            from pipelines.core.graph import PinBlasThreads
+
+            ch.client.register_plugin(PinBlasThreads(threads.configured_threads()), name=PinBlasThreads.name)
         tcfg = cfg["tracking"]
         tracker = _tracker(cfg)
         tags = {"pgmflow.pipeline": cfg["pipeline"]["name"], "pgmflow.model": cfg.get("model", {}).get("name"),
