@@ -14,6 +14,7 @@ import numpy as np
 from pipelines.bounds import figures
 from pipelines.bounds.models import ising_model, ising_rho, ising_target, load_mrf, settings
 from pipelines.core import artifacts
+from pipelines.core.partial import PartialResults
 from pipelines.core.progress import Progress
 from tasks.bounds import summary, trw
 from tasks.bounds.per_temperature import bounds_task, lattice_of, small_exact, small_exact_marginals
@@ -35,6 +36,33 @@ def _jobs(ctx, vcfg, mcfg) -> list[tuple]:
     if rho is None:
         rho = trw.spanning_tree_rho(model, n_trees=int(vcfg["n_trees"]), seed=int(ctx.cfg["seed"]))
     return [(1.0 / float(mcfg.get("beta", 1.0)), None, model, rho, None)]
+
+
+def _solve(ctx, jobs, opts) -> list:
+    """The bounds at every temperature, in order. Each temperature's result is saved as it completes
+    (``partial/bounds_*.npz``); a resumed run reads them back and computes only the missing ones."""
+    saved = PartialResults(ctx.tracker, "bounds", summary.Bounds, ctx.resumed,
+                           every=float(ctx.cfg["variational"].get("checkpoint_seconds", 10.0)))
+    if ctx.resumed:
+        ctx.say(saved.describe(len(jobs), "temperatures"))
+    todo = [k for k in range(len(jobs)) if f"T{k}" not in saved]
+    tasks = [dask.delayed(bounds_task, pure=True)((jobs[k][1], 1.0) if jobs[k][1] is not None else jobs[k][2],
+                                                  jobs[k][3], opts, jobs[k][4], dask_key_name=f"bounds-{ctx.token}-T{k}")
+             for k in todo]
+    bar = Progress(len(jobs), "bounds", "temperatures", enabled=ctx.progress)
+    bar.update(len(jobs) - len(todo))
+
+    def finished(j, b):
+        saved.add(f"T{todo[j]}", b)
+        bar.update(1)
+
+    ctx.executor.release(ctx.executor.compute(tasks, watch=range(len(tasks)), on_result=finished))
+    saved.close()
+    bar.close()
+    if ctx.resumed:
+        ctx.tracker.set_tags({"pgmflow.resume.temperatures_saved": len(jobs) - len(todo),
+                              "pgmflow.resume.temperatures_run": len(todo)})
+    return [saved.done[f"T{k}"] for k in range(len(jobs))]
 
 
 def _row(T, target, model, b) -> dict:
@@ -88,12 +116,7 @@ def run(ctx) -> dict:
     jobs = _jobs(ctx, vcfg, mcfg)
     n = jobs[0][2].n
     ctx.say(f"bounds on {mcfg['name']} ({n} nodes, {jobs[0][2].E} edges) at {len(jobs)} temperature(s)")
-    tasks = [dask.delayed(bounds_task, pure=True)((tg, 1.0) if tg is not None else m, r, opts, lat,
-                                                  dask_key_name=f"bounds-{ctx.token}-T{k}")
-             for k, (_, tg, m, r, lat) in enumerate(jobs)]
-    bar = Progress(len(tasks), "bounds", "temperatures", enabled=ctx.progress)
-    res = ex.gather(ex.compute(tasks, watch=range(len(tasks)), on_done=lambda i: bar.update(1)))
-    bar.close()
+    res = _solve(ctx, jobs, opts)
     rows = [_row(T, target, model, b) for (T, target, model, _, _), b in zip(jobs, res)]
     result = _result(tracker, rows, n)
     artifacts.log_table(tracker, [{k: ("" if v is None else v) for k, v in r.items()} for r in rows],

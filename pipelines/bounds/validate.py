@@ -12,7 +12,7 @@ ISING_RULES = {"L": integer(lo=2, hi=1 << 15, even=True), "T": real(gt=0), "J": 
                "disorder_seed": integer(lo=0)}
 
 VARIATIONAL_KEYS = {"damping", "max_iter", "tol", "mf_restarts", "rho", "n_trees", "temperatures", "marginals",
-                    "figures"}
+                    "figures", "checkpoint_seconds"}
 VARIATIONAL = {
     "damping": real(gt=0),
     "max_iter": integer(lo=1),
@@ -22,6 +22,7 @@ VARIATIONAL = {
     "n_trees": integer(lo=1, hi=100_000),
     "marginals": boolean,
     "figures": boolean,
+    "checkpoint_seconds": real(ge=0),
 }
 
 

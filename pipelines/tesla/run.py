@@ -16,6 +16,7 @@ import time
 import dask
 import numpy as np
 
+from pipelines.core.partial import PartialResults
 from pipelines.core.progress import Progress
 from pipelines.tesla import networks, report
 from tasks.tesla import path_tasks, solver
@@ -29,8 +30,9 @@ def _grids(tcfg, T):
 
 
 def build_fits(ex, tok, series, methods, lam1, lam2, bandwidths, q, criterion, heldout, isolated, max_iter, tol,
-               gamma=0.5):
-    """Delayed selection tasks: ``{method: [NodeChoice delayed per node]}``, and the designs' sizes."""
+               gamma=0.5, skip=frozenset()):
+    """Delayed selection tasks: ``{method: [NodeChoice delayed per node]}`` (None for the ``(method,
+    node)`` pairs in ``skip``: finished before a resume)."""
     X, tix, T = series.X, series.tix, len(series.n_per_time)
     train = ~heldout
     full = solver.tesla_design(X, tix, T)
@@ -56,6 +58,9 @@ def build_fits(ex, tok, series, methods, lam1, lam2, bandwidths, q, criterion, h
         n_a = len(lam2) if m == "tesla" else (len(bandwidths) if m == "keller" else 1)
         choices = []
         for i in range(p):
+            if (m, i) in skip:
+                choices.append(None)
+                continue
             fits = []
             for a in range(n_a):
                 dfit, _ = designs[(m, a)]
@@ -88,7 +93,6 @@ def run(ctx) -> dict:
     max_iter, tol = int(tcfg["max_iter"]), float(tcfg["tol"])
     heldout = path_tasks.heldout_rows(N, seed, float(tcfg["heldout_fraction"])) if criterion == "heldout" \
         else np.zeros(N, bool)
-    tok = ctx.token
     for line in data.notes:
         ctx.say(line)
     n_fit = sum(p * (len(lam2) if m == "tesla" else len(bandwidths) if m == "keller" else 1) for m in methods)
@@ -101,17 +105,42 @@ def run(ctx) -> dict:
                          "path_tasks": n_fit}, step=0)
 
     t0 = time.monotonic()
-    graph = build_fits(ex, tok, series, methods, lam1, lam2, bandwidths, q, criterion, heldout, data.isolated,
-                       max_iter, tol, float(tcfg.get("ebic_gamma", 0.5)))
-    flat = [d for m in methods for d in graph[m]]
-    bar = Progress(len(flat), "tesla", "node fits", enabled=ctx.progress)
-    handles = ex.compute(flat, watch=range(len(flat)), on_done=lambda i: bar.update(1))
-    results = ex.gather(handles)
-    bar.close()
+    choices = _solve(ctx, tcfg, series, methods, lam1, lam2, bandwidths, q, criterion, heldout, data.isolated,
+                     max_iter, tol)
     seconds = time.monotonic() - t0
-    choices = {}
-    k = 0
-    for m in methods:
-        choices[m] = results[k:k + p]
-        k += p
     return report.finish(ctx, cfg, data, methods, choices, lam1, lam2, bandwidths, rule, seconds)
+
+
+def _unit(m: str, i: int) -> str:
+    return f"{m}/n{i}"
+
+
+def _solve(ctx, tcfg, series, methods, lam1, lam2, bandwidths, q, criterion, heldout, isolated, max_iter, tol):
+    """``{method: [NodeChoice per node]}``. Each node's selection (its whole grid of path solves) is saved
+    as it completes (``partial/tesla_nodes_*.npz``); a resumed run reads them back and solves only the
+    nodes that were not finished."""
+    p = series.X.shape[1]
+    units = [(m, i) for m in methods for i in range(p)]
+    saved = PartialResults(ctx.tracker, "tesla_nodes", path_tasks.NodeChoice, ctx.resumed,
+                           every=float(tcfg.get("checkpoint_seconds", 10.0)))
+    done = {u for u in units if _unit(*u) in saved}
+    if ctx.resumed:
+        ctx.say(saved.describe(len(units), "node selections"))
+    graph = build_fits(ctx.executor, ctx.token, series, methods, lam1, lam2, bandwidths, q, criterion, heldout,
+                       isolated, max_iter, tol, float(tcfg.get("ebic_gamma", 0.5)), skip=done)
+    todo = [u for u in units if u not in done]
+    flat = [graph[m][i] for m, i in todo]
+    bar = Progress(len(units), "tesla", "node fits", enabled=ctx.progress)
+    bar.update(len(done))
+
+    def finished(j, choice):
+        saved.add(_unit(*todo[j]), choice)
+        bar.update(1)
+
+    handles = ctx.executor.compute(flat, watch=range(len(flat)), on_result=finished)
+    ctx.executor.release(handles)
+    saved.close()
+    bar.close()
+    if ctx.resumed:
+        ctx.tracker.set_tags({"pgmflow.resume.tesla_nodes_saved": len(done), "pgmflow.resume.tesla_nodes_run": len(todo)})
+    return {m: [saved.done[_unit(m, i)] for i in range(p)] for m in methods}

@@ -8,7 +8,7 @@ from pipelines.core.errors import ConfigError
 from pipelines.core.validation import apply, boolean, choice, get, integer, number_list, real, unknown_keys
 
 TESLA_KEYS = {"methods", "lambda1", "lambda2", "bandwidth", "criterion", "ebic_gamma", "heldout_fraction", "rule",
-              "max_iter", "tol", "snapshot_times", "figures"}
+              "max_iter", "tol", "snapshot_times", "figures", "checkpoint_seconds"}
 TESLA = {
     "criterion": choice("bic", "ebic", "heldout"),
     "ebic_gamma": real(ge=0),
@@ -16,6 +16,7 @@ TESLA = {
     "max_iter": integer(lo=1),
     "tol": real(gt=0),
     "figures": boolean,
+    "checkpoint_seconds": real(ge=0),
 }
 TESLA_METHODS = ("tesla", "keller", "static")
 NETWORK_SYNTHETIC = {

@@ -1,18 +1,23 @@
 """The driver (the ``pgmflow`` process, with its LocalCluster) killed with SIGKILL mid-run, then
-``resume=<run id>``: the run ends FINISHED with results bit-identical to an undisturbed run.
+``resume=<run id>``: the run ends FINISHED with results bit-identical to an undisturbed run, and
+recomputes only the work that had not been saved.
 
-Tempering and SVI resume from their last checkpoint (tests/pipelines/test_resume.py and
-test_svi_resume.py). TESLA, the variational bounds and the sparse GPs keep no checkpoints: their
-resume re-runs the computation into the same MLflow run, from the recorded config, which gives the same bits because
-every random stream comes from the seed and the identity of the work. These tests show it for both.
+TESLA saves each node's selection (its whole grid of path solves) and bounds each temperature's
+result as it completes (``partial/*.npz``, pipelines/core/partial.py); the test reads what the
+killed run saved, resumes on a LocalCluster whose scheduler counts the tasks that run, and checks
+that exactly the unsaved units ran. Tempering and SVI resume from their round checkpoints
+(tests/pipelines/test_resume.py, test_svi_resume.py); sparse_gp continues L-BFGS-B from its last
+iteration (test_driver_kill_sparse_gp.py).
 """
 
 import json
+import logging
 import os
 import signal
 import subprocess
 import sys
 import time
+from collections import Counter
 
 import numpy as np
 import pytest
@@ -21,62 +26,116 @@ from tests.conftest import REPO
 from tests.pipelines.helpers import run
 
 CASES = {
-    "tesla": (["pipeline=tesla", "debug=default", "progress=false", "tesla.figures=false"], "estimates.npz"),
-    "bounds": (["pipeline=bounds", "model=ising", "model.L=12", "variational.temperatures=[2.0,2.269185314213022,2.6]",
-                "variational.figures=false", "progress=false"], None),
-    "sparse_gp": (["pipeline=sparse_gp", "gp_data=diabetes", "sparse_gp.m=16", "sparse_gp.max_iter=15",
-                   "sparse_gp.chunk_size=100", "sparse_gp.figures=false", "progress=false"], "model.npz"),
+    # 30 nodes, one selection task per node over a 5 x 3 grid: about 4 s of work on 2 workers
+    "tesla": (["pipeline=tesla", "network.p=30", "network.samples_per_time=3", "tesla.methods=[tesla]",
+               "tesla.lambda2=[1.0,0.25,0.0625]", "tesla.figures=false", "tesla.checkpoint_seconds=0",
+               "progress=false"], "estimates.npz", "tesla-select-", "tesla-fit-", 30, 3),
+    # 8 temperatures of a 64 x 64 lattice: about 6 s of work on 2 workers
+    "bounds": (["pipeline=bounds", "model=ising", "model.L=64",
+                "variational.temperatures=[1.8,2.0,2.1,2.2,2.269185314213022,2.35,2.5,2.8]",
+                "variational.figures=false", "variational.checkpoint_seconds=0", "progress=false"],
+               "tables/bounds.csv", "bounds-", None, 8, 0),
 }
 
 
-def _kill_mid_run(args, tmp_path, uri, name):
+def _saved_units(root, run_id) -> int:
+    units = set()
+    for f in sorted((root / "mlartifacts" / run_id / "artifacts" / "partial").glob("*.npz")):
+        with np.load(f) as z:
+            units.update(k.rpartition("::")[0] for k in z.files)
+    return len(units)
+
+
+def _kill_after_saves(args, tmp_path, uri, name, min_files=2):
+    """Start the CLI, SIGKILL its process group once ``min_files`` partial results are in the store."""
     env = {**os.environ, "PYTHONPATH": str(REPO), "PYTHONUNBUFFERED": "1"}
     cmd = [sys.executable, "-m", "pipelines", *args, f"tracking.uri={uri}", "cluster.n_workers=2"]
     log_path = tmp_path / f"{name}.txt"
+    run_id = None
     with open(log_path, "w") as log:
         proc = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=log, stderr=subprocess.STDOUT,
                                 start_new_session=True)
         try:
             deadline = time.monotonic() + 180
             while time.monotonic() < deadline and proc.poll() is None:
-                if f"{name} run " in log_path.read_text():
-                    break
-                time.sleep(0.05)
-            time.sleep(0.5)  # the run is recorded and its tasks are running
+                text = log_path.read_text()
+                if run_id is None and f"{name} run " in text:
+                    run_id = text.split(f"{name} run ")[1].split()[0]
+                if run_id is not None:
+                    part = tmp_path / "mlartifacts" / run_id / "artifacts" / "partial"
+                    if part.exists() and len(list(part.glob("*.npz"))) >= min_files:
+                        break
+                time.sleep(0.02)
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait(30)
         finally:
             if proc.poll() is None:
                 os.killpg(proc.pid, signal.SIGKILL)
     out = log_path.read_text()
-    assert f"{name} run " in out, out[-3000:]
+    assert run_id is not None, out[-3000:]
     assert "finished" not in out, "the run finished before it was killed; the test proves nothing"
-    return out.split(f"{name} run ")[1].split()[0]
+    return run_id
+
+
+class _TaskCounter:
+    """A scheduler plugin counting, by key prefix, the tasks that completed (reached memory)."""
+
+    def __init__(self, prefixes):
+        self.prefixes = [p for p in prefixes if p]
+        self.counts = Counter()
+
+    def transition(self, key, start, finish, *args, **kwargs):
+        if finish == "memory":
+            for p in self.prefixes:
+                if str(key).startswith(p):
+                    self.counts[p] += 1
+
+
+def _results(tr):
+    d = json.loads(tr.read_text("results.json"))
+    return {k: v for k, v in d.items() if "seconds" not in k}
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
-def test_killed_driver_resumes_to_identical_result(tmp_path, name):
-    args, npz = CASES[name]
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    run_id = _kill_mid_run(args, tmp_path, uri, name)
+def test_killed_driver_resumes_running_only_unsaved_work(tmp_path, name):
+    from distributed import LocalCluster
+    from distributed.diagnostics.plugin import SchedulerPlugin
 
     from pipelines.core.tracking import Tracker
 
+    args, artifact, unit_prefix, sub_prefix, n_units, subs_per_unit = CASES[name]
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    run_id = _kill_after_saves(args, tmp_path, uri, name)
     tr = Tracker(uri, "pgmflow")
     assert tr.client.get_run(run_id).info.status == "RUNNING"  # killed: nobody could end it
+    saved = _saved_units(tmp_path, run_id)
+    assert 0 < saved < n_units, f"{saved} of {n_units} units saved before the kill: the test proves nothing"
 
-    resumed, tr_resumed = run(args + [f"resume={run_id}"], uri)
+    counter = type("Counter", (_TaskCounter, SchedulerPlugin), {})([unit_prefix, sub_prefix])
+    env = {"NUMBA_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0",
+                      silence_logs=logging.ERROR, env=env) as cl:
+        cl.scheduler.add_plugin(counter)
+        resumed, tr_resumed = run(args + [f"resume={run_id}"], uri, cl)
     assert resumed["run_id"] == run_id
     assert tr.client.get_run(run_id).info.status == "FINISHED"
-    _, tr_full = run(args, uri)
+    assert counter.counts[unit_prefix] == n_units - saved, (counter.counts, saved)
+    if sub_prefix:
+        assert counter.counts[sub_prefix] == (n_units - saved) * subs_per_unit, (counter.counts, saved)
+    tags = tr.client.get_run(run_id).data.tags
+    assert f"{saved}" in tags.values() and f"{n_units - saved}" in tags.values()
 
-    def results(t):
-        d = json.loads(t.read_text("results.json"))
-        return {k: v for k, v in d.items() if "seconds" not in k}
+    for key in tr.client.get_run(run_id).data.metrics:  # each metric once per step
+        steps = [m.step for m in tr.client.get_metric_history(run_id, key)]
+        assert len(steps) == len(set(steps)), f"{key} has two values at one step after the resume: {steps}"
 
-    assert results(tr_resumed) == results(tr_full)
-    if npz:
-        with np.load(tr_resumed.download(npz)) as a, np.load(tr_full.download(npz)) as b:
+    _, tr_full = run(args, uri)  # undisturbed, synchronous scheduler
+    assert _results(tr_resumed) == _results(tr_full)
+    if artifact.endswith(".npz"):
+        with np.load(tr_resumed.download(artifact)) as a, np.load(tr_full.download(artifact)) as b:
             assert a.files == b.files
             for k in a.files:
                 np.testing.assert_array_equal(a[k], b[k], err_msg=k)
+    else:
+        cols = lambda t: [ln.split(",")[:-1] for ln in t.read_text(artifact).splitlines()]  # noqa: E731 (seconds last)
+        assert cols(tr_resumed) == cols(tr_full)
