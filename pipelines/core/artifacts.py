@@ -67,7 +67,9 @@ def log_figures(tracker, figures: dict, suffix: str = ""):
 
 
 def save_checkpoint(tracker, name: str, arrays: dict):
-    """Log ``arrays`` as ``checkpoints/<name>.npz``."""
+    """Log ``arrays`` as ``checkpoints/<name>.npz``, after every metric logged so far is stored: a run
+    resumed from this checkpoint finds the metrics of every step before it (and logs none twice)."""
+    tracker.flush()
     log_npz(tracker, f"{name}.npz", arrays, artifact_path=CHECKPOINT_DIR)
 
 

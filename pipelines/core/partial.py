@@ -94,6 +94,7 @@ class PartialResults:
             return
         arrays = {f"{key}{SEP}{field}": a for key, value in self._pending.items()
                   for field, a in to_arrays(value).items()}
+        self.tracker.flush()  # the metrics logged before these results are stored before them
         with tempfile.TemporaryDirectory() as d:
             p = Path(d) / f"{self.name}_{self._index:06d}.npz"
             np.savez(p, **arrays)

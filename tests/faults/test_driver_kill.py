@@ -23,7 +23,7 @@ import numpy as np
 import pytest
 
 from tests.conftest import REPO
-from tests.pipelines.helpers import run
+from tests.pipelines.helpers import assert_one_value_per_step, assert_same_metric_histories, run
 
 CASES = {
     # 30 nodes, one selection task per node over a 5 x 3 grid: about 4 s of work on 2 workers
@@ -125,11 +125,9 @@ def test_killed_driver_resumes_running_only_unsaved_work(tmp_path, name):
     tags = tr.client.get_run(run_id).data.tags
     assert f"{saved}" in tags.values() and f"{n_units - saved}" in tags.values()
 
-    for key in tr.client.get_run(run_id).data.metrics:  # each metric once per step
-        steps = [m.step for m in tr.client.get_metric_history(run_id, key)]
-        assert len(steps) == len(set(steps)), f"{key} has two values at one step after the resume: {steps}"
-
+    assert_one_value_per_step(tr.client, run_id)
     _, tr_full = run(args, uri)  # undisturbed, synchronous scheduler
+    assert_same_metric_histories(tr.client, run_id, tr_full.run_id)
     assert _results(tr_resumed) == _results(tr_full)
     if artifact.endswith(".npz"):
         with np.load(tr_resumed.download(artifact)) as a, np.load(tr_full.download(artifact)) as b:

@@ -53,3 +53,26 @@ def assert_same_results(tr_a, tr_b):
     ra, rb = results_json(tr_a), results_json(tr_b)
     assert ra == rb
     return ra
+
+
+def assert_one_value_per_step(client, run_id):
+    """No metric of the run has two values at one step (what MLflow would draw as duplicate points)."""
+    for key in client.get_run(run_id).data.metrics:
+        steps = [m.step for m in client.get_metric_history(run_id, key)]
+        assert len(steps) == len(set(steps)), f"metric {key} has two values at one step: {sorted(steps)}"
+
+
+def assert_same_metric_histories(client, run_a, run_b):
+    """Every metric (timings and memory measurements excluded) has the same values at the same steps in
+    both runs."""
+    from pipelines.core.reproduce import TIMING
+
+    def results(run_id):
+        return {k for k in client.get_run(run_id).data.metrics if not TIMING.search(k) and "rss" not in k}
+
+    keys_a, keys_b = results(run_a), results(run_b)
+    assert keys_a == keys_b, keys_a ^ keys_b
+    for key in sorted(keys_a):
+        ha = sorted((m.step, m.value) for m in client.get_metric_history(run_a, key))
+        hb = sorted((m.step, m.value) for m in client.get_metric_history(run_b, key))
+        assert ha == hb, f"metric {key} differs: {ha[:5]}... vs {hb[:5]}..."

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.pipelines.helpers import assert_same_results, run
+from tests.pipelines.helpers import (assert_one_value_per_step, assert_same_metric_histories, assert_same_results,
+                                     run)
 
 REPO = Path(__file__).resolve().parents[2]
 OVERRIDES = ["model.L=8", "model.T=2.3", "tempering.n_replicas=6", "tempering.n_rounds=10",
@@ -64,6 +65,8 @@ def test_killed_driver_resumes_to_identical_result(tmp_path):
     assert tr.client.get_run(run_id).info.status == "FINISHED"
     _, tr_full = run(OVERRIDES, uri)
     assert_same_results(tr_full, tr_resumed)
+    assert_one_value_per_step(tr.client, run_id)
+    assert_same_metric_histories(tr.client, run_id, tr_full.run_id)
 
     from pipelines.core.errors import ConfigError
 

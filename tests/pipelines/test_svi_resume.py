@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.pipelines.helpers import run
+from tests.pipelines.helpers import assert_one_value_per_step, assert_same_metric_histories, run
 from tests.pipelines.test_resume import _wait_for
 
 REPO = Path(__file__).resolve().parents[2]
@@ -54,3 +54,5 @@ def test_killed_svi_run_resumes_to_identical_lambda(tmp_path):
         assert int(a["count"]) == int(b["count"]) > 150  # 4 epochs of ~48 steps
     assert resumed["heldout_perplexity"] == full["heldout_perplexity"]
     assert tr_resumed.client.get_run(run_id).info.status == "FINISHED"
+    assert_one_value_per_step(tr_resumed.client, run_id)
+    assert_same_metric_histories(tr_resumed.client, run_id, tr_full.run_id)
