@@ -45,6 +45,30 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
+@pytest.fixture(scope="session", autouse=True)
+def numba_kernels_compiled(tmp_path_factory):
+    """Compile the numba kernels into numba's on-disk cache once, in two processes in parallel, before
+    the first test (tests/warm_kernels.py says why). ``PGMFLOW_TEST_WARM=0`` skips it."""
+    import subprocess
+    import time
+
+    if os.environ.get("PGMFLOW_TEST_WARM", "1") == "0":
+        yield
+        return
+    store = tmp_path_factory.mktemp("warm_kernels")
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    t0 = time.monotonic()
+    procs = [subprocess.Popen([sys.executable, "-m", "tests.warm_kernels", part, str(store)], cwd=store, env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for part in ("A", "B")]
+    notes = []
+    for p in procs:
+        out, _ = p.communicate(timeout=600)
+        if p.returncode != 0:  # only time is lost: the tests compile what they need themselves
+            notes.append(f"warm_kernels failed (exit {p.returncode}): {out[-500:]}")
+    print(f"\nnumba kernels compiled into the cache in {time.monotonic() - t0:.1f} s" + "".join(f"\n{n}" for n in notes))
+    yield
+
+
 @pytest.fixture
 def mlflow_uri(tmp_path):
     """A fresh SQLite MLflow store in a temporary directory."""
