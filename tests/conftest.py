@@ -52,8 +52,9 @@ def numba_kernels_compiled(tmp_path_factory):
     import subprocess
     import time
 
-    if os.environ.get("PGMFLOW_TEST_WARM", "1") == "0":
-        yield
+    cached = {p.name.split("-")[0].split(".")[0] for p in (REPO / "tasks").rglob("__pycache__/*.nbi")}
+    if os.environ.get("PGMFLOW_TEST_WARM", "1") == "0" or {"ising_cpu", "estep", "gibbs", "lattice_kernel", "pr_kernels"} <= cached:
+        yield  # switched off, or the cache is warm already (a second run in this checkout)
         return
     store = tmp_path_factory.mktemp("warm_kernels")
     env = {**os.environ, "PYTHONPATH": str(REPO)}
