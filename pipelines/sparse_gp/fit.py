@@ -10,8 +10,10 @@ import time
 import dask
 import numpy as np
 
+from pipelines.core import artifacts
 from pipelines.core.errors import ConfigError
 from pipelines.core.progress import Progress
+from pipelines.sparse_gp import lbfgsb
 from pipelines.sparse_gp.evaluations import EXACT_MAX_N, LOG_BOX, Evaluations, lbfgs_box
 from tasks.gp import kernels as kern
 from tasks.gp import svgp as gsvgp
@@ -21,45 +23,45 @@ SVGP_BLOCK = 20  # SVGP minibatches fetched per round of chunk tasks
 
 
 def fit_collapsed(ctx, scfg, method, kernel, refs, data, params0, Z0, tok, backend):
-    import scipy.optimize
-
     tracker = ctx.tracker
     opt = bool(scfg["optimize_inducing"])
     m, d = Z0.shape
     max_iter = int(scfg["max_iter"])
     ev = Evaluations(ctx.executor, refs, method, kernel, d, m, Z0, opt, float(scfg["jitter"]),
-                      int(scfg["max_tries"]), backend, tok)
+                     int(scfg["max_tries"]), backend, tok)
     theta0 = kern.pack(params0, Z0 if opt else None)
-    f0, _ = ev(theta0)
-    if not math.isfinite(f0):
-        raise ConfigError("sparse_gp.jitter", scfg["jitter"], f"Kuu = K(Z, Z) could not be factored at the initial "
-                          f"hyperparameters even with the jitter raised {scfg['max_tries']} times",
-                          "raise sparse_gp.jitter or sparse_gp.max_tries, or start from a shorter sparse_gp.lengthscale")
-    trace = [(0, -f0, ev.records[theta0.tobytes()][3])]
-    tracker.log_metrics({"bound": -f0, "jitter": trace[0][2]}, step=0)
+    saved = _resume_state(ctx, ev) if ctx.resumed else None
+    if saved is None:
+        f0, _ = ev(theta0)
+        if not math.isfinite(f0):
+            raise ConfigError("sparse_gp.jitter", scfg["jitter"], f"Kuu = K(Z, Z) could not be factored at the "
+                              f"initial hyperparameters even with the jitter raised {scfg['max_tries']} times",
+                              "raise sparse_gp.jitter or sparse_gp.max_tries, or start from a shorter "
+                              "sparse_gp.lengthscale")
+        trace = [(0, -f0, ev.records[theta0.tobytes()][3])]
+        tracker.log_metrics({"bound": -f0, "jitter": trace[0][2]}, step=0)
+    else:
+        trace = [tuple(row) for row in saved["trace"].tolist()]
     _note_jitter(ctx.say, ev, scfg)
     bar = Progress(max_iter, f"sparse_gp {method}", "iterations", enabled=ctx.progress)
+    bar.update(len(trace) - 1)
 
-    def callback(intermediate_result):
-        x = np.asarray(intermediate_result.x)
-        rec = ev.records.get(x.tobytes())
-        value = -float(intermediate_result.fun)
-        rel = rec[3] if rec is not None else float("nan")
+    def callback(x, fun):
+        rec = ev.records.get(np.asarray(x).tobytes())
         k = len(trace)
-        trace.append((k, value, rel))
-        tracker.log_metrics({"bound": value, "jitter": rel}, step=k)
-        bar.update(1, bound=value)
+        trace.append((k, -float(fun), rec[3] if rec is not None else float("nan")))
+        tracker.log_metrics({"bound": -float(fun), "jitter": trace[-1][2]}, step=k)
+        bar.update(1, bound=-float(fun))
 
     t0 = time.monotonic()
-    res = scipy.optimize.minimize(ev, theta0, jac=True, method="L-BFGS-B", bounds=lbfgs_box(d, m, opt),
-                                  callback=callback, options={"maxiter": max_iter})
+    res = _optimise(ctx, scfg, ev, theta0, lbfgs_box(d, m, opt), max_iter, callback, trace, saved)
     seconds = time.monotonic() - t0
     bar.close()
     _note_jitter(ctx.say, ev, scfg)
     x = np.asarray(res.x)
     rec = ev.records.get(x.tobytes())
-    if rec is None:  # the optimiser's answer was not the last point evaluated: one more pass
-        ev(x)
+    if rec is None:  # the answer is the point a resumed run started from: its record again, not counted
+        _uncounted(ev, x)
         rec = ev.records.get(x.tobytes())
     if rec is None:
         raise RuntimeError("the bound could not be evaluated at the optimiser's answer")
@@ -70,6 +72,74 @@ def fit_collapsed(ctx, scfg, method, kernel, refs, data, params0, Z0, tok, backe
             "failed_evaluations": ev.failed, "success": bool(res.success), "message": str(res.message),
             "fit_seconds": seconds, "seconds_per_evaluation": ev.seconds / max(ev.count, 1),
             "jitter_max": max(ev.jitters), "jitter_final": rel, "jitter_abs_final": jit_abs}
+
+
+CHECKPOINT = "lbfgs"  # checkpoints/lbfgs_0.npz and lbfgs_1.npz, written in turn: the newer readable one counts
+
+
+def _optimise(ctx, scfg, ev, theta0, box, max_iter, callback, trace, saved):
+    """L-BFGS-B from ``theta0``, or continued from ``saved``; its whole state checkpointed every
+    ``sparse_gp.checkpoint_every`` iterations (pipelines/sparse_gp/lbfgsb.py)."""
+    import scipy.optimize
+
+    every = int(scfg.get("checkpoint_every", 1))
+    if not lbfgsb.available():  # another scipy: no exact continuation; from the saved point, fresh memory
+        start = len(trace) - 1
+        if saved is not None:
+            ctx.say(f"note: this scipy's L-BFGS-B cannot be continued exactly; restarting it from iteration "
+                    f"{start}'s point with a fresh memory (the result may move slightly)")
+
+        def record(intermediate_result):  # scipy passes its OptimizeResult to a parameter of this name
+            callback(intermediate_result.x, intermediate_result.fun)
+
+        res = scipy.optimize.minimize(ev, theta0 if saved is None else np.asarray(saved["x"]), jac=True,
+                                      method="L-BFGS-B", bounds=box, callback=record,
+                                      options={"maxiter": max_iter - start})
+        return lbfgsb.Result(res.x, float(res.fun), start + int(res.nit), int(res.nfev), bool(res.success),
+                             str(res.message))
+    opt = lbfgsb.LBFGSB(ev, theta0, box, max_iter) if saved is None else lbfgsb.LBFGSB.from_state(ev, saved)
+    if saved is not None:
+        ctx.say(f"resume: L-BFGS-B continues from iteration {opt.nit} ({ev.count} evaluations done)")
+
+    def checkpoint(o):
+        if every > 0 and (o.nit % every == 0 or o.task[0] != 1):
+            artifacts.save_checkpoint(ctx.tracker, f"{CHECKPOINT}_{o.nit % 2}", {
+                **o.state(), "trace": np.asarray(trace, dtype=np.float64), "ev_count": np.int64(ev.count),
+                "ev_failed": np.int64(ev.failed), "ev_jitters": np.asarray(ev.jitters, dtype=np.float64),
+                "ev_first_growth": np.asarray(ev.first_growth if ev.first_growth else (-1, np.nan), dtype=np.float64)})
+
+    return opt.run(callback=callback, on_iteration=checkpoint)
+
+
+def _resume_state(ctx, ev) -> dict | None:
+    """The newest readable L-BFGS-B checkpoint of the run (its Evaluations counters restored), or None."""
+    best = None
+    try:
+        names = [n for n in ctx.tracker.list_artifacts(artifacts.CHECKPOINT_DIR) if f"/{CHECKPOINT}_" in f"/{n}"]
+    except Exception:
+        names = []
+    for name in names:
+        try:
+            with np.load(ctx.tracker.download(name), allow_pickle=False) as z:
+                state = {k: z[k] for k in z.files}
+        except Exception:
+            continue  # cut short by the interruption
+        if best is None or int(state["nit"]) > int(best["nit"]):
+            best = state
+    if best is None:
+        return None
+    ev.count, ev.failed = int(best["ev_count"]), int(best["ev_failed"])
+    ev.jitters = [float(v) for v in best["ev_jitters"]]
+    k, rel = (float(v) for v in best["ev_first_growth"])
+    ev.first_growth = None if k < 0 else (int(k), rel)
+    return best
+
+
+def _uncounted(ev, x):
+    """Evaluate ``x`` for its record only: the counters stay as they are."""
+    count, failed, jitters, seconds, growth = ev.count, ev.failed, list(ev.jitters), ev.seconds, ev.first_growth
+    ev(x)
+    ev.count, ev.failed, ev.jitters, ev.seconds, ev.first_growth = count, failed, jitters, seconds, growth
 
 
 def _note_jitter(say, ev, scfg):

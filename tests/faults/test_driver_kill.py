@@ -46,8 +46,9 @@ def _saved_units(root, run_id) -> int:
     return len(units)
 
 
-def _kill_after_saves(args, tmp_path, uri, name, min_files=2):
-    """Start the CLI, SIGKILL its process group once ``min_files`` partial results are in the store."""
+def _kill_after_saves(args, tmp_path, uri, name, min_files=2, subdir="partial", ready=None):
+    """Start the CLI, SIGKILL its process group once ``min_files`` artifacts are in the run's ``subdir``
+    (and ``ready(path)`` holds for one of them, when given)."""
     env = {**os.environ, "PYTHONPATH": str(REPO), "PYTHONUNBUFFERED": "1"}
     cmd = [sys.executable, "-m", "pipelines", *args, f"tracking.uri={uri}", "cluster.n_workers=2"]
     log_path = tmp_path / f"{name}.txt"
@@ -62,8 +63,9 @@ def _kill_after_saves(args, tmp_path, uri, name, min_files=2):
                 if run_id is None and f"{name} run " in text:
                     run_id = text.split(f"{name} run ")[1].split()[0]
                 if run_id is not None:
-                    part = tmp_path / "mlartifacts" / run_id / "artifacts" / "partial"
-                    if part.exists() and len(list(part.glob("*.npz"))) >= min_files:
+                    part = tmp_path / "mlartifacts" / run_id / "artifacts" / subdir
+                    files = list(part.glob("*.npz")) if part.exists() else []
+                    if len(files) >= min_files and (ready is None or any(ready(f) for f in files)):
                         break
                 time.sleep(0.02)
             os.killpg(proc.pid, signal.SIGKILL)
