@@ -190,3 +190,33 @@ def test_servers_pgmflow_starts_listen_on_this_machine_only():
     profiles = yaml.safe_load((REPO / "dask_cluster.yaml").read_text())["profiles"]
     local = {n: p for n, p in profiles.items() if p["type"] == "local"}
     assert local and all(str(p.get("dashboard_address", "")).startswith("127.0.0.1:") for p in local.values()), local
+
+
+def test_a_sweep_over_the_local_tls_profile(certs, tmp_path):
+    """``pgmflow -m`` on a local profile with a tls: block: the sweep's LocalCluster speaks TLS, each
+    job's own tasks reach it with the profile's certificates, every child run FINISHES, and each job's
+    objective equals the same config run undisturbed on the synchronous scheduler."""
+    import subprocess
+    import sys
+
+    from tests.pipelines.helpers import run
+    from tests.pipelines.test_sweeps import runs
+
+    good = certs["good"]
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump({"profiles": {"local_tls": {
+        "type": "local", "n_workers": 2, "dashboard_address": "127.0.0.1:0",
+        "tls": {"ca_file": good["ca_file"], "cert": good["cert"], "key": good["key"]}}}}))
+    job = [*SMALL_ISING, "tempering.n_rounds=3", "tempering.figures=false"]
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    r = subprocess.run([sys.executable, "-m", "pipelines", "-m", *job, "seed=0,1", "cluster.file=c.yaml",
+                        "cluster.profile=local_tls", f"tracking.uri={uri}"], cwd=tmp_path, capture_output=True,
+                       text=True, timeout=300, env={**__import__("os").environ, "PYTHONPATH": str(REPO)})
+    assert r.returncode == 0, (r.stdout[-2000:], r.stderr[-3000:])
+    tr, parents, children = runs(uri)
+    assert len(parents) == 1 and len(children) == 2 and all(c.info.status == "FINISHED" for c in children)
+    assert all(c.data.tags.get("pgmflow.cluster.profile", "").endswith("local_tls") for c in children), \
+        [c.data.tags.get("pgmflow.cluster.profile") for c in children]
+    for c in children:
+        seed = c.data.tags["pgmflow.sweep.overrides"].split("seed=")[1].split()[0]
+        ref, _ = run(job + [f"seed={seed}"], f"sqlite:///{tmp_path / 'ref.db'}")
+        assert c.data.metrics["objective"] == ref["objective"], seed
