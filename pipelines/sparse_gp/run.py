@@ -32,6 +32,7 @@ CuPy arrays (the chunk is moved to the GPU inside the task; the sums come back a
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import pickle
@@ -41,6 +42,7 @@ import dask
 import numpy as np
 
 from pipelines.core import artifacts
+from pipelines.core.graph import Executor
 from pipelines.sparse_gp import data as gp_data
 from pipelines.sparse_gp.evaluations import chunk_ranges, chunk_refs, initial_inducing, initial_params, inducing_pool
 from pipelines.sparse_gp.fit import fit_collapsed, fit_exact, fit_svgp
@@ -50,12 +52,32 @@ from tasks.gp.chunks import chunk_test_task, predict_f
 SLICE_POINTS = 200
 
 
+# auto: data of at most this many rows x inducing inputs are fitted in the driver's process, without
+# a round trip to the workers per evaluation (benchmarks/results/issue21-sparse-gp-in-process-*.md:
+# the crossover of the two paths on 2 workers)
+IN_PROCESS_MAX_WORK = 2_000_000
+
+
+def in_process(scfg, data) -> bool:
+    """Whether the fit runs in the driver: ``sparse_gp.in_process`` true/false, or auto: in-memory
+    data whose rows x m is at most :data:`IN_PROCESS_MAX_WORK`. The bits are the same either way (the
+    same chunks, summed in the same order, with one BLAS thread everywhere)."""
+    mode = scfg.get("in_process", "auto")
+    if mode in (True, False):
+        return bool(mode) and not data.memmap
+    return not data.memmap and data.n * max(int(scfg["m"]), 1) <= IN_PROCESS_MAX_WORK
+
+
 def run(ctx) -> dict:
     cfg = ctx.cfg
     scfg = cfg["sparse_gp"]
     seed = int(cfg["seed"])
-    tracker, ex = ctx.tracker, ctx.executor
     data = gp_data.resolve(cfg)
+    if in_process(scfg, data) and ctx.executor.distributed:
+        ctx = dataclasses.replace(ctx, executor=Executor(None))
+        ctx.say(f"small data ({data.n} rows x m={scfg['m']}): fitted in this process, no round trip to the "
+                "workers per evaluation (sparse_gp.in_process=false to use them)")
+    tracker, ex = ctx.tracker, ctx.executor
     method, kernel = str(scfg["method"]), str(scfg["kernel"])
     fraction = float(scfg["test_fraction"])
     chunk_size = int(scfg["chunk_size"])

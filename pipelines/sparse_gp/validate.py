@@ -29,6 +29,7 @@ SPARSE_GP = {
     "svgp_eval_every": integer(lo=1),
     "figures": boolean,
     "checkpoint_every": integer(lo=0),
+    "in_process": choice("auto", True, False),
 }
 GP_SYNTHETIC = {"function": choice("friedman1", "sine_1d"), "n": integer(lo=2), "d": integer(lo=1),
                 "noise_std": real(ge=0)}

@@ -13,6 +13,7 @@ from tests.faults.test_driver_kill import _TaskCounter, _kill_after_saves
 from tests.pipelines.helpers import assert_one_value_per_step, assert_same_metric_histories, run
 
 ARGS = ["pipeline=sparse_gp", "gp_data=diabetes", "sparse_gp.m=16", "sparse_gp.max_iter=60", "sparse_gp.chunk_size=100",
+        "sparse_gp.in_process=false",
         "sparse_gp.figures=false", "progress=false"]
 N_CHUNKS = 5  # 442 rows in chunks of 100
 

@@ -8,7 +8,7 @@ from tests.faults.helpers import (artifact_exists, assert_killed_mid_run, assert
                                   tasks_done)
 from tests.pipelines.helpers import run
 
-OVERRIDES = ["pipeline=sparse_gp", "gp_data=diabetes", "sparse_gp.m=16", "sparse_gp.max_iter=15",
+OVERRIDES = ["pipeline=sparse_gp", "gp_data=diabetes", "sparse_gp.m=16", "sparse_gp.max_iter=15", "sparse_gp.in_process=false",
              "sparse_gp.chunk_size=100", "sparse_gp.figures=false", "progress=false"]
 
 

@@ -23,7 +23,7 @@ from tests.conftest import REPO
 from tests.pipelines.helpers import run
 
 SPARSE_GP = ["pipeline=sparse_gp", "gp_data=synthetic", "gp_data.n=30000", "gp_data.d=5", "sparse_gp.m=24",
-             "sparse_gp.max_iter=3", "sparse_gp.chunk_size=15000", "sparse_gp.kmeans_iter=2"]
+             "sparse_gp.max_iter=3", "sparse_gp.chunk_size=15000", "sparse_gp.kmeans_iter=2", "sparse_gp.in_process=false"]
 CASES = {
     "tempering": ["pipeline=tempering", "debug=default"],
     "svi": ["pipeline=svi", "debug=default"],

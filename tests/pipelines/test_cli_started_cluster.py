@@ -18,7 +18,7 @@ import pytest
 from tests.conftest import REPO, compose
 from tests.pipelines.helpers import run
 
-RUN = ["pipeline=sparse_gp", "debug=default", "sparse_gp.figures=false", "progress=false"]
+RUN = ["pipeline=sparse_gp", "debug=default", "sparse_gp.in_process=false", "sparse_gp.figures=false", "progress=false"]
 
 
 @pytest.fixture(scope="module")

@@ -69,7 +69,8 @@ def test_sgpr_on_diabetes_logs_metrics_figures_and_model(diabetes_sgpr):
 
 
 def test_results_are_bit_identical_on_1_2_and_4_workers(store, cluster_factory):
-    ov = BASE + NO_FIGS + ["gp_data.n=500", "sparse_gp.m=12", "sparse_gp.max_iter=5", "sparse_gp.chunk_size=128"]
+    ov = BASE + NO_FIGS + ["gp_data.n=500", "sparse_gp.m=12", "sparse_gp.max_iter=5", "sparse_gp.chunk_size=128",
+                           "sparse_gp.in_process=false"]
     outs = []
     for n in (1, 2, 4):
         res, tr = run(ov, store, cluster_factory(n))
