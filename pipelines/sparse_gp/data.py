@@ -37,9 +37,9 @@ from tasks.gp.data import Standardizer, heldout_rows, open_npy, split_key  # noq
 
 KINDS = ("synthetic", "diabetes", "csv", "npz", "npy")
 FUNCTIONS = ("friedman1", "sine_1d")
-KEYS = {"synthetic": {"kind", "function", "n", "d", "noise_std"}, "diabetes": {"kind"},
-        "csv": {"kind", "path", "target"}, "npz": {"kind", "path", "x_key", "y_key"},
-        "npy": {"kind", "path", "target"}}
+KEYS = {"synthetic": {"kind", "function", "n", "d", "noise_std", "test_path"}, "diabetes": {"kind", "test_path"},
+        "csv": {"kind", "path", "target", "test_path"}, "npz": {"kind", "path", "x_key", "y_key", "test_path"},
+        "npy": {"kind", "path", "target", "test_path"}}
 DIABETES = Path(tasks.gp.__file__).resolve().parent / "data" / "diabetes.csv"  # shipped as package data
 _BLOCK_BYTES = 64 << 20  # rows read per block when streaming an .npy file (about 64 MB)
 
@@ -188,7 +188,7 @@ def resolve(cfg: dict) -> GPData:
 
 
 def _check_split(data: GPData, field, value, fraction):
-    if data.n_train < 1 or data.n_test < 1:
+    if data.n_train < 1 or (data.n_test < 1 and fraction > 0):
         raise ConfigError("sparse_gp.test_fraction", fraction, f"leaves {data.n_test} of the {data.n} rows of "
                           f"{value!s} held out and {data.n_train} to train on", "choose a fraction that holds out "
                           "some but not all rows (or use more data)")
@@ -285,8 +285,7 @@ def _numeric(a: np.ndarray) -> bool:
     return a.dtype.kind in "biuf"
 
 
-def _read_npz(path: Path, gcfg: dict, value):
-    field = "gp_data.path"
+def _read_npz(path: Path, gcfg: dict, value, field: str = "gp_data.path"):
     xk, yk = str(gcfg.get("x_key") or "X"), str(gcfg.get("y_key") or "y")
     try:
         with np.load(path, allow_pickle=False) as z:
@@ -368,6 +367,38 @@ def _resolve_npy(gcfg: dict, path: Path, seed: int, fraction: float, standardize
     del A
     names = tuple(f"x{j}" for j in range(k) if j != t)
     return GPData(str(path), "npy", n, k - 1, names, f"column {t}", n - n_test, n_test, std, None, None, str(path), t)
+
+
+def read_test_file(cfg: dict, data: GPData):
+    """``gp_data.test_path``: the rows to score, in original units ``(X [t, d], y [t])``, or None. A
+    ``.csv`` (header row; the target column named as the training data's, else the last) or an
+    ``.npz`` (arrays ``X`` and ``y``, or ``gp_data.x_key``/``y_key``), with as many inputs as the
+    training data and every value finite."""
+    gcfg = cfg.get("gp_data") or {}
+    raw = gcfg.get("test_path")
+    if not raw:
+        return None
+    p = Path(str(raw)).expanduser()
+    field = "gp_data.test_path"
+    if not p.is_file() or p.stat().st_size == 0:
+        raise ConfigError(field, str(raw), "no such file" if not p.exists() else "not a file with data",
+                          "pass a .csv or .npz file of held-out rows with the training data's columns")
+    if p.suffix.lower() == ".csv":
+        with p.open("r", newline="", errors="replace") as fh:
+            header = [h.strip() for h in next(csv.reader(fh), [])]
+        target = data.target_name if data.target_name in header else None
+        X, y, names, _ = _read_csv(p, target, field, str(raw))
+        if not data.memmap and data.kind in ("csv", "diabetes") and tuple(names) != tuple(data.input_names):
+            raise ConfigError(field, str(raw), f"its inputs ({', '.join(names)}) are not the training data's "
+                              f"({', '.join(data.input_names)})", "write the same columns in the same order")
+    elif p.suffix.lower() == ".npz":
+        X, y, _, _ = _read_npz(p, gcfg, str(raw), field)
+    else:
+        raise ConfigError(field, str(raw), "is neither a .csv nor an .npz file", "pass a .csv or an .npz file")
+    if X.shape[1] != data.d:
+        raise ConfigError(field, str(raw), f"has {X.shape[1]} inputs; the training data has {data.d}",
+                          "score rows with the training data's inputs")
+    return X, y
 
 
 def describe(data: GPData) -> str:

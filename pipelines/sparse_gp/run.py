@@ -129,8 +129,9 @@ def run(ctx) -> dict:
             j_slice = int(np.argmin(np.asarray(fit["predictor"].params.lengthscale)))
         grids = {j_slice: _slice_grid(data, median, lo, hi, j_slice)}
         h_pred = ex.scatter(fit["predictor"])  # summed statistics (m x m) or q(u): to the cluster once
+        scored = list(refs) + _test_file_refs(ex, cfg, data, chunk_size)
         outs = [dask.delayed(chunk_test_task, pure=True)(h_pred, ref, std, dask_key_name=f"gp-test-{tok}-c{c}")
-                for c, ref in enumerate(refs)]
+                for c, ref in enumerate(scored)]
         sums = ex.gather_ordered(outs, release=True)
         ex.release([h_pred])
         fit["slice"] = predict_f(fit["predictor"], grids[j_slice][0])
@@ -141,10 +142,25 @@ def run(ctx) -> dict:
     for s in sums:  # chunk order
         sse += s[1]
         nlpd += s[2]
-    rmse = math.sqrt(sse / n_test)
-    mean_nlpd = nlpd / n_test
+    rmse = math.sqrt(sse / n_test) if n_test else float("nan")  # no held-out rows: nothing to score
+    mean_nlpd = nlpd / n_test if n_test else float("nan")
     return finish(ctx, scfg, data, method, kernel, fit, rmse, mean_nlpd, n_test, seconds,
                    (j_slice, *grids[j_slice]), median)
+
+
+def _test_file_refs(ex, cfg, data, chunk_size) -> list:
+    """Chunks of the rows of ``gp_data.test_path`` (scored only: no training rows), standardised with
+    the training rows' standardisation."""
+    from tasks.gp.chunks import Chunk
+
+    test = gp_data.read_test_file(cfg, data)
+    if test is None:
+        return []
+    X, y = test
+    std = data.standardizer
+    empty = np.zeros((0, data.d))
+    return [ex.scatter(Chunk(empty, np.zeros(0), np.ascontiguousarray(std.apply_X(X[a:a + chunk_size])),
+                             np.ascontiguousarray(y[a:a + chunk_size]))) for a in range(0, X.shape[0], chunk_size)]
 
 
 def _slice_grid(data, median, lo, hi, j):
@@ -182,6 +198,9 @@ def finish(ctx, scfg, data, method, kernel, fit, rmse, nlpd, n_test, seconds, gr
         "objective_name": "test NLPD (mean negative log predictive density of the held-out rows, original units; "
                           "lower is better)",
     }
+    if not n_test:  # every row trained on and no test file: the fit's own bound per row is the objective
+        result["objective"] = -result["bound_per_row"]
+        result["objective_name"] = "negative bound per training row (no held-out rows; lower is better)"
     artifacts.log_final_metrics(tracker, result, step=max(fit["iterations"], 1), flush=False)
     tracker.flush()
     artifacts.log_npz(tracker, "model.npz", _model_arrays(data, method, kernel, fit, rmse, nlpd), compressed=True)
@@ -209,7 +228,9 @@ def _print_summary(say, r):
              f"{r['bound']:.6g} after {r['iterations']} {what}"
              + (f" ({r['evaluations']} evaluations, {per:.3g} s each)" if r["method"] in gstats.METHODS else ""),
              (f"  test RMSE {r['test_rmse']:.6g}, NLPD {r['test_nlpd']:.6g} (original units, {r['test_rows']} "
-              f"held-out rows); noise variance {r['noise_variance']:.4g}")]
+              f"held-out rows); noise variance {r['noise_variance']:.4g}" if r["test_rows"] else
+              f"  no held-out rows (sparse_gp.test_fraction=0, no gp_data.test_path): no test scores; noise "
+              f"variance {r['noise_variance']:.4g}")]
     if r["jitter_max"] > r["jitter_requested"] * 1.5 and r["method"] != "exact":
         lines.append(f"  note: Kuu needed a jitter of up to {r['jitter_max']:.3g} x s (asked {r['jitter_requested']:.3g}"
                      f"); final {r['jitter_final']:.3g} x s")

@@ -20,7 +20,7 @@ SPARSE_GP = {
     "max_iter": integer(lo=1),
     "jitter": real(gt=0),
     "max_tries": integer(lo=1, hi=30),
-    "test_fraction": real(gt=0),
+    "test_fraction": real(ge=0),
     "standardize": boolean,
     "svgp_steps": integer(lo=1),
     "svgp_batch_size": integer(lo=1),
@@ -81,6 +81,10 @@ def check_sparse_gp(cfg: dict):
         raise ConfigError("sparse_gp.lengthscale", ls, f"has {len(ls)} entries but the data has {data.d} inputs",
                           "give one number, or one per input")
     gp_data.slice_dim(s.get("slice_dim"), data)
+    if g.get("test_path") and s["method"] == "exact":
+        raise ConfigError("gp_data.test_path", g["test_path"], "is not scored by the exact GP yet",
+                          "use sparse_gp.method=sgpr (or hold rows out with sparse_gp.test_fraction)")
+    gp_data.read_test_file(cfg, data)  # read and checked before any run starts
     if s["method"] == "exact":
         if data.n_train > EXACT_MAX_N:
             raise ConfigError("sparse_gp.method", "exact", f"the exact GP factors an n x n matrix and the data has "
