@@ -102,8 +102,8 @@ def check_profile(path, name: str, prof: dict, from_options=()) -> None:
         if v is not None and (not isinstance(v, list) or not all(isinstance(x, str) for x in v)):
             raise ConfigError(field(key), v, "must be a list of strings", f"write {key}: ['...', '...']")
     _adapt(field, prof.get("adapt"))
-    if kind == "slurm" and prof.get("queue"):
-        _partition(field, prof["queue"])
+    if kind == "slurm":
+        _partition(field, prof.get("queue"), prof.get("walltime"))
 
 
 def _int(field, prof, key, lo, fix, null=False):
@@ -167,16 +167,50 @@ def _run(cmd, input=None, timeout=30):
     return r.returncode, r.stdout, r.stderr
 
 
-def _partition(field, queue):
-    code, out, _ = _run(["sinfo", "-h", "-o", "%R"])
+def minutes(text) -> float | None:
+    """A SLURM time (walltime or sinfo's limit) in minutes; None for no limit."""
+    text = str(text).strip()
+    if text.upper() in ("INFINITE", "UNLIMITED"):
+        return None
+    days, _, rest = text.rpartition("-") if "-" in text else ("0", "", text)
+    parts = [int(x) for x in rest.split(":")]
+    if "-" in text:  # D-HH, D-HH:MM, D-HH:MM:SS
+        h, m, sec = (parts + [0, 0])[:3]
+    else:  # MM, MM:SS, HH:MM:SS
+        h, m, sec = [0, *parts, 0][:3] if len(parts) < 3 else parts
+        if len(parts) == 1:
+            h, m, sec = 0, parts[0], 0
+    return int(days or 0) * 1440 + h * 60 + m + sec / 60
+
+
+def _partition(field, queue, walltime):
+    """The partition exists (sinfo lists it) and the walltime is within its time limit."""
+    code, out, _ = _run(["sinfo", "-h", "-o", "%P|%l"])
     if code != 0:
         return  # no SLURM client here (a profile checked on a laptop): sbatch --test-only tells later
-    names = sorted({ln.strip() for ln in out.splitlines() if ln.strip()})
-    if names and queue not in names:
-        near = difflib.get_close_matches(queue, names, n=1)
-        raise ConfigError(field("queue"), queue, f"no such SLURM partition (sinfo lists {', '.join(names)})",
+    limits = {}
+    for ln in out.splitlines():
+        name, _, limit = ln.strip().partition("|")
+        if name:
+            limits.setdefault(name, limit)
+    default = next((n[:-1] for n in limits if n.endswith("*")), None)
+    limits = {n.rstrip("*"): v for n, v in limits.items()}
+    if queue is not None and queue not in limits:
+        near = difflib.get_close_matches(queue, list(limits), n=1)
+        raise ConfigError(field("queue"), queue, f"no such SLURM partition (sinfo lists {', '.join(sorted(limits))})",
                           (f"did you mean {near[0]}? " if near else "") + "set cluster.options.queue=NAME or null "
                           "(the default partition)")
+    part = queue or default
+    if walltime is None or part not in limits:
+        return
+    try:
+        limit, asked = minutes(limits[part]), minutes(walltime)
+    except ValueError:  # a limit sinfo prints in a form not parsed here: SLURM decides
+        return
+    if limit is not None and (asked is None or asked > limit):
+        raise ConfigError(field("walltime"), walltime, f"is above the time limit of partition {part} "
+                          f"({limits[part]})", f"ask for {limits[part]} or less, e.g. cluster.options.walltime="
+                          f"{limits[part]}, or choose a partition with a longer limit (sinfo -o '%P %l')")
 
 
 def node_sizes(queue=None) -> str:

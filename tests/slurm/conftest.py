@@ -12,6 +12,7 @@ Tests here are marked ``slurm`` and deselected unless the marker expression name
 from __future__ import annotations
 
 import shutil
+import signal
 import tempfile
 from pathlib import Path
 
@@ -43,11 +44,17 @@ def slurm():
         shutil.rmtree(root, ignore_errors=True)
         pytest.fail(f"could not start the test SLURM: {exc}")
     s.activate()
+
+    def interrupted(signum, frame):  # `timeout`, a CI's cancel: stop the daemons on the way out too
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    old = signal.signal(signal.SIGTERM, interrupted)
     try:
         yield s
     finally:
         s.stop()
         shutil.rmtree(root, ignore_errors=True)
+        signal.signal(signal.SIGTERM, old)
 
 
 @pytest.fixture
