@@ -200,3 +200,27 @@ def test_timeout_names_slurms_reason_and_cancels_every_job(slurm_idle, tmp_path)
     assert slurm_idle.wait_drained(20), slurm_idle.live_jobs()
     ids = sorted(slurm_idle.jobs())[-2:]
     assert all(slurm_idle.jobs()[i][0] == "CANCELLED" for i in ids), slurm_idle.jobs()
+
+
+def test_adaptive_sweep_takes_a_worker_that_joins_late(slurm_idle, tmp_path):
+    """``adapt: {minimum: 1, maximum: 2}``: the sweep starts on the one worker of the minimum; the
+    launcher tells the adaptive cluster that 6 jobs wait, a second SLURM job starts, and its worker,
+    joining late, takes jobs: two jobs run at once from then on (the concurrency follows the joined
+    workers instead of staying at the 1 it started with)."""
+    from tests.pipelines.test_sweeps import runs, summary_rows
+
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    before = slurm_idle.submitted()
+    p = pgmflow_cli(["-m", *on_slurm(tmp_path, "debug=default", "model.L=8", "tempering.figures=false", "progress=false",
+                                     "cluster.options.adapt={minimum:1,maximum:2}", "seed=0,1,2,3,4,5"),
+                     f"tracking.uri={uri}"], tmp_path)
+    out, err = p.communicate(timeout=600)
+    assert p.returncode == 0, (out[-3000:], err[-3000:])
+    log = out + err
+    assert "at most 1 at once (one per joined worker)" in log and "at most 2 at once (one per joined worker)" in log, log
+    tr, parents, children = runs(uri)
+    assert len(children) == 6 and all(c.info.status == "FINISHED" for c in children)
+    rows = summary_rows(tr, parents[0].info.run_id)
+    spans = [(float(r["started"]), float(r["finished"])) for r in rows]
+    assert max(sum(a <= t < b for a, b in spans) for t, _ in spans) == 2
+    assert 2 <= slurm_idle.submitted() - before <= 3  # the minimum, then one more (perhaps replaced once)
