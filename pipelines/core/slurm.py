@@ -448,9 +448,11 @@ def open_jobqueue(stack, name: str, kind: str, prof: dict, n_override=None, file
     stack.callback(watch.cancel_all)
     want_jobs = None
     if adapt:
-        lo, hi = int(adapt.get("minimum", 0)), int(adapt["maximum"])
+        per_job = int(prof.get("processes") or 1)
+        wait_n = max(1, min(wait_n, adapt["maximum"] * per_job))
+        # at least the jobs that wait_for_workers needs: an idle cluster at minimum 0 would start none
+        lo, hi = max(int(adapt.get("minimum", 0)), -(-wait_n // per_job)), int(adapt["maximum"])
         cluster.adapt(minimum_jobs=lo, maximum_jobs=hi)
-        wait_n = max(1, min(wait_n, hi * int(prof.get("processes") or 1)))
 
         def want_jobs(n: int):
             cluster.adapt(minimum_jobs=max(lo, min(int(n), hi)), maximum_jobs=hi)

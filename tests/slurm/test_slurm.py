@@ -224,3 +224,13 @@ def test_adaptive_sweep_takes_a_worker_that_joins_late(slurm_idle, tmp_path):
     spans = [(float(r["started"]), float(r["finished"])) for r in rows]
     assert max(sum(a <= t < b for a, b in spans) for t, _ in spans) == 2
     assert 2 <= slurm_idle.submitted() - before <= 3  # the minimum, then one more (perhaps replaced once)
+
+
+def test_adaptive_run_from_zero_jobs(slurm_idle, tmp_path):
+    """``adapt: {minimum: 0, maximum: 2}``: a run still starts (the minimum is raised to the one job
+    that wait_for_workers needs) and gives the local profile's bits."""
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    res_s, tr_s = execute(on_slurm(tmp_path, *TEMPERING, "cluster.options.adapt={minimum:0,maximum:2}",
+                                   "cluster.options.wait_timeout=120"), uri)
+    res_l, tr_l = execute([*TEMPERING, "cluster.profile=local", "cluster.n_workers=2"], uri)
+    assert_same_bits(tr_s, tr_l)
