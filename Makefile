@@ -5,7 +5,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: run test test-fast bench install clean ui gpu-wheelhouse gpu-check
+.PHONY: run test test-fast test-slurm bench install clean ui gpu-wheelhouse gpu-check
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -23,6 +23,13 @@ test: $(STAMP)
 
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest -q -m "not slow" $(PYTEST_ARGS)
+
+# pgmflow on a real SLURM (tests/slurm, docs/clusters.md): as root, installs slurm-wlm and munge when
+# missing, starts munged, slurmctld and slurmd on this host for the session and stops them at the end.
+# Without root or the packages the tests skip with the reason.
+test-slurm: $(STAMP)
+	$(BIN)/python -m pip install --quiet -e '.[dev,slurm]' --config-settings editable_mode=compat
+	$(BIN)/python -m pytest -q -m slurm --durations=10 tests/slurm $(PYTEST_ARGS)
 
 bench: $(STAMP)
 	$(BIN)/pip install -q -e '.[dev,bench]'

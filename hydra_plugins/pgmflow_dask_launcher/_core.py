@@ -253,63 +253,81 @@ def launch(launcher, job_overrides: Sequence[Sequence[str]], initial_job_idx: in
 
 
 def _run_jobs(launcher, session, todo, returns):
-    """Run the jobs of ``todo`` on the sweep's cluster, at most max_concurrent_jobs at once."""
-    from distributed import as_completed
+    """Run the jobs of ``todo`` on the sweep's cluster: at most ``max_concurrent_jobs`` at once, or
+    (null) one per worker that has joined, counted again whenever a job finishes and every 2 s, so a
+    worker that joins late (a SLURM job that started late, an adaptive cluster that grew) takes jobs.
+    An adaptive cluster is told how many jobs are waiting (``ClusterHandle.want``)."""
+    from distributed import wait
 
     cluster = session.open_cluster()
     client = cluster.client
-    max_jobs = int(launcher.max_concurrent_jobs or cluster.n_workers or 1)
-    log.info(f"Dask launcher: {len(todo)} jobs to run, at most {max_jobs} at once, on {cluster.profile}")
-
-    # Submit at most max_jobs at a time; a finished job lets the next one in.
-    pending = iter(todo)
-    by_future = {}
+    want = getattr(cluster, "want", None)
+    pending = list(reversed(todo))
+    running = {}  # future -> job
+    state = {"limit": None}
 
     def submit_next():
-        item = next(pending, None)
-        if item is None:
-            return None
-        idx, overrides, run_id, payload, env = item
+        idx, overrides, run_id, payload, env = item = pending.pop()
         fut = client.submit(run_job_task, payload, env, launcher.job_timeout, pure=False,
                             key=f"pgmflow-sweep-job-{session.parent_id[:8]}-{idx}-{time.monotonic_ns()}")
-        by_future[fut] = item
+        running[fut] = item
         session.rows[idx].status = "RUNNING"
         session.rows[idx].seconds = time.monotonic()
         session.rows[idx].started = time.time()
-        return fut
 
-    ac = as_completed([f for f in (submit_next() for _ in range(max_jobs)) if f is not None])
-    for fut in ac:
-        idx, overrides, run_id, _, _ = by_future.pop(fut)
-        row = session.rows[idx]
-        row.seconds = time.monotonic() - row.seconds
-        row.finished = time.time()
+    def fill():
+        if want is not None:
+            with _quiet():
+                want(len(running) + len(pending))
+        limit = int(launcher.max_concurrent_jobs or max(len(client.nthreads()), 1))
+        if limit != state["limit"]:
+            how = "max_concurrent_jobs" if launcher.max_concurrent_jobs else "one per joined worker"
+            log.info(f"Dask launcher: {len(pending) + len(running)} jobs to run, at most {limit} at once ({how}), "
+                     f"on {cluster.profile}")
+            state["limit"] = limit
+        while pending and len(running) < limit:
+            submit_next()
+
+    fill()
+    while running:
         try:
-            blob, code, output = fut.result()
-            session.log_job_output(run_id, output)
-            if blob is None:
-                tail = _one_line(output[-1500:]) or "no output"
-                raise RuntimeError(f"the job's process exited with code {code} before reporting: {tail}")
-            ret = pickle.loads(blob)
-        except Exception as exc:  # KilledWorker, a crashed job process, a lost connection
-            message = _one_line(f"{type(exc).__name__}: {exc}")
-            with _quiet():
-                session.fail_child(run_id, message)
-            ret = _failed(overrides, None, None, f"job {idx} ({' '.join(row.overrides)}): {message}")
-        if ret.status == JobStatus.COMPLETED:
-            row.status = "FINISHED"
-            value = ret.return_value
-            row.objective = float(value) if isinstance(value, (int, float)) else None
-        else:
-            row.status = "FAILED"
-            row.error = _one_line(str(ret._return_value))
-            with _quiet():
-                session.fail_child(run_id, row.error)  # no-op when the job ended its run itself
-        returns[idx] = ret
-        log.info(f"\t#{idx} {row.status}" + (f": {row.error[:200]}" if row.error else ""))
-        nxt = submit_next()
-        if nxt is not None:
-            ac.add(nxt)
+            done, _ = wait(list(running), timeout=2, return_when="FIRST_COMPLETED")
+        except TimeoutError:
+            done = ()
+        for fut in done:
+            _finished(session, fut, running.pop(fut), returns)
+        fill()
+
+
+def _finished(session, fut, item, returns):
+    """Record one finished job (its future ``fut``): its row, its child run, its JobReturn."""
+    idx, overrides, run_id, _, _ = item
+    row = session.rows[idx]
+    row.seconds = time.monotonic() - row.seconds
+    row.finished = time.time()
+    try:
+        blob, code, output = fut.result()
+        session.log_job_output(run_id, output)
+        if blob is None:
+            tail = _one_line(output[-1500:]) or "no output"
+            raise RuntimeError(f"the job's process exited with code {code} before reporting: {tail}")
+        ret = pickle.loads(blob)
+    except Exception as exc:  # KilledWorker, a crashed job process, a lost connection
+        message = _one_line(f"{type(exc).__name__}: {exc}")
+        with _quiet():
+            session.fail_child(run_id, message)
+        ret = _failed(overrides, None, None, f"job {idx} ({' '.join(row.overrides)}): {message}")
+    if ret.status == JobStatus.COMPLETED:
+        row.status = "FINISHED"
+        value = ret.return_value
+        row.objective = float(value) if isinstance(value, (int, float)) else None
+    else:
+        row.status = "FAILED"
+        row.error = _one_line(str(ret._return_value))
+        with _quiet():
+            session.fail_child(run_id, row.error)  # no-op when the job ended its run itself
+    returns[idx] = ret
+    log.info(f"\t#{idx} {row.status}" + (f": {row.error[:200]}" if row.error else ""))
 
 
 class _quiet:

@@ -23,12 +23,13 @@ import logging
 import math
 import numbers
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
 
 from pipelines.core.errors import ConfigError
+from pipelines.core.tls import check_tls, make_security  # noqa: F401  (check_tls: part of this module's API)
 
 TYPES = ("local", "address", "slurm", "pbs", "kubernetes", "local_cuda", "synchronous")
 EXTRAS = {"slurm": ("dask_jobqueue", "slurm"), "pbs": ("dask_jobqueue", "pbs"),
@@ -39,7 +40,6 @@ BUILTIN_PROFILES = {"local": {"type": "local", "n_workers": None, "threads_per_w
                               "dashboard_address": "127.0.0.1:8787"},
                     "address": {"type": "address", "address": "tcp://127.0.0.1:8786", "timeout": 10},
                     "synchronous": {"type": "synchronous"}}
-TLS_KEYS = ("ca_file", "cert", "key", "require_encryption")
 TLS_TYPES = ("local", "address")
 ADDRESS_KEYS = ("type", "address", "timeout", "tls")
 SCHEMES = ("tcp://", "tls://", "ucx://", "inproc://", "ws://", "wss://")
@@ -54,6 +54,8 @@ class ClusterHandle:
     type: str
     n_workers: int
     address: str | None = None
+    tags: dict = field(default_factory=dict)  # for the MLflow run: SLURM job ids, the resolved options
+    want: object = None  # adaptive clusters: want(n) asks for n jobs (a sweep with n jobs waiting)
 
 
 def _resolve_file(path: str) -> Path:
@@ -170,114 +172,6 @@ def _check_address(field: str, address, fix: str):
         raise ConfigError(field, address, "must end in :PORT (a number between 1 and 65535)", fix)
 
 
-def check_tls(path: Path, name: str, tls) -> dict:
-    """Validate a profile's ``tls:`` block; returns it with absolute certificate paths. Every file must
-    exist and be readable, the CA must load as a CA bundle, and cert and key must load as a pair."""
-    import ssl
-
-    prefix = _field(path, name, "tls")
-    if not isinstance(tls, dict):
-        raise ConfigError(prefix, tls, "must be a mapping with ca_file, cert and key",
-                          "write tls: {ca_file: ca.pem, cert: cert.pem, key: key.pem} (see dask_cluster.yaml)")
-    for key, value in tls.items():
-        if key not in TLS_KEYS:
-            raise _unknown(prefix, key, value, TLS_KEYS)
-    base = path.parent if path.name != "<built-in>" else Path(os.environ.get("PGMFLOW_ORIG_CWD", os.getcwd()))
-    out = {}
-    for key in ("ca_file", "cert", "key"):
-        v = tls.get(key)
-        if key == "key" and v is None:
-            continue  # the key may sit in the cert file
-        if not isinstance(v, str) or not v:
-            raise ConfigError(f"{prefix}.{key}", v, "required: the path of a PEM file",
-                              f"set tls.{key} in profile {name} of {path}")
-        p = Path(os.path.expanduser(v))
-        p = (base / p if not p.is_absolute() else p).resolve()
-        if not p.is_file():
-            raise ConfigError(f"{prefix}.{key}", v, f"no such file (looked at {p})" if not p.exists() else
-                              f"{p} is not a regular file", f"create it or point tls.{key} of profile {name} at a "
-                              "PEM file (relative paths start from the cluster file's directory)")
-        if not os.access(p, os.R_OK):
-            raise ConfigError(f"{prefix}.{key}", v, f"{p} is not readable by this user",
-                              f"chmod u+r {p} or run pgmflow as its owner")
-        out[key] = str(p)
-    try:
-        ssl.create_default_context(cafile=out["ca_file"])
-    except (ssl.SSLError, OSError, ValueError) as exc:
-        raise ConfigError(f"{prefix}.ca_file", tls["ca_file"], f"is not a PEM CA certificate ({exc})",
-                          "point it at the CA certificate that signed the cluster's certificates") from None
-    try:
-        ssl.create_default_context(ssl.Purpose.CLIENT_AUTH).load_cert_chain(out["cert"], out.get("key"))
-    except (ssl.SSLError, OSError, ValueError) as exc:
-        if "key" in out and ("KEY_VALUES_MISMATCH" in str(exc) or "PRIVATE KEY" not in _head(out["key"])):
-            raise ConfigError(f"{prefix}.key", tls["key"], f"is not the private key of tls.cert={tls['cert']!r} "
-                              f"({exc})", "use the unencrypted PEM private key made together with the certificate "
-                              "(or the certificate that goes with this key)") from None
-        raise ConfigError(f"{prefix}.cert", tls["cert"], f"does not load as a PEM certificate with its private key "
-                          f"({exc})", "use the PEM certificate made for this cluster (and its key in tls.key)"
-                          ) from None
-    problem = _handshake_problem(out["ca_file"], out["cert"], out.get("key"))
-    if problem:
-        raise ConfigError(f"{prefix}.cert", tls["cert"], f"is refused by a peer that trusts tls.ca_file="
-                          f"{tls['ca_file']!r} ({problem})", "use a certificate signed by that CA, or point ca_file "
-                          "at the CA that signed the certificate") from None
-    req = tls.get("require_encryption", True)
-    if not isinstance(req, bool):
-        raise ConfigError(f"{prefix}.require_encryption", req, "must be true or false",
-                          "set require_encryption: true (refuse unencrypted connections) or false")
-    out["require_encryption"] = req
-    return out
-
-
-def _handshake_problem(ca: str, cert: str, key: str | None) -> str | None:
-    """Complete a TLS handshake in memory between two peers that both present ``cert`` and trust
-    ``ca``, with the settings Dask uses (mutual authentication, no host name check). Returns why it
-    failed (a certificate that ``ca`` did not sign, an expired one), or None."""
-    import ssl
-
-    def context(side):
-        ctx = ssl.SSLContext(side)
-        ctx.minimum_version = ssl.TLSVersion.TLSv1_2
-        ctx.load_verify_locations(cafile=ca)
-        ctx.load_cert_chain(cert, key)
-        ctx.verify_mode = ssl.CERT_REQUIRED
-        ctx.check_hostname = False
-        ctx.verify_flags &= ~ssl.VERIFY_X509_STRICT
-        return ctx
-
-    try:
-        bios = [ssl.MemoryBIO() for _ in range(4)]
-        server = context(ssl.PROTOCOL_TLS_SERVER).wrap_bio(bios[0], bios[1], server_side=True)
-        client = context(ssl.PROTOCOL_TLS_CLIENT).wrap_bio(bios[2], bios[3])
-        done = {id(server): False, id(client): False}
-        for _ in range(20):
-            for peer in (client, server):
-                if not done[id(peer)]:
-                    try:
-                        peer.do_handshake()
-                        done[id(peer)] = True
-                    except ssl.SSLWantReadError:
-                        pass
-            bios[0].write(bios[3].read())  # client -> server
-            bios[2].write(bios[1].read())  # server -> client
-            if all(done.values()):
-                server.write(b"x")  # TLS 1.3 checks the client's certificate after the handshake
-                bios[2].write(bios[1].read())
-                client.read(1)
-                return None
-        return "the handshake did not finish"
-    except (ssl.SSLError, OSError) as exc:
-        return " ".join(str(exc).split())
-
-
-def _head(path: str) -> str:
-    try:
-        with open(path, "rb") as f:
-            return f.read(4096).decode("ascii", "replace")
-    except OSError:
-        return ""
-
-
 def _check_profile(path: Path, name: str, prof: dict, ccfg: dict):
     """Key names and types of the selected profile (the cluster classes would fail later, less clearly)."""
     kind = prof["type"]
@@ -335,6 +229,18 @@ def _dask_tls_configured() -> bool:
                 and dask.config.get("distributed.comm.tls.client.cert", None))
 
 
+def _options(ccfg: dict) -> dict:
+    """``cluster.options.*``: profile options set on the command line (null: the profile's value)."""
+    options = ccfg.get("options") or {}
+    if not isinstance(options, dict):
+        raise ConfigError("cluster.options", options, "must be a mapping of profile options",
+                          "set single options, e.g. cluster.options.cores=2 (+cluster.options.KEY=VALUE for others)")
+    if options.get("type") is not None:
+        raise ConfigError("cluster.options.type", options["type"], "the type belongs to the profile",
+                          "choose another profile with cluster.profile=NAME")
+    return {str(k): v for k, v in options.items() if v is not None}
+
+
 def check_cluster_config(ccfg: dict) -> dict:
     """Validate the cluster section; returns the selected profile (dict; a tls block with resolved paths)."""
     file = ccfg.get("file") or "dask_cluster.yaml"
@@ -350,26 +256,27 @@ def check_cluster_config(ccfg: dict) -> dict:
         raise ConfigError("cluster.n_workers", n, "must be a positive integer or null",
                           "set cluster.n_workers=null (one per core) or e.g. cluster.n_workers=2")
     prof = dict(profiles[name])
+    options = _options(ccfg)
+    prof.update(options)
     extra = EXTRAS.get(prof["type"])
     if extra and importlib.util.find_spec(extra[0]) is None:
         raise ConfigError("cluster.profile", name, f"needs the optional package {extra[0].replace('_', '-')}, "
                           "which is not installed", f"pip install 'pgmflow[{extra[1]}]'")
-    _check_profile(path, name, prof, ccfg)
+    if prof["type"] in ("slurm", "pbs"):
+        from pipelines.core import slurm
+
+        slurm.check_profile(path, name, prof, options)
+    else:
+        try:
+            _check_profile(path, name, prof, ccfg)
+        except ConfigError as exc:  # name a value set on the command line as it was set there
+            key = exc.field.rsplit(".", 1)[-1]
+            if key in options and exc.field == _field(path, name, key):
+                raise ConfigError(f"cluster.options.{key}", exc.value, exc.problem, exc.fix) from None
+            raise
     if prof.get("tls") is not None:
         prof["tls"] = check_tls(path, name, prof["tls"])
     return prof
-
-
-def make_security(tls: dict | None):
-    """A ``distributed.security.Security`` from a checked tls block (one certificate for every role)."""
-    if not tls:
-        return None
-    from distributed.security import Security
-
-    cert, key = tls["cert"], tls.get("key")
-    return Security(tls_ca_file=tls["ca_file"], tls_client_cert=cert, tls_client_key=key,
-                    tls_scheduler_cert=cert, tls_scheduler_key=key, tls_worker_cert=cert, tls_worker_key=key,
-                    require_encryption=bool(tls.get("require_encryption", True)))
 
 
 def security_for(ccfg: dict):
@@ -429,6 +336,7 @@ def open_cluster(ccfg: dict):
     from distributed import Client
 
     security = make_security(prof.pop("tls", None))
+    tags, want = {}, None
     with contextlib.ExitStack() as stack:
         cluster = None
         if kind == "local":
@@ -459,17 +367,10 @@ def open_cluster(ccfg: dict):
             except (OSError, TimeoutError) as exc:
                 raise _address_error(name, address, timeout, exc) from None
         elif kind in ("slurm", "pbs"):
-            import dask_jobqueue
+            from pipelines.core import slurm
 
-            n_jobs = n_override or prof.pop("n_jobs", 1)
-            prof.pop("n_jobs", None)
-            wait_n = prof.pop("wait_for_workers", 1)
-            wait_t = prof.pop("wait_timeout", 600)
-            cls = dask_jobqueue.SLURMCluster if kind == "slurm" else dask_jobqueue.PBSCluster
-            cluster = stack.enter_context(cls(**{k: v for k, v in prof.items() if v is not None}))
-            cluster.scale(jobs=int(n_jobs))
-            client = stack.enter_context(Client(cluster))
-            client.wait_for_workers(int(wait_n), timeout=wait_t)
+            client, tags, want = slurm.open_jobqueue(stack, name, kind, prof, n_override, ccfg.get("file"),
+                                                     _options(ccfg))
         elif kind == "kubernetes":
             from dask_kubernetes.operator import KubeCluster
 
@@ -488,4 +389,4 @@ def open_cluster(ccfg: dict):
             raise ConfigError("cluster.profile", name, f"unknown type {kind}", f"use one of {', '.join(TYPES)}")
         n_workers = len(client.scheduler_info().get("workers", {}))
         yield ClusterHandle(client=client, profile=name, type=kind, n_workers=max(n_workers, 1),
-                            address=getattr(client.scheduler, "address", None))
+                            address=getattr(client.scheduler, "address", None), tags=tags, want=want)

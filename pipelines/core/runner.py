@@ -153,7 +153,7 @@ def _execute(cfg: dict, stream, sweep_run: str | None) -> dict:
         tracker = _tracker(cfg)
         tags = {"pgmflow.pipeline": cfg["pipeline"]["name"], "pgmflow.model": cfg.get("model", {}).get("name"),
                 "pgmflow.backend": backend, "pgmflow.device": device, "pgmflow.cluster.profile": ch.profile,
-                "pgmflow.cluster.type": ch.type, "pgmflow.cluster.workers": ch.n_workers,
+                "pgmflow.cluster.type": ch.type, "pgmflow.cluster.workers": ch.n_workers, **getattr(ch, "tags", {}),
                 **tracking.git_info(), **tracking.versions()}
         if sweep_run:
             tracker.attach(sweep_run, cfg, tags)
