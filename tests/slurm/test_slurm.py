@@ -24,7 +24,8 @@ TEMPERING = ["debug=default", "tempering.figures=false", "progress=false"]
 PIPELINES = {
     "tempering": TEMPERING,
     "svi": ["pipeline=svi", "debug=default", "svi.figures=false", "progress=false"],
-    "sparse_gp": ["pipeline=sparse_gp", "debug=default", "sparse_gp.figures=false", "progress=false"],
+    "sparse_gp": ["pipeline=sparse_gp", "debug=default", "sparse_gp.in_process=false", "sparse_gp.figures=false",
+                  "progress=false"],
 }
 
 
