@@ -75,6 +75,25 @@ def initial_inducing(pool_std: np.ndarray, m: int, seed: int, n_iter: int, max_p
                           "use fewer inducing inputs") from None
 
 
+GP_STREAM_RESTART = 3  # first identity element under rng.STAGE_GP: restarts' starting points (then: restart)
+
+
+def restart_params(scfg: dict, pool_std: np.ndarray, seed: int, r: int) -> kern.GPParams:
+    """The starting hyperparameters of restart ``r`` >= 1 (standardised units), drawn from ``(seed,
+    r)`` alone: each lengthscale log-uniform from 5 % to twice its input's range in the data, the
+    signal variance the configured one times exp(N(0, 0.5^2)), the noise log-uniform in [1e-3, 0.5];
+    everything inside the optimiser's box."""
+    g = trng.generator(seed, trng.STAGE_GP, GP_STREAM_RESTART, int(r))
+    span = np.ptp(pool_std, axis=0)
+    span = np.where(span > 0, span, 1.0)
+    ls = np.exp(g.uniform(np.log(0.05 * span), np.log(2.0 * span)))
+    variance = float(scfg["variance"]) * math.exp(g.normal(0.0, 0.5))
+    noise = math.exp(g.uniform(math.log(1e-3), math.log(0.5)))
+    lo, hi = math.exp(LOG_BOX[0]), math.exp(LOG_BOX[1])
+    return kern.make_params(np.clip(ls, lo, hi), min(max(variance, lo), hi), min(max(noise, lo), hi),
+                            d=pool_std.shape[1])
+
+
 def initial_params(scfg: dict, d: int) -> kern.GPParams:
     ls = scfg["lengthscale"]
     return kern.make_params(ls if not isinstance(ls, (list, tuple)) else list(ls), float(scfg["variance"]),

@@ -14,7 +14,7 @@ from pipelines.core import artifacts
 from pipelines.core.errors import ConfigError
 from pipelines.core.progress import Progress
 from pipelines.sparse_gp import lbfgsb
-from pipelines.sparse_gp.evaluations import EXACT_MAX_N, LOG_BOX, Evaluations, lbfgs_box
+from pipelines.sparse_gp.evaluations import EXACT_MAX_N, LOG_BOX, Evaluations, lbfgs_box, restart_params
 from tasks.gp import kernels as kern
 from tasks.gp import svgp as gsvgp
 from tasks.gp.chunks import Predictor, chunk_elbo_task, chunk_rows_task, exact_task
@@ -133,6 +133,49 @@ def _resume_state(ctx, ev) -> dict | None:
     k, rel = (float(v) for v in best["ev_first_growth"])
     ev.first_growth = None if k < 0 else (int(k), rel)
     return best
+
+
+class _Quiet:
+    """The run's tracker for a restart: its per-iteration metrics and checkpoints are not logged
+    (each restart's final bound is, as ``restart_bound``)."""
+
+    def __init__(self, tracker):
+        self._tracker = tracker
+
+    def log_metrics(self, *args, **kwargs):
+        pass
+
+    def __getattr__(self, name):
+        return getattr(self._tracker, name)
+
+
+def fit_restarts(ctx, scfg, method, kernel, refs, data, fit0, Z0, pool_std, seed, tok, backend) -> dict:
+    """``sparse_gp.restarts`` more fits from seeded starting points (:func:`restart_params`), one after
+    the other on the same chunks; the fit with the highest bound is kept (the first on a tie). Every
+    restart's bound is the metric ``restart_bound`` at step r (r = 0: the configured start)."""
+    import dataclasses
+
+    n = int(scfg.get("restarts", 0))
+    fits = [fit0]
+    ctx.tracker.log_metrics({"restart_bound": fit0["value"]}, step=0)
+    quiet = dataclasses.replace(ctx, tracker=_Quiet(ctx.tracker), resumed=False)
+    for r in range(1, n + 1):
+        params = restart_params(scfg, pool_std, seed, r)
+        try:
+            f = fit_collapsed(quiet, {**scfg, "checkpoint_every": 0}, method, kernel, refs, data, params, Z0,
+                              f"{tok}r{r}", backend)
+        except ConfigError:  # Kuu would not factor at this start: the restart is skipped
+            ctx.say(f"restart {r}: Kuu could not be factored at its starting point; skipped")
+            continue
+        ctx.tracker.log_metrics({"restart_bound": f["value"]}, step=r)
+        fits.append(f | {"restart": r})
+    best = max(range(len(fits)), key=lambda i: (fits[i]["value"], -i))
+    out = dict(fits[best])
+    out["restart_bounds"] = [float(f["value"]) for f in fits]
+    out["best_restart"] = int(fits[best].get("restart", 0))
+    ctx.say(f"{n} restart(s): bounds {', '.join(f'{v:.6g}' for v in out['restart_bounds'])}; kept restart "
+            f"{out['best_restart']} (bound {out['value']:.6g})")
+    return out
 
 
 def _uncounted(ev, x):

@@ -45,7 +45,7 @@ from pipelines.core import artifacts
 from pipelines.core.graph import Executor
 from pipelines.sparse_gp import data as gp_data
 from pipelines.sparse_gp.evaluations import chunk_ranges, chunk_refs, initial_inducing, initial_params, inducing_pool
-from pipelines.sparse_gp.fit import fit_collapsed, fit_exact, fit_svgp
+from pipelines.sparse_gp.fit import fit_collapsed, fit_exact, fit_restarts, fit_svgp
 from tasks.gp import stats as gstats
 from tasks.gp.chunks import chunk_test_task, predict_f
 
@@ -109,6 +109,8 @@ def run(ctx) -> dict:
 
     if method in gstats.METHODS:
         fit = fit_collapsed(ctx, scfg, method, kernel, refs, data, params0, Z0, tok, backend)
+        if int(scfg.get("restarts", 0)):
+            fit = fit_restarts(ctx, scfg, method, kernel, refs, data, fit, Z0, std.apply_X(pool), seed, tok, backend)
     elif method == "svgp":
         fit = fit_svgp(ctx, scfg, kernel, refs, train_counts, data, params0, Z0, seed, tok)
     else:
@@ -194,6 +196,8 @@ def finish(ctx, scfg, data, method, kernel, fit, rmse, nlpd, n_test, seconds, gr
         "noise_variance": params.noise * y2, "kernel_variance": params.variance * y2,
         "lengthscales": [float(v) for v in ls_orig], "input_names": list(data.input_names),
         "standardizer": std.to_dict(),
+        **({"restart_bounds": fit["restart_bounds"], "best_restart": fit["best_restart"]} if "restart_bounds" in fit
+           else {}),
         "objective": nlpd,
         "objective_name": "test NLPD (mean negative log predictive density of the held-out rows, original units; "
                           "lower is better)",

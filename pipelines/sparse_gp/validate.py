@@ -30,6 +30,7 @@ SPARSE_GP = {
     "figures": boolean,
     "checkpoint_every": integer(lo=0),
     "in_process": choice("auto", True, False),
+    "restarts": integer(lo=0, hi=1000),
 }
 GP_SYNTHETIC = {"function": choice("friedman1", "sine_1d"), "n": integer(lo=2), "d": integer(lo=1),
                 "noise_std": real(ge=0)}
