@@ -390,3 +390,23 @@ class Tracker:
 
     def read_text(self, artifact_path: str) -> str:
         return self.download(artifact_path).read_text()
+
+
+class QuietTracker:
+    """A run's tracker for work whose per-step metrics are not logged (an optimiser restart): metrics
+    are dropped, everything else goes to ``tracker``. ``run_id`` carries ``tag`` so that task keys
+    built from it (``RunContext.token``) differ from the main fit's."""
+
+    def __init__(self, tracker, tag: str):
+        self._tracker, self._tag = tracker, str(tag)
+
+    @property
+    def run_id(self) -> str:
+        return f"{self._tracker.run_id[:12 - len(self._tag)]}{self._tag}"
+
+    def log_metrics(self, *args, **kwargs):
+        pass
+
+    def __getattr__(self, name):
+        return getattr(self._tracker, name)
+

@@ -12,6 +12,7 @@ import numpy as np
 
 from pipelines.core import artifacts
 from pipelines.core.errors import ConfigError
+from pipelines.core.tracking import QuietTracker
 from pipelines.core.progress import Progress
 from pipelines.sparse_gp import lbfgsb
 from pipelines.sparse_gp.evaluations import EXACT_MAX_N, LOG_BOX, Evaluations, lbfgs_box, restart_params
@@ -135,20 +136,6 @@ def _resume_state(ctx, ev) -> dict | None:
     return best
 
 
-class _Quiet:
-    """The run's tracker for a restart: its per-iteration metrics and checkpoints are not logged
-    (each restart's final bound is, as ``restart_bound``)."""
-
-    def __init__(self, tracker):
-        self._tracker = tracker
-
-    def log_metrics(self, *args, **kwargs):
-        pass
-
-    def __getattr__(self, name):
-        return getattr(self._tracker, name)
-
-
 def fit_restarts(ctx, scfg, method, kernel, refs, data, fit0, Z0, pool_std, seed, tok, backend) -> dict:
     """``sparse_gp.restarts`` more fits from seeded starting points (:func:`restart_params`), one after
     the other on the same chunks; the fit with the highest bound is kept (the first on a tie). Every
@@ -158,8 +145,8 @@ def fit_restarts(ctx, scfg, method, kernel, refs, data, fit0, Z0, pool_std, seed
     n = int(scfg.get("restarts", 0))
     fits = [fit0]
     ctx.tracker.log_metrics({"restart_bound": fit0["value"]}, step=0)
-    quiet = dataclasses.replace(ctx, tracker=_Quiet(ctx.tracker), resumed=False)
     for r in range(1, n + 1):
+        quiet = dataclasses.replace(ctx, tracker=QuietTracker(ctx.tracker, f"r{r}"), resumed=False)
         params = restart_params(scfg, pool_std, seed, r)
         try:
             f = fit_collapsed(quiet, {**scfg, "checkpoint_every": 0}, method, kernel, refs, data, params, Z0,

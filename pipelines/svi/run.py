@@ -175,7 +175,20 @@ def run(ctx) -> dict:
     state, history, start = _initial(ctx, su)
     next_cols, heldout_cols = _first_words(ctx, su, states, start)
     prepare_seconds = time.monotonic() - t_prep
-    eval_every, ckpt_every = int(scfg["eval_every"]), int(scfg["checkpoint_every"])
+    t_run = time.monotonic()
+    state, history, docs_in_run = _train(ctx, su, states, state, history, start, next_cols, heldout_cols,
+                                         int(scfg["checkpoint_every"]))
+    if int(scfg.get("restarts", 0)):
+        state, history, docs = _restarts(ctx, su, states, heldout_cols, state, history)
+        docs_in_run += docs
+    elapsed = time.monotonic() - t_run
+    ctx.tracker.flush()
+    return report.finish(ctx, su, state, history, states, heldout_cols, elapsed, docs_in_run, prepare_seconds)
+
+
+def _train(ctx, su: Setup, states, state, history, start, next_cols, heldout_cols, ckpt_every) -> tuple:
+    """Minibatch steps ``start`` .. the end: (final state, perplexity history, documents seen)."""
+    eval_every = int(ctx.cfg["svi"]["eval_every"])
     bar = Progress(su.n_steps - start, "svi", "steps", enabled=ctx.progress)
     t_run = time.monotonic()
     docs_in_run = 0
@@ -197,6 +210,33 @@ def run(ctx) -> dict:
                 count=np.int64(state.count), lam=state.lam, docs_seen=np.int64(state.docs_seen),
                 step_index=np.int64(done), history=np.array(json.dumps(history))))
     bar.close()
-    elapsed = time.monotonic() - t_run
-    ctx.tracker.flush()
-    return report.finish(ctx, su, state, history, states, heldout_cols, elapsed, docs_in_run, prepare_seconds)
+    return state, history, docs_in_run
+
+
+def _restarts(ctx, su: Setup, states, heldout_cols, state0, history0) -> tuple:
+    """``svi.restarts`` more fits from seeded initial topics (``svi.init(..., restart=r)``), each over the
+    same minibatches; the one with the lowest held-out perplexity is kept (the first on a tie). Each
+    restart's perplexity is the metric ``restart_heldout_perplexity`` at step r (0: the first fit)."""
+    import dataclasses
+
+    from pipelines.core.tracking import QuietTracker
+
+    seed = int(ctx.cfg["seed"])
+    best = (report.heldout_perplexity(ctx, su, states, heldout_cols, state0.lam)[0], 0, state0, history0)
+    ctx.tracker.log_metrics({"restart_heldout_perplexity": best[0]}, step=0)
+    found, docs = [best[0]], 0
+    for r in range(1, int(ctx.cfg["svi"]["restarts"]) + 1):
+        quiet = dataclasses.replace(ctx, tracker=QuietTracker(ctx.tracker, f"r{r}"), resumed=False)
+        next_cols, _ = _first_words(quiet, su, states, 0)
+        state, history, d = _train(quiet, su, states, svi.init(su.K, su.V, seed, restart=r), [], 0, next_cols,
+                                   heldout_cols, 0)
+        docs += d
+        ppl = report.heldout_perplexity(ctx, su, states, heldout_cols, state.lam)[0]
+        ctx.tracker.log_metrics({"restart_heldout_perplexity": ppl}, step=r)
+        found.append(ppl)
+        if ppl < best[0]:
+            best = (ppl, r, state, history)
+    ctx.say(f"{len(found) - 1} restart(s): held-out perplexity {', '.join(f'{v:.2f}' for v in found)}; kept restart "
+            f"{best[1]}")
+    ctx.tracker.set_tags({"pgmflow.svi.best_restart": best[1]})
+    return best[2], best[3], docs

@@ -15,6 +15,7 @@ SVI = {
     "estep_tol": real(gt=0),
     "eval_every": integer(lo=0),
     "checkpoint_every": integer(lo=0),
+    "restarts": integer(lo=0, hi=1000),
     "keep_in_memory": boolean,
     "top_words": integer(lo=1, hi=1000),
     "figures": boolean,

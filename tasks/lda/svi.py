@@ -34,9 +34,11 @@ class SVIInfo(NamedTuple):
     batch_docs: int  # S, documents in the minibatch
 
 
-def init(n_topics: int, n_words: int, seed: int) -> SVIState:
-    """lambda ~ Gamma(100, 1/100) elementwise (Hoffman's initialisation), keyed by the seed alone."""
-    g = _rng.generator(seed, _rng.STAGE_LDA_INIT)
+def init(n_topics: int, n_words: int, seed: int, restart: int = 0) -> SVIState:
+    """lambda ~ Gamma(100, 1/100) elementwise (Hoffman's initialisation), keyed by the seed alone
+    (and, for a restart r >= 1, by r)."""
+    g = _rng.generator(seed, _rng.STAGE_LDA_INIT) if restart == 0 else \
+        _rng.generator(seed, _rng.STAGE_LDA_INIT, int(restart))
     return SVIState(0, g.gamma(100.0, 0.01, size=(n_topics, n_words)), 0)
 
 
