@@ -109,5 +109,5 @@ class PartialResults:
 
     def describe(self, total: int, what: str) -> str:
         """The resume line: how many units were found and how many are left."""
-        return f"resume: {self.loaded} of {total} {what} were saved by the interrupted run; running the other " \
+        return f"resuming: {self.loaded} of {total} {what} were saved by the interrupted run; running the other " \
                f"{total - self.loaded}"

@@ -100,7 +100,7 @@ def _optimise(ctx, scfg, ev, theta0, box, max_iter, callback, trace, saved):
                              str(res.message))
     opt = lbfgsb.LBFGSB(ev, theta0, box, max_iter) if saved is None else lbfgsb.LBFGSB.from_state(ev, saved)
     if saved is not None:
-        ctx.say(f"resume: L-BFGS-B continues from iteration {opt.nit} ({ev.count} evaluations done)")
+        ctx.say(f"resuming: L-BFGS-B continues from iteration {opt.nit} ({ev.count} evaluations done)")
 
     def checkpoint(o):
         if every > 0 and (o.nit % every == 0 or o.task[0] != 1):
