@@ -30,6 +30,7 @@ def test_help_and_cfg(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.fresh_store
 def test_cli_run_on_local_cluster(tmp_path):
     r = pgmflow(["debug=default", "progress=true"], tmp_path, timeout=300)
     assert r.returncode == 0, r.stderr[-3000:]
