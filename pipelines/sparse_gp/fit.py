@@ -55,7 +55,7 @@ def fit_collapsed(ctx, scfg, method, kernel, refs, data, params0, Z0, tok, backe
         bar.update(1, bound=-float(fun))
 
     t0 = time.monotonic()
-    res = _optimise(ctx, scfg, ev, theta0, lbfgs_box(d, m, opt), max_iter, callback, trace, saved)
+    res, saving = _optimise(ctx, scfg, ev, theta0, lbfgs_box(d, m, opt), max_iter, callback, trace, saved)
     seconds = time.monotonic() - t0
     bar.close()
     _note_jitter(ctx.say, ev, scfg)
@@ -72,6 +72,7 @@ def fit_collapsed(ctx, scfg, method, kernel, refs, data, params0, Z0, tok, backe
     return {"predictor": pred, "trace": trace, "value": value, "iterations": int(res.nit), "evaluations": ev.count,
             "failed_evaluations": ev.failed, "success": bool(res.success), "message": str(res.message),
             "fit_seconds": seconds, "seconds_per_evaluation": ev.seconds / max(ev.count, 1),
+            "checkpoint_seconds": saving,
             "jitter_max": max(ev.jitters), "jitter_final": rel, "jitter_abs_final": jit_abs}
 
 
@@ -80,12 +81,16 @@ CHECKPOINT = "lbfgs"  # checkpoints/lbfgs_0.npz and lbfgs_1.npz, written in turn
 
 def _optimise(ctx, scfg, ev, theta0, box, max_iter, callback, trace, saved):
     """L-BFGS-B from ``theta0``, or continued from ``saved``; its whole state checkpointed every
-    ``sparse_gp.checkpoint_every`` iterations (pipelines/sparse_gp/lbfgsb.py)."""
+    ``sparse_gp.checkpoint_every`` iterations (pipelines/sparse_gp/lbfgsb.py). Returns the result and
+    the seconds spent writing checkpoints."""
     every = int(scfg.get("checkpoint_every", 1))
     slot = [1 - int(saved["slot"]) if saved is not None else 0]  # the slot not holding the newest checkpoint
 
+    spent = [0.0]
+
     def checkpoint(nit, state, final=False):
         if every > 0 and (nit % every == 0 or final):
+            t0 = time.monotonic()
             artifacts.save_checkpoint(ctx.tracker, f"{CHECKPOINT}_{slot[0]}", {
                 **state, "nit": np.int64(nit), "scipy": np.asarray(_scipy_version()),
                 "trace": np.asarray(trace, dtype=np.float64), "ev_count": np.int64(ev.count),
@@ -93,17 +98,19 @@ def _optimise(ctx, scfg, ev, theta0, box, max_iter, callback, trace, saved):
                 "ev_jitters": np.asarray(ev.jitters, dtype=np.float64),
                 "ev_first_growth": np.asarray(ev.first_growth if ev.first_growth else (-1, np.nan), dtype=np.float64)})
             slot[0] = 1 - slot[0]
+            spent[0] += time.monotonic() - t0
 
     exact = lbfgsb.available()
     if saved is not None and ("wa" not in saved or str(saved.get("scipy", _scipy_version())) != _scipy_version()):
         exact = False  # written by another scipy (or by the fallback): its internal state is not this one's
     if not exact:
-        return _optimise_fresh(ctx, ev, theta0, box, max_iter, callback, trace, saved, checkpoint)
+        return _optimise_fresh(ctx, ev, theta0, box, max_iter, callback, trace, saved, checkpoint), spent[0]
     opt = lbfgsb.LBFGSB(ev, theta0, box, max_iter) if saved is None else lbfgsb.LBFGSB.from_state(ev, saved)
     if saved is not None:
         ctx.tracker.set_tags({"pgmflow.gp.resumed_from_iteration": opt.nit})
         ctx.say(f"resume: L-BFGS-B continues from iteration {opt.nit} ({ev.count} evaluations done)")
-    return opt.run(callback=callback, on_iteration=lambda o: checkpoint(o.nit, o.state(), o.task[0] != 1))
+    res = opt.run(callback=callback, on_iteration=lambda o: checkpoint(o.nit, o.state(), o.task[0] != 1))
+    return res, spent[0]
 
 
 def _optimise_fresh(ctx, ev, theta0, box, max_iter, callback, trace, saved, checkpoint):
@@ -189,6 +196,7 @@ def fit_restarts(ctx, scfg, method, kernel, refs, data, fit0, Z0, pool_std, seed
     out = dict(fits[best])
     out["restart_bounds"] = [float(f["value"]) for f in fits]
     out["best_restart"] = int(fits[best].get("restart", 0))
+    out["checkpoint_seconds"] = fit0.get("checkpoint_seconds", 0.0)  # restarts write none
     ctx.say(f"{n} restart(s): bounds {', '.join(f'{v:.6g}' for v in out['restart_bounds'])}; kept restart "
             f"{out['best_restart']} (bound {out['value']:.6g})")
     return out
