@@ -55,7 +55,7 @@ def fit_collapsed(ctx, scfg, method, kernel, refs, data, params0, Z0, tok, backe
         bar.update(1, bound=-float(fun))
 
     t0 = time.monotonic()
-    res = _optimise(ctx, scfg, ev, theta0, lbfgs_box(d, m, opt), max_iter, callback, trace, saved)
+    res, saving = _optimise(ctx, scfg, ev, theta0, lbfgs_box(d, m, opt), max_iter, callback, trace, saved)
     seconds = time.monotonic() - t0
     bar.close()
     _note_jitter(ctx.say, ev, scfg)
@@ -72,6 +72,7 @@ def fit_collapsed(ctx, scfg, method, kernel, refs, data, params0, Z0, tok, backe
     return {"predictor": pred, "trace": trace, "value": value, "iterations": int(res.nit), "evaluations": ev.count,
             "failed_evaluations": ev.failed, "success": bool(res.success), "message": str(res.message),
             "fit_seconds": seconds, "seconds_per_evaluation": ev.seconds / max(ev.count, 1),
+            "checkpoint_seconds": saving,
             "jitter_max": max(ev.jitters), "jitter_final": rel, "jitter_abs_final": jit_abs}
 
 
@@ -80,40 +81,74 @@ CHECKPOINT = "lbfgs"  # checkpoints/lbfgs_0.npz and lbfgs_1.npz, written in turn
 
 def _optimise(ctx, scfg, ev, theta0, box, max_iter, callback, trace, saved):
     """L-BFGS-B from ``theta0``, or continued from ``saved``; its whole state checkpointed every
-    ``sparse_gp.checkpoint_every`` iterations (pipelines/sparse_gp/lbfgsb.py)."""
-    import scipy.optimize
-
+    ``sparse_gp.checkpoint_every`` iterations (pipelines/sparse_gp/lbfgsb.py). Returns the result and
+    the seconds spent writing checkpoints."""
     every = int(scfg.get("checkpoint_every", 1))
-    if not lbfgsb.available():  # another scipy: no exact continuation; from the saved point, fresh memory
-        start = len(trace) - 1
-        if saved is not None:
-            ctx.say(f"note: this scipy's L-BFGS-B cannot be continued exactly; restarting it from iteration "
-                    f"{start}'s point with a fresh memory (the result may move slightly)")
+    slot = [1 - int(saved["slot"]) if saved is not None else 0]  # the slot not holding the newest checkpoint
 
-        def record(intermediate_result):  # scipy passes its OptimizeResult to a parameter of this name
-            callback(intermediate_result.x, intermediate_result.fun)
+    spent = [0.0]
 
-        res = scipy.optimize.minimize(ev, theta0 if saved is None else np.asarray(saved["x"]), jac=True,
-                                      method="L-BFGS-B", bounds=box, callback=record,
-                                      options={"maxiter": max_iter - start})
-        return lbfgsb.Result(res.x, float(res.fun), start + int(res.nit), int(res.nfev), bool(res.success),
-                             str(res.message))
+    def checkpoint(nit, state, final=False):
+        if every > 0 and (nit % every == 0 or final):
+            t0 = time.monotonic()
+            artifacts.save_checkpoint(ctx.tracker, f"{CHECKPOINT}_{slot[0]}", {
+                **state, "nit": np.int64(nit), "scipy": np.asarray(_scipy_version()),
+                "trace": np.asarray(trace, dtype=np.float64), "ev_count": np.int64(ev.count),
+                "ev_failed": np.int64(ev.failed), "ev_seconds": np.float64(ev.seconds),
+                "ev_jitters": np.asarray(ev.jitters, dtype=np.float64),
+                "ev_first_growth": np.asarray(ev.first_growth if ev.first_growth else (-1, np.nan), dtype=np.float64)})
+            slot[0] = 1 - slot[0]
+            spent[0] += time.monotonic() - t0
+
+    exact = lbfgsb.available()
+    if saved is not None and ("wa" not in saved or str(saved.get("scipy", _scipy_version())) != _scipy_version()):
+        exact = False  # written by another scipy (or by the fallback): its internal state is not this one's
+    if not exact:
+        return _optimise_fresh(ctx, ev, theta0, box, max_iter, callback, trace, saved, checkpoint), spent[0]
     opt = lbfgsb.LBFGSB(ev, theta0, box, max_iter) if saved is None else lbfgsb.LBFGSB.from_state(ev, saved)
     if saved is not None:
+        ctx.tracker.set_tags({"pgmflow.gp.resumed_from_iteration": opt.nit})
         ctx.say(f"resuming: L-BFGS-B continues from iteration {opt.nit} ({ev.count} evaluations done)")
+    res = opt.run(callback=callback, on_iteration=lambda o: checkpoint(o.nit, o.state(), o.task[0] != 1))
+    return res, spent[0]
 
-    def checkpoint(o):
-        if every > 0 and (o.nit % every == 0 or o.task[0] != 1):
-            artifacts.save_checkpoint(ctx.tracker, f"{CHECKPOINT}_{o.nit % 2}", {
-                **o.state(), "trace": np.asarray(trace, dtype=np.float64), "ev_count": np.int64(ev.count),
-                "ev_failed": np.int64(ev.failed), "ev_jitters": np.asarray(ev.jitters, dtype=np.float64),
-                "ev_first_growth": np.asarray(ev.first_growth if ev.first_growth else (-1, np.nan), dtype=np.float64)})
 
-    return opt.run(callback=callback, on_iteration=checkpoint)
+def _optimise_fresh(ctx, ev, theta0, box, max_iter, callback, trace, saved, checkpoint):
+    """Where L-BFGS-B's state cannot be continued (another scipy): ``scipy.optimize.minimize`` from the
+    checkpointed point (iteration ``start``) with a fresh memory, for the iterations left; the point
+    (not the memory) checkpointed every iteration."""
+    import scipy.optimize
+
+    start = len(trace) - 1
+    x0 = theta0 if saved is None else np.asarray(saved["x"], dtype=np.float64)
+    if saved is not None:
+        ctx.tracker.set_tags({"pgmflow.gp.resumed_from_iteration": start, "pgmflow.gp.resume_exact": "false"})
+        ctx.say(f"note: this scipy's L-BFGS-B cannot be continued exactly; restarting it from iteration {start}'s "
+                "point with a fresh memory (the result may move slightly)")
+    it = [start]
+
+    def record(intermediate_result):  # scipy passes its OptimizeResult to a parameter of this name
+        it[0] += 1
+        callback(intermediate_result.x, intermediate_result.fun)
+        checkpoint(it[0], {"x": np.asarray(intermediate_result.x, dtype=np.float64)}, it[0] >= max_iter)
+
+    if start >= max_iter:
+        return lbfgsb.Result(x0, float("nan"), start, 0, False, "STOP: TOTAL NO. OF ITERATIONS REACHED LIMIT")
+    res = scipy.optimize.minimize(ev, x0, jac=True, method="L-BFGS-B", bounds=box, callback=record,
+                                  options={"maxiter": max_iter - start})
+    return lbfgsb.Result(res.x, float(res.fun), start + int(res.nit), int(res.nfev), bool(res.success),
+                         str(res.message))
+
+
+def _scipy_version() -> str:
+    import scipy
+
+    return str(scipy.__version__)
 
 
 def _resume_state(ctx, ev) -> dict | None:
-    """The newest readable L-BFGS-B checkpoint of the run (its Evaluations counters restored), or None."""
+    """The newest readable L-BFGS-B checkpoint of the run (its slot as ``slot``; the Evaluations
+    counters restored from it), or None."""
     best = None
     try:
         names = [n for n in ctx.tracker.list_artifacts(artifacts.CHECKPOINT_DIR) if f"/{CHECKPOINT}_" in f"/{n}"]
@@ -123,13 +158,14 @@ def _resume_state(ctx, ev) -> dict | None:
         try:
             with np.load(ctx.tracker.download(name), allow_pickle=False) as z:
                 state = {k: z[k] for k in z.files}
+            state["slot"] = int(name.rsplit("_", 1)[1].split(".")[0])
         except Exception:
             continue  # cut short by the interruption
         if best is None or int(state["nit"]) > int(best["nit"]):
             best = state
     if best is None:
         return None
-    ev.count, ev.failed = int(best["ev_count"]), int(best["ev_failed"])
+    ev.count, ev.failed, ev.seconds = int(best["ev_count"]), int(best["ev_failed"]), float(best.get("ev_seconds", 0.0))
     ev.jitters = [float(v) for v in best["ev_jitters"]]
     k, rel = (float(v) for v in best["ev_first_growth"])
     ev.first_growth = None if k < 0 else (int(k), rel)
@@ -160,6 +196,7 @@ def fit_restarts(ctx, scfg, method, kernel, refs, data, fit0, Z0, pool_std, seed
     out = dict(fits[best])
     out["restart_bounds"] = [float(f["value"]) for f in fits]
     out["best_restart"] = int(fits[best].get("restart", 0))
+    out["checkpoint_seconds"] = fit0.get("checkpoint_seconds", 0.0)  # restarts write none
     ctx.say(f"{n} restart(s): bounds {', '.join(f'{v:.6g}' for v in out['restart_bounds'])}; kept restart "
             f"{out['best_restart']} (bound {out['value']:.6g})")
     return out

@@ -191,6 +191,7 @@ def finish(ctx, scfg, data, method, kernel, fit, rmse, nlpd, n_test, seconds, gr
         "iterations": fit["iterations"], "evaluations": fit["evaluations"],
         "failed_evaluations": fit["failed_evaluations"], "converged": fit["success"], "optimizer": fit["message"],
         "fit_seconds": fit["fit_seconds"], "seconds_per_evaluation": fit["seconds_per_evaluation"],
+        "checkpoint_seconds": float(fit.get("checkpoint_seconds", 0.0)),
         "jitter_max": float(fit["jitter_max"]), "jitter_final": float(fit["jitter_final"]),
         "jitter_requested": float(scfg["jitter"]) if method != "exact" else 0.0,
         "noise_variance": params.noise * y2, "kernel_variance": params.variance * y2,

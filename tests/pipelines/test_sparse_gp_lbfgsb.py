@@ -70,3 +70,23 @@ def test_a_saved_state_continues_exactly(name, stop_at):
 
 def test_this_scipy_can_be_driven():
     assert lbfgsb.available(), "scipy's L-BFGS-B internals changed: resume falls back to a fresh memory"
+
+
+@pytest.mark.parametrize("name", ["rosenbrock", "bumpy_maxiter"])
+def test_the_last_saved_state_gives_the_same_answer(name):
+    """A driver killed after its last checkpoint (converged, or stopped by maxiter) but before it
+    finished: the state saved at the last iteration ends at once with the same answer."""
+    fun, x0, bounds, maxiter = PROBLEMS[name]
+    states = []
+    full = lbfgsb.LBFGSB(fun, x0, bounds, maxiter).run(on_iteration=lambda o: states.append(o.state()))
+    assert int(states[-1]["nit"]) == full.nit
+    calls = []
+
+    def counted(x):
+        calls.append(x)
+        return fun(x)
+
+    rest = lbfgsb.LBFGSB.from_state(counted, {k: np.array(v) for k, v in states[-1].items()}).run()
+    assert rest.x.tobytes() == full.x.tobytes() and rest.fun == full.fun
+    assert (rest.nit, rest.nfev, rest.success, rest.message) == (full.nit, full.nfev, full.success, full.message)
+    assert len(calls) == full.nfev - int(states[-1]["nfev"])
