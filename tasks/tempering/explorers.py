@@ -173,7 +173,7 @@ def explore_continuous(target, x, b, step, replica_ids, seed: int, chain: int, s
     at_ref = b == 0.0
     if at_ref.any():
         if path is None:
-            x[at_ref] = target.reference.scale * z0[at_ref]
+            x[at_ref] = target.reference.from_standard(z0[at_ref])
         else:
             x[at_ref] = _select([r.from_standard(z0[at_ref]) for r in path.references], leg[at_ref])
         n_acc[at_ref] = n_steps
