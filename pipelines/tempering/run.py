@@ -409,5 +409,5 @@ def _log_figures(ctx, plan, per_group, final_betas, last_traces, history):
         cs = res_g["chains"]
         hist_g = [{**h, **h["groups"][g]} for h in history]
         figs = figures.tempering_figures(plan.group_targets[g], [final_betas[c] for c in cs],
-                                         [last_traces[c] for c in cs], hist_g, res_g)
+                                         [last_traces[c] for c in cs], hist_g, res_g, plan.legs)
         artifacts.log_figures(ctx.tracker, figs, f"_target{g}" if plan.G > 1 else "")

@@ -143,6 +143,7 @@ def explore_continuous(target, x, b, step, replica_ids, seed: int, chain: int, s
     for t in range(n_steps):
         if method == "rwm":
             prop = x + step * z[:, t, :]
+            momentum_ok = True
             logp_prop = log_pi(prop, b)
             log_ratio = logp_prop - logp
         elif method == "hmc":
@@ -157,10 +158,13 @@ def explore_continuous(target, x, b, step, replica_ids, seed: int, chain: int, s
                 g = grad_log_pi(q, b)
                 p = p + (eps if i < n_leapfrog - 1 else 0.5 * eps) * g
             prop = q
+            momentum_ok = np.all(np.isfinite(p), axis=1)
             logp_prop = log_pi(prop, b)
             log_ratio = (logp_prop - 0.5 * np.sum(p * p, axis=1)) - (logp - 0.5 * np.sum(p0 * p0, axis=1))
         else:
             raise ValueError(f"unknown continuous explorer {method!r}")
+        diverged = ~(np.all(np.isfinite(prop), axis=1) & momentum_ok)  # a trajectory that overflowed: rejected
+        logp_prop = np.where(diverged, -np.inf, logp_prop)
         if np.isnan(logp_prop).any():
             i = int(np.flatnonzero(np.isnan(logp_prop))[0])
             raise FloatingPointError(f"the log-density returned NaN at x={np.array2string(prop[i], precision=4)} "
