@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tasks.tempering import diagnostics, engine, estimators, schedule
+from tasks.tempering import diagnostics, engine, estimators, schedule, variational
 
 
 def _stepping_stone(betas, loglik):
@@ -26,17 +26,36 @@ def rejection(trace: engine.RoundTrace) -> np.ndarray:
     return 1.0 - trace.accept_prob.mean(axis=0)
 
 
-def round_summary(c, betas, trace, rts, target, exact_log_z):
+def chain_estimates(betas, trace, legs=None, leg_rts=None) -> dict:
+    """log Z (stepping stone, TI; with SEs) and the barrier of one chain's round; with two legs
+    (``legs``, reference=stabilized) per-leg entries ``<key>_fixed`` / ``<key>_variational`` too."""
     rej = rejection(trace)
-    lam, _ = schedule.communication_barrier(betas, rej)
     ll = trace.loglik.T  # [K, T]
-    ss, ss_se = _stepping_stone(betas, ll)
-    ti, ti_se = _thermodynamic_integration(betas, ll)
+    if legs is None or int(np.max(legs)) == 0:
+        lam, _ = schedule.communication_barrier(betas, rej)
+        ss, ss_se = _stepping_stone(betas, ll)
+        ti, ti_se = _thermodynamic_integration(betas, ll)
+        return {"barrier": float(lam), "log_z_ss": float(ss), "log_z_ss_se": float(ss_se), "log_z_ti": float(ti),
+                "log_z_ti_se": float(ti_se)}
+    est = variational.leg_estimates(betas, legs, ll, rej)
+    out = {k: est[k] for k in ("barrier", "log_z_ss", "log_z_ss_se", "log_z_ti", "log_z_ti_se")}
+    for name, leg, w in zip(variational.LEG_NAMES, est["legs"], est["weights"]):
+        out.update({f"{k}_{name}": v for k, v in leg.items()})
+        out[f"log_z_weight_{name}"] = w
+        if leg_rts is not None:
+            out[f"round_trips_{name}"] = int(leg_rts[variational.LEG_NAMES.index(name)].trips.sum())
+    return out
+
+
+def round_summary(c, betas, trace, rts, target, exact_log_z, legs=None, leg_rts=None):
+    rej = rejection(trace)
+    est = chain_estimates(betas, trace, legs, leg_rts)
+    lam, ss, ss_se, ti, ti_se = (est.pop(k) for k in ("barrier", "log_z_ss", "log_z_ss_se", "log_z_ti", "log_z_ti_se"))
     out = {"chain": c, "barrier": float(lam), "swap_accept_mean": float(1 - rej.mean()),
            "swap_accepted_frac": float(trace.accepted[trace.proposed].mean()) if trace.proposed.any() else float("nan"),
            "local_accept_mean": float(trace.local_accept.mean()), "round_trips": int(rts.trips.sum()),
            "log_z_ss": target.log_z_reference + float(ss), "log_z_ss_se": float(ss_se),
-           "log_z_ti": target.log_z_reference + float(ti), "log_z_ti_se": float(ti_se)}
+           "log_z_ti": target.log_z_reference + float(ti), "log_z_ti_se": float(ti_se), **est}
     if exact_log_z is not None:
         out["log_z_ss_error"] = out["log_z_ss"] - exact_log_z
     return out
@@ -66,14 +85,14 @@ def per_level_table(betas, trace, target):
     return rows
 
 
-def final_results(cfg, target, betas, traces, rts, exact_log_z, exact_how, history):
+def final_results(cfg, target, betas, traces, rts, exact_log_z, exact_how, history, legs=None, leg_rts=None):
     C = len(traces)
     rows, per_level = [], []
-    ss_all, ti_all = [], []
+    ss_all, ti_all, ests = [], [], []
     for c in range(C):
-        ll = traces[c].loglik.T
-        ss, ss_se = _stepping_stone(betas[c], ll)
-        ti, ti_se = _thermodynamic_integration(betas[c], ll)
+        est = chain_estimates(betas[c], traces[c], legs, None if leg_rts is None else leg_rts[c])
+        ests.append(est)
+        ss, ss_se, ti, ti_se = est["log_z_ss"], est["log_z_ss_se"], est["log_z_ti"], est["log_z_ti_se"]
         ss_all.append((target.log_z_reference + ss, ss_se))
         ti_all.append((target.log_z_reference + ti, ti_se))
         rows.append({"chain": c, "method": "stepping_stone", "log_z": ss_all[-1][0], "se": ss_se})
@@ -85,7 +104,7 @@ def final_results(cfg, target, betas, traces, rts, exact_log_z, exact_how, histo
     ti_se = float(np.sqrt(sum(s**2 for _, s in ti_all)) / C)
     total_scans = sum(h["scans"] for h in history) if history else 0
     rej = [rejection(t) for t in traces]
-    lam = float(np.mean([schedule.communication_barrier(b, r)[0] for b, r in zip(betas, rej)]))
+    lam = float(np.mean([e["barrier"] for e in ests]))
     trips = int(sum(int(s.trips.sum()) for s in rts))
     res = {"log_z_ss": ss, "log_z_ss_se": ss_se, "log_z_ti": ti, "log_z_ti_se": ti_se,
            "barrier": lam, "round_trips": trips,
@@ -95,6 +114,10 @@ def final_results(cfg, target, betas, traces, rts, exact_log_z, exact_how, histo
            "swap_accept_per_pair": [t.accept_prob.mean(axis=0).tolist() for t in traces],
            "n_levels": len(betas[0]), "n_chains": C, "scans_total": total_scans,
            "exact_log_z_source": exact_how, "per_level": per_level, "log_z_table": rows}
+    for key in sorted(set(ests[0]) - {"barrier", "log_z_ss", "log_z_ss_se", "log_z_ti", "log_z_ti_se"}):
+        vals = np.array([e[key] for e in ests])
+        res[key] = (int(vals.sum()) if key.startswith("round_trips") else
+                    float(np.sqrt(np.sum(vals**2)) / C) if "_se_" in key else float(vals.mean()))
     if target.kind == "ising":
         res["log_z_ss_per_site"] = ss / target.n_sites
     if C >= 2:

@@ -12,10 +12,17 @@ def _levels_to_show(K, n=6):
     return sorted(set(np.linspace(0, K - 1, min(n, K)).round().astype(int).tolist()))
 
 
-def tempering_figures(target, betas, traces, history, results) -> dict:
-    """energy_traces, swap_acceptance (with the barrier Lambda(b)), round_trips, autocorrelation, log_z."""
+def tempering_figures(target, betas, traces, history, results, legs=None) -> dict:
+    """energy_traces, swap_acceptance (with the barrier Lambda(b)), round_trips, autocorrelation, log_z;
+    with two legs (reference=stabilized) the swap acceptance and barrier per leg, and ``legs``: each
+    leg's barrier, round trips and swap acceptance per round."""
     makers = {"energy_traces": _energy_traces, "swap_acceptance": _swap_acceptance, "round_trips": _round_trips,
               "autocorrelation": _autocorrelation, "log_z": _log_z}
+    if legs is not None and int(np.max(legs)) > 0:
+        from pipelines.tempering.figures_legs import legs_figure, swap_acceptance_legs
+
+        makers["swap_acceptance"] = lambda *a: swap_acceptance_legs(*a, legs=legs)
+        makers["legs"] = legs_figure
     return {name: make(target, betas, traces, history, results) for name, make in makers.items()}
 
 

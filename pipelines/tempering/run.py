@@ -25,6 +25,7 @@ import numpy as np
 from pipelines.core import artifacts
 from pipelines.core.progress import Progress
 from pipelines.tempering import analysis
+from pipelines.tempering import reference as ref_mod
 from pipelines.tempering.targets import build_target, resolve_explorer
 from tasks import backend as backend_mod
 from tasks import rng as _rng
@@ -58,6 +59,9 @@ class Plan:
     params: list  # engine.ExploreParams per chain
     group_exact: list  # (exact log Z or None, how) per target
     target_h: list  # handle of each chain's target on the cluster
+    legs: np.ndarray | None = None  # leg of each level (None: reference=fixed)
+    family: str = "diagonal"  # variational family
+    fit_from: int = 0  # first round run with a fitted reference
 
     @property
     def G(self) -> int:
@@ -80,6 +84,8 @@ class Chains:
     states: list
     history: list
     start_round: int
+    qs: list  # per chain: the fitted variational reference (None: not fitted yet)
+    leg_rts: list  # per chain: per-leg round-trip counters (None unless stabilized)
 
 
 def _layout(tcfg, target, K, C, n_workers, backend) -> tuple[str, int]:
@@ -132,7 +138,9 @@ def _plan(ctx) -> Plan:
     return Plan(tcfg=tcfg, seed=seed, overrides=overrides, group_targets=group_targets, method=method, ladder=ladder,
                 K=K, C=C, group_of=group_of, n_rounds=int(tcfg["n_rounds"]), layout=layout, per_task=per_task,
                 n_blocks=n_blocks, blocks=[np.asarray(b, dtype=np.int64) for b in np.array_split(np.arange(K), n_blocks)],
-                params=params, group_exact=group_exact, target_h=[group_h[g] for g in group_of])
+                params=params, group_exact=group_exact, target_h=[group_h[g] for g in group_of],
+                legs=ref_mod.legs_of(tcfg, K), family=tcfg.get("variational_family", "diagonal"),
+                fit_from=int(tcfg.get("variational_from_round", 0)))
 
 
 def _from_checkpoint(ctx, plan: Plan, ckpt: dict) -> Chains:
@@ -142,7 +150,9 @@ def _from_checkpoint(ctx, plan: Plan, ckpt: dict) -> Chains:
               for c in range(plan.C)]
     start_round = int(ckpt["round"]) + 1
     ctx.say(f"resuming from the checkpoint after round {start_round - 1}")
-    return Chains(betas=[np.array(b) for b in ckpt["betas"]], levels=[np.array(lv) for lv in ckpt["levels"]],
+    qs, leg_rts = ref_mod.from_arrays(ckpt, plan.C)
+    return Chains(qs=qs, leg_rts=leg_rts, betas=[np.array(b) for b in ckpt["betas"]],
+                  levels=[np.array(lv) for lv in ckpt["levels"]],
                   steps=[np.array(s) for s in ckpt["steps"]],
                   rts=[diagnostics.RoundTripState(phase=np.array(p), trips=np.array(t))
                        for p, t in zip(ckpt["rt_phase"], ckpt["rt_trips"])],
@@ -162,28 +172,31 @@ def _initial(ctx, plan: Plan) -> Chains:
     if plan.ladder:
         b0 = np.asarray(plan.ladder, dtype=np.float64)
     elif tcfg["initial_schedule"] == "power":
-        b0 = schedule.initial_schedule(K, kind="power", power=float(tcfg["schedule_power"]))
+        b0 = ref_mod.initial_betas(plan.legs, K, lambda n: schedule.initial_schedule(
+            n, kind="power", power=float(tcfg["schedule_power"])))
     else:
-        b0 = schedule.initial_schedule(K, kind="linear")
+        b0 = ref_mod.initial_betas(plan.legs, K, lambda n: schedule.initial_schedule(n, kind="linear"))
     states = [[dask.delayed(engine.init_block, pure=True)(plan.target_h[c], ids, plan.params[c],
                                                            dask_key_name=f"pt-init-{ctx.token}-c{c}-b{b}")
                for b, ids in enumerate(plan.blocks)] for c in range(C)]
     return Chains(betas=[b0.copy() for _ in range(C)], levels=[np.arange(K, dtype=np.int64) for _ in range(C)],
                   steps=[np.full(K, float(tcfg["step_size"])) for _ in range(C)],
-                  rts=[diagnostics.round_trip_init(K) for _ in range(C)], states=states, history=[], start_round=1)
+                  rts=[diagnostics.round_trip_init(K) for _ in range(C)], states=states, history=[], start_round=1,
+                  qs=[None] * C, leg_rts=[ref_mod.leg_round_trips_init(plan.legs) for _ in range(C)])
 
 
 def _chain_graph(ctx, plan: Plan, chains: Chains, c: int, scan0: int, n_scans: int, outputs: list) -> tuple:
     """Append chain c's tasks of one round to ``outputs``; returns (record slots, their scans, states)."""
     tcfg, K = plan.tcfg, plan.K
     slots, scans = [], []
+    path = ref_mod.path(plan.chain_target[c], plan.legs, chains.qs[c])
     if plan.layout == "chain":
         prev = [engine.initial_record(K)._replace(levels=chains.levels[c])]
         st = chains.states[c][0]
         for s in range(scan0, scan0 + n_scans, plan.per_task):
             m = min(plan.per_task, scan0 + n_scans - s)
             out = dask.delayed(engine.run_scans, nout=2, pure=True)(
-                st, prev, chains.betas[c], chains.steps[c], plan.target_h[c], plan.params[c], tcfg["swap"], s, m,
+                st, prev, chains.betas[c], chains.steps[c], plan.target_h[c], plan.params[c], tcfg["swap"], s, m, path,
                 dask_key_name=f"pt-scans-{ctx.token}-c{c}-s{s}")
             st, prev = out[0], out[1]
             slots.append(len(outputs))
@@ -194,12 +207,12 @@ def _chain_graph(ctx, plan: Plan, chains: Chains, c: int, scan0: int, n_scans: i
     st = list(chains.states[c])
     for s in range(scan0, scan0 + n_scans):
         outs = [dask.delayed(engine.explore_block, nout=2, pure=True)(
-            st[b], rec, chains.betas[c], chains.steps[c], plan.target_h[c], plan.params[c], s,
+            st[b], rec, chains.betas[c], chains.steps[c], plan.target_h[c], plan.params[c], s, path,
             dask_key_name=f"pt-explore-{ctx.token}-c{c}-s{s}-b{b}") for b in range(plan.n_blocks)]
         st = [o[0] for o in outs]
         rec = dask.delayed(engine.communicate, pure=True)(
             rec, chains.betas[c], tcfg["swap"], plan.seed, c, s, *[o[1] for o in outs],
-            dask_key_name=f"pt-swap-{ctx.token}-c{c}-s{s}")
+            legs=None if path is None else path.legs, dask_key_name=f"pt-swap-{ctx.token}-c{c}-s{s}")
         slots.append(len(outputs))
         scans.append(1)
         outputs.append(rec)
@@ -244,14 +257,16 @@ def _reduce_round(ctx, plan: Plan, chains: Chains, rnd: int, records: list, dt: 
         traces.append(trace)
         chains.levels[c] = trace.levels[-1].copy()
         chains.rts[c] = diagnostics.round_trip_update(chains.rts[c], trace.levels, plan.K)
+        chains.leg_rts[c] = ref_mod.leg_round_trips_update(chains.leg_rts[c], plan.legs, trace.levels)
         summaries.append(analysis.round_summary(c, chains.betas[c], trace, chains.rts[c], plan.chain_target[c],
-                                                plan.group_exact[plan.group_of[c]][0]))
+                                                plan.group_exact[plan.group_of[c]][0], plan.legs, chains.leg_rts[c]))
     agg = {k: float(np.mean([s[k] for s in summaries])) for k in summaries[0]
            if k != "chain" and (G == 1 or k not in LOG_Z_KEYS)}
     if G == 1:
         agg["log_z_ss_se"] = float(np.sqrt(np.sum([s["log_z_ss_se"] ** 2 for s in summaries])) / C)
         agg["log_z_ti_se"] = float(np.sqrt(np.sum([s["log_z_ti_se"] ** 2 for s in summaries])) / C)
-    agg["round_trips"] = float(np.sum([s["round_trips"] for s in summaries]))
+    for key in [k for k in summaries[0] if k.startswith("round_trips")]:
+        agg[key] = float(np.sum([s[key] for s in summaries]))
     if plan.group_targets[0].kind == "ising":
         site_updates = sum(plan.K * n_scans * int(plan.tcfg["sweeps_per_scan"]) * t.n_sites for t in plan.chain_target)
         agg["site_updates_per_ns"] = site_updates / (dt * 1e9)
@@ -278,11 +293,15 @@ def _group_summaries(plan: Plan, summaries: list) -> list:
     return groups
 
 
-def _adapt(plan: Plan, chains: Chains, traces: list):
-    """Re-space each ladder (equalised swap rejection) and adapt the continuous step sizes."""
+def _adapt(ctx, plan: Plan, chains: Chains, traces: list, rnd: int):
+    """Re-space each ladder (equalised swap rejection), adapt the continuous step sizes, and fit the
+    variational reference of the next round to this round's target-end draws."""
     for c in range(plan.C):
         if plan.tcfg["adapt_schedule"] and not plan.ladder:
-            chains.betas[c] = schedule.adapt_schedule(chains.betas[c], analysis.rejection(traces[c]))
+            chains.betas[c] = ref_mod.adapt(chains.betas[c], plan.legs, analysis.rejection(traces[c]))
+        if plan.legs is not None and rnd + 1 >= plan.fit_from:
+            chains.qs[c], info = ref_mod.fit(traces[c], plan.family)
+            ctx.tracker.log_metrics({f"reference_min_var_c{c}": info.min_var}, step=rnd)
         if plan.chain_target[c].kind != "ising":
             acc = traces[c].local_accept.mean(axis=0)
             chains.steps[c] = np.clip(chains.steps[c] * np.exp(2.0 * (acc - TARGET_ACCEPT[plan.method])), 1e-4, 1e3)
@@ -304,7 +323,8 @@ def _checkpoint(ctx, chains: Chains, rnd: int):
     artifacts.save_checkpoint(ctx.tracker, f"round_{rnd:03d}", dict(
         round=np.int64(rnd), betas=np.stack(chains.betas), levels=np.stack(chains.levels),
         steps=np.stack(chains.steps), x=np.stack(xs), rt_phase=np.stack([s.phase for s in chains.rts]),
-        rt_trips=np.stack([s.trips for s in chains.rts]), history=np.array(json.dumps(chains.history))))
+        rt_trips=np.stack([s.trips for s in chains.rts]), history=np.array(json.dumps(chains.history)),
+        **ref_mod.to_arrays(chains.qs, chains.leg_rts, xs[0].shape[-1] if xs[0].ndim == 2 else 1)))
 
 
 def run(ctx) -> dict:
@@ -323,7 +343,7 @@ def run(ctx) -> dict:
         h = chains.history[-1]
         bar.set(swap=h["swap_accept_mean"], barrier=h["barrier"], trips=int(h["round_trips"]))
         if rnd < plan.n_rounds:
-            _adapt(plan, chains, last_traces)
+            _adapt(ctx, plan, chains, last_traces, rnd)
         if every and (rnd % every == 0 or rnd == plan.n_rounds):
             _checkpoint(ctx, chains, rnd)
         ctx.tracker.flush()
@@ -340,7 +360,8 @@ def _finish(ctx, plan: Plan, chains: Chains, last_traces: list, t_start: float) 
         cs = [c for c in range(plan.C) if plan.group_of[c] == g]
         res_g = analysis.final_results(ctx.cfg, plan.group_targets[g], [final_betas[c] for c in cs],
                                        [last_traces[c] for c in cs], [chains.rts[c] for c in cs],
-                                       *plan.group_exact[g], history)
+                                       *plan.group_exact[g], history, plan.legs,
+                                       None if plan.legs is None else [chains.leg_rts[c] for c in cs])
         res_g["chains"] = cs
         res_g["model_overrides"] = plan.overrides[g]
         per_group.append(res_g)
@@ -388,5 +409,5 @@ def _log_figures(ctx, plan, per_group, final_betas, last_traces, history):
         cs = res_g["chains"]
         hist_g = [{**h, **h["groups"][g]} for h in history]
         figs = figures.tempering_figures(plan.group_targets[g], [final_betas[c] for c in cs],
-                                         [last_traces[c] for c in cs], hist_g, res_g)
+                                         [last_traces[c] for c in cs], hist_g, res_g, plan.legs)
         artifacts.log_figures(ctx.tracker, figs, f"_target{g}" if plan.G > 1 else "")

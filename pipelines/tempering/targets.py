@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pipelines.core.errors import ConfigError
 
-MODELS = ("ising", "gaussian_mixture", "custom")
+MODELS = ("ising", "gaussian_mixture", "custom", "gaussian", "bayes")
 
 
 def build_target(model: dict):
@@ -23,6 +23,15 @@ def build_target(model: dict):
         return targets.CustomTarget(log_density=model["log_density"],
                                     grad_log_density=model.get("grad_log_density") or "",
                                     reference=targets.GaussianReference(model["dim"], float(model["reference_scale"])))
+    if name == "gaussian":
+        from tasks.tempering.gaussian_target import make_correlated_gaussian
+
+        return make_correlated_gaussian(model["dim"], model["shift"], model["scale_min"], model["scale_max"],
+                                        model["correlation"], model["reference_scale"])
+    if name == "bayes":
+        from pipelines.tempering.bayes import build_bayes
+
+        return build_bayes(model)
     raise ConfigError("model.name", name, "unknown target", f"use one of {', '.join(MODELS)}")
 
 
@@ -35,7 +44,7 @@ def resolve_explorer(explorer: str, model_name: str) -> str:
                               "spin updates", "set tempering.explorer=heatbath or metropolis")
         return explorer
     if explorer == "auto":
-        return "hmc" if model_name == "gaussian_mixture" else "rwm"
+        return "hmc" if model_name in ("gaussian_mixture", "gaussian") else "rwm"
     if explorer not in ("rwm", "hmc"):
         raise ConfigError("tempering.explorer", explorer, "is an Ising spin update, the target is continuous",
                           "set tempering.explorer=rwm or hmc")

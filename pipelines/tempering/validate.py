@@ -24,9 +24,13 @@ TEMPERING = {
     "scans_per_task": integer(lo=1, allow=("auto",)),
     "checkpoint_every": integer(lo=0),
     "figures": boolean,
+    "reference": choice("fixed", "variational", "stabilized"),
+    "variational_family": choice("diagonal", "full"),
+    "variational_from_round": integer(lo=2, hi=24),
 }
 TEMPERING_OPTIONAL = {"ladder", "chain_overrides"}
-SHAPE_FIELDS = {"ising": ("L",), "gaussian_mixture": ("dim",), "custom": ("dim",)}
+SHAPE_FIELDS = {"ising": ("L",), "gaussian_mixture": ("dim",), "custom": ("dim",), "gaussian": ("dim",),
+                "bayes": ("prior", "data")}
 
 MODEL_RULES = {
     "ising": ISING_RULES,
@@ -34,8 +38,13 @@ MODEL_RULES = {
                          "separation": real(ge=0), "sigma": real(gt=0), "reference_scale": real(gt=0),
                          "target_seed": integer(lo=0)},
     "custom": {"dim": integer(lo=1, hi=100_000), "reference_scale": real(gt=0)},
+    "gaussian": {"dim": integer(lo=1, hi=1_000), "shift": real(), "scale_min": real(gt=0), "scale_max": real(gt=0),
+                 "correlation": real(), "reference_scale": real(gt=0)},
+    "bayes": {},
 }
-MODEL_EXTRA = {"ising": set(), "gaussian_mixture": {"weights"}, "custom": {"log_density", "grad_log_density"}}
+MODEL_EXTRA = {"ising": set(), "gaussian_mixture": {"weights"}, "custom": {"log_density", "grad_log_density"},
+               "gaussian": set(), "bayes": {"prior", "data", "log_likelihood", "grad_log_likelihood",
+                                            "likelihood_options"}}
 
 
 def check_ladder(ladder, n_replicas):
@@ -121,6 +130,23 @@ def check_custom_target(model: dict, explorer: str):
                               "returned NaN or inf on draws from the reference", "return finite gradients")
 
 
+def check_reference(t: dict, name: str):
+    """tempering.reference=variational|stabilized: continuous targets only; stabilized needs >= 2
+    levels per leg and the automatic ladder."""
+    ref = t.get("reference", "fixed")
+    if ref == "fixed":
+        return
+    if name == "ising":
+        raise ConfigError("tempering.reference", ref, "fits a Gaussian reference, which needs a continuous target",
+                          "use tempering.reference=fixed with model=ising")
+    if ref == "stabilized" and t["n_replicas"] < 4:
+        raise ConfigError("tempering.n_replicas", t["n_replicas"], "is split between the two legs of "
+                          "reference=stabilized, which need at least 2 levels each", "set tempering.n_replicas>=4")
+    if ref == "stabilized" and t.get("ladder") is not None:
+        raise ConfigError("tempering.ladder", t["ladder"], "is one ladder; reference=stabilized has two legs",
+                          "set tempering.ladder=null (each leg starts from tempering.initial_schedule)")
+
+
 def check_tempering(cfg: dict):
     unknown_keys(cfg, "tempering", set(TEMPERING) | TEMPERING_OPTIONAL)
     apply(cfg, {f"tempering.{k}": r for k, r in TEMPERING.items()})
@@ -145,6 +171,16 @@ def check_tempering(cfg: dict):
                 real(gt=0)("model.weights", v)
     if name == "custom":
         check_custom_target(model, explorer)
+    if name == "gaussian":
+        d, rho = model["dim"], model["correlation"]
+        if not -1.0 / max(d - 1, 1) < rho < 1.0:
+            raise ConfigError("model.correlation", rho, f"makes the covariance singular or indefinite for d={d}",
+                              f"use a value in ({-1.0 / max(d - 1, 1):.4g}, 1)")
+    if name == "bayes":
+        from pipelines.tempering.bayes import check_bayes
+
+        check_bayes(model, explorer)
+    check_reference(t, name)
 
     if cfg.get("bounds"):  # bounds=true: the variational bounds along the ladder (pipelines.bounds)
         from pipelines.bounds.validate import check_variational

@@ -60,6 +60,9 @@ class BlockStats(NamedTuple):
     """Small per-replica statistics of one block after exploring (what travels).
 
     replica_ids: int64 [Rb]; loglik, energy, abs_m, accept: float64 [Rb] (see ExploreInfo).
+    loglik_legs: float64 [Rb, G] or None (see ExploreInfo).
+    target_ids, target_x: with a path, the replicas of the block at a target level (b = 1) and their
+        states [m, d] (what the variational reference is fitted to); None otherwise.
     """
 
     replica_ids: np.ndarray
@@ -67,6 +70,9 @@ class BlockStats(NamedTuple):
     energy: np.ndarray
     abs_m: np.ndarray
     accept: np.ndarray
+    loglik_legs: np.ndarray | None = None
+    target_ids: np.ndarray | None = None
+    target_x: np.ndarray | None = None
 
 
 class SwapRecord(NamedTuple):
@@ -80,6 +86,8 @@ class SwapRecord(NamedTuple):
     proposed: bool [K-1], the pairs proposed at this scan (even or odd).
     accepted: bool [K-1].
     replica_accept: float64 [R], local acceptance of each *replica* (indexed by replica id).
+    target_x: float64 [n_t, d], with a path: the states at the target levels (b = 1, in level order)
+        after exploring; None without one.
     """
 
     scan: int
@@ -92,6 +100,7 @@ class SwapRecord(NamedTuple):
     proposed: np.ndarray
     accepted: np.ndarray
     replica_accept: np.ndarray
+    target_x: np.ndarray | None = None
 
 
 def initial_record(n_replicas: int) -> SwapRecord:
@@ -118,14 +127,25 @@ def init_block(target, replica_ids, params: ExploreParams) -> BlockState:
 
 
 def explore_block(state: BlockState, prev: SwapRecord, betas: np.ndarray, step_sizes: np.ndarray,
-                  target, params: ExploreParams, scan: int):
+                  target, params: ExploreParams, scan: int, path=None):
     """Local moves of one block for one scan, at the levels ``prev.levels`` assigned.
 
     betas: float64 [K] ladder; step_sizes: float64 [K] per-level step (continuous explorers).
+    path: None (the target's own reference) or a :class:`tasks.tempering.variational.Path` (the
+    reference of each leg and the leg of each level).
     Returns ``(BlockState, BlockStats)``; the input state is not modified.
     """
     lv = prev.levels[state.replica_ids]
     b = np.asarray(betas, dtype=np.float64)[lv]
+    if path is not None:
+        x, info = _explorers.explore_continuous(target, state.x, b, np.asarray(step_sizes)[lv], state.replica_ids,
+                                                params.seed, params.chain, scan, params.n_steps, params.method,
+                                                params.n_leapfrog, path=path, leg=np.asarray(path.legs)[lv])
+        at_target = b == 1.0
+        stats = BlockStats(replica_ids=state.replica_ids, loglik=info.loglik, energy=info.energy, abs_m=info.abs_m,
+                           accept=info.accept, loglik_legs=info.loglik_legs,
+                           target_ids=state.replica_ids[at_target], target_x=x[at_target])
+        return BlockState(replica_ids=state.replica_ids, x=x), stats
     if target.kind == "ising":
         sweep0 = int(scan) * params.n_steps
         x, info = _explorers.explore_ising(target, state.x, b, state.replica_ids, params.philox_key,
@@ -149,11 +169,14 @@ def swap_parity(scheme: str, seed: int, chain: int, scan: int) -> int:
 
 
 def communicate(prev: SwapRecord, betas: np.ndarray, scheme: str, seed: int, chain: int, scan: int,
-                *block_stats: BlockStats) -> SwapRecord:
+                *block_stats: BlockStats, legs=None) -> SwapRecord:
     """The swap step of one scan, from the blocks' small statistics only.
 
     The swap of levels k and k+1 is accepted with probability
-    ``min(1, exp((b_{k+1} - b_k) (l(x_k) - l(x_{k+1}))))``; accepted pairs exchange levels.
+    ``min(1, exp((b_{k+1} - b_k) (l(x_k) - l(x_{k+1}))))``; accepted pairs exchange levels. With
+    ``legs`` (int [K], the leg of each level of a path), ``l`` is the log-likelihood against the
+    reference of the pair's leg (that of level k); the pair joining two legs has both ends at b = 1
+    and is always accepted.
     """
     betas = np.asarray(betas, dtype=np.float64)
     K = betas.shape[0]
@@ -170,11 +193,19 @@ def communicate(prev: SwapRecord, betas: np.ndarray, scheme: str, seed: int, cha
     at_level[levels] = np.arange(K)  # replica at each level
     ll_r = by_replica("loglik")
     ll = ll_r[at_level]
+    ll_lo, ll_hi = ll[:-1], ll[1:]
+    if legs is not None:
+        legs = np.asarray(legs, dtype=np.int64)
+        ll_legs = by_replica("loglik_legs")[at_level]  # [K, G]
+        ll = ll_legs[np.arange(K), legs]
+        ll_lo, ll_hi = ll_legs[:-1][np.arange(K - 1), legs[:-1]], ll_legs[1:][np.arange(K - 1), legs[:-1]]
+        if not np.all(np.isfinite(ll_legs)):
+            ll = np.where(np.isfinite(ll_legs).all(axis=1), ll, np.nan)
     if not np.all(np.isfinite(ll)):
         bad = int(np.flatnonzero(~np.isfinite(ll))[0])
         raise FloatingPointError(f"non-finite log-likelihood {ll[bad]} at level {bad} (b={betas[bad]:.6g}), "
                                  f"scan {scan}: the target's log-density returned NaN/inf")
-    log_alpha = (betas[1:] - betas[:-1]) * (ll[:-1] - ll[1:])
+    log_alpha = (betas[1:] - betas[:-1]) * (ll_lo - ll_hi)
     accept_prob = np.minimum(1.0, np.exp(np.minimum(log_alpha, 0.0)))
     parity = swap_parity(scheme, seed, chain, scan)
     proposed = (np.arange(K - 1) % 2) == parity
@@ -186,11 +217,19 @@ def communicate(prev: SwapRecord, betas: np.ndarray, scheme: str, seed: int, cha
     return SwapRecord(scan=int(scan), levels=levels, loglik=ll, energy=by_replica("energy")[at_level],
                       abs_m=by_replica("abs_m")[at_level], local_accept=by_replica("accept")[at_level],
                       accept_prob=accept_prob, proposed=proposed, accepted=accepted,
-                      replica_accept=by_replica("accept"))
+                      replica_accept=by_replica("accept"), target_x=_target_states(block_stats, at_level, betas))
+
+
+def _target_states(block_stats, at_level, betas):
+    """States of the replicas at the target levels (b = 1), in level order: [n_t, d], or None."""
+    if block_stats[0].target_ids is None:
+        return None
+    row = {int(r): x for s in block_stats for r, x in zip(s.target_ids, s.target_x)}
+    return np.stack([row[int(at_level[k])] for k in np.flatnonzero(betas == 1.0)])
 
 
 def run_scans(state: BlockState, prev: list, betas: np.ndarray, step_sizes: np.ndarray, target,
-              params: ExploreParams, scheme: str, scan0: int, n_scans: int):
+              params: ExploreParams, scheme: str, scan0: int, n_scans: int, path=None):
     """Several scans of a whole chain in one task: explore all replicas, then swap, ``n_scans`` times.
 
     ``state`` holds *all* replicas of the chain; ``prev`` is the list of records returned by the
@@ -201,8 +240,9 @@ def run_scans(state: BlockState, prev: list, betas: np.ndarray, step_sizes: np.n
     rec = prev[-1]
     records = []
     for s in range(int(scan0), int(scan0) + int(n_scans)):
-        state, stats = explore_block(state, rec, betas, step_sizes, target, params, s)
-        rec = communicate(rec, betas, scheme, params.seed, params.chain, s, stats)
+        state, stats = explore_block(state, rec, betas, step_sizes, target, params, s, path)
+        rec = communicate(rec, betas, scheme, params.seed, params.chain, s, stats,
+                          legs=None if path is None else path.legs)
         records.append(rec)
     return state, records
 
@@ -211,7 +251,8 @@ class RoundTrace(NamedTuple):
     """The records of one round of one chain, stacked over scans (the per-level recorder).
 
     scans: int64 [T]; levels: int64 [T, R] (post-swap); loglik, energy, abs_m, local_accept: [T, K];
-    accept_prob: [T, K-1]; proposed, accepted: bool [T, K-1]; replica_accept: [T, R].
+    accept_prob: [T, K-1]; proposed, accepted: bool [T, K-1]; replica_accept: [T, R];
+    target_x: [T, n_t, d] states at the target levels (with a path), else None.
     """
 
     scans: np.ndarray
@@ -224,18 +265,25 @@ class RoundTrace(NamedTuple):
     proposed: np.ndarray
     accepted: np.ndarray
     replica_accept: np.ndarray
+    target_x: np.ndarray | None = None
+
+
+def _stack(records, field):
+    if field == "scans":
+        return np.array([r.scan for r in records], dtype=np.int64)
+    if getattr(records[0], field) is None:
+        return None
+    return np.stack([np.asarray(getattr(r, field)) for r in records])
 
 
 def stack_records(records) -> RoundTrace:
     """Record a sequence of SwapRecords (in scan order) into a RoundTrace."""
     records = sorted(records, key=lambda r: r.scan)
-    return RoundTrace(*(np.stack([np.asarray(getattr(r, f)) for r in records]) if f != "scans"
-                        else np.array([r.scan for r in records], dtype=np.int64)
-                        for f in RoundTrace._fields))
+    return RoundTrace(*(_stack(records, f) for f in RoundTrace._fields))
 
 
 def merge_traces(a: RoundTrace | None, b: RoundTrace) -> RoundTrace:
     """Concatenate two traces along the scan axis (``a`` may be None: the empty recorder)."""
     if a is None:
         return b
-    return RoundTrace(*(np.concatenate([x, y]) for x, y in zip(a, b)))
+    return RoundTrace(*(None if x is None else np.concatenate([x, y]) for x, y in zip(a, b)))

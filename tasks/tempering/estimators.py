@@ -193,7 +193,7 @@ def per_level_summary(trace) -> LevelSummary:
     return LevelSummary(mean=mean, var=var, ess=ess, mcse=mcse)
 
 
-def _series_se(phi: np.ndarray) -> float:
+def series_se(phi: np.ndarray) -> float:
     """SE of the mean of one (autocorrelated) series: sqrt(var / ESS)."""
     var = float(np.var(phi))
     if var == 0.0:
@@ -216,6 +216,14 @@ def stepping_stone_joint(betas, loglik) -> LogZEstimate:
     Args: betas float [K]; loglik float [K, T] (scan-aligned: column t is one scan of the chain).
     Returns: LogZEstimate(estimate, se).
     """
+    est, phi = stepping_stone_influence(betas, loglik)
+    return LogZEstimate(est, series_se(phi))
+
+
+def stepping_stone_influence(betas, loglik) -> tuple[float, np.ndarray]:
+    """The estimate of :func:`stepping_stone_joint` and its influence series ``phi`` [T] (the
+    first-order error of the estimate is ``mean_t phi_t``); used to combine estimators that share
+    scans (the two legs of a stabilized chain) with a joint SE."""
     b, ll = _check_inputs(betas, loglik)
     fwd = stepping_stone(b, ll, "forward").estimate
     rev = stepping_stone(b, ll, "reverse").estimate
@@ -225,17 +233,23 @@ def stepping_stone_joint(betas, loglik) -> LogZEstimate:
     c = -delta * ll[1:]
     v = np.exp(c - c.max(axis=1, keepdims=True))  # [K-1, T]
     phi = 0.5 * (w / w.mean(axis=1, keepdims=True)).sum(axis=0) - 0.5 * (v / v.mean(axis=1, keepdims=True)).sum(axis=0)
-    return LogZEstimate(0.5 * (fwd + rev), _series_se(phi))
+    return 0.5 * (fwd + rev), phi
 
 
 def thermodynamic_integration_joint(betas, loglik) -> LogZEstimate:
     """Thermodynamic integration (trapezoid rule) with a joint SE: the SE of the mean over scans of
     ``phi_t = sum_k c_k l_{k,t}`` (``c_k`` the trapezoid weights), which keeps the correlations
     between levels. The discretisation bias is not in the SE."""
+    est, phi = thermodynamic_integration_influence(betas, loglik)
+    return LogZEstimate(est, series_se(phi))
+
+
+def thermodynamic_integration_influence(betas, loglik) -> tuple[float, np.ndarray]:
+    """The estimate of :func:`thermodynamic_integration_joint` and its series ``sum_k c_k l_{k,t}`` [T]."""
     b, ll = _check_inputs(betas, loglik)
     est = thermodynamic_integration(b, ll).estimate
     d = np.diff(b)
     c = np.zeros_like(b)
     c[:-1] += 0.5 * d
     c[1:] += 0.5 * d
-    return LogZEstimate(est, _series_se((c[:, None] * ll).sum(axis=0)))
+    return est, (c[:, None] * ll).sum(axis=0)

@@ -28,12 +28,15 @@ class ExploreInfo(NamedTuple):
     energy: float64 [R], the Ising energy E(s) (NaN for continuous targets).
     abs_m: float64 [R], |magnetisation| per site (Ising) or |x|_2 (continuous).
     accept: float64 [R], fraction of local moves accepted (Ising: spin changes per site update).
+    loglik_legs: float64 [R, G], l_g(x) = log gamma(x) - log ref_g(x) for each leg's reference g, when a
+        path (:class:`tasks.tempering.variational.Path`) was given; None otherwise.
     """
 
     loglik: np.ndarray
     energy: np.ndarray
     abs_m: np.ndarray
     accept: np.ndarray
+    loglik_legs: np.ndarray | None = None
 
 
 def ising_initial_spins(target, replica_ids, seed: int, chain: int) -> np.ndarray:
@@ -90,26 +93,58 @@ def _draws(replica_ids, seed, chain, scan, n_steps, dim):
     return z0, z, u, jit
 
 
+def _select(values, leg):
+    """Per row, the value of the row's leg: values is a list (one per leg) of [R] or [R, d]."""
+    if len(values) == 1:
+        return values[0]
+    pick = leg.reshape(leg.shape + (1,) * (values[0].ndim - 1))
+    return np.where(pick == 0, values[0], values[1])
+
+
+def _path_functions(target, path, leg):
+    """log pi_b and its gradient along the path(s): the target's own reference when ``path`` is None
+    (the historical arithmetic), else each replica's leg reference ``path.references[leg]``."""
+    if path is None:
+        return (lambda x, b: _targets.continuous_log_pi(target, x, b),
+                lambda x, b: _targets.continuous_grad_log_pi(target, x, b))
+    refs = path.references
+
+    def log_pi(x, b):
+        ref = _select([r.log_density(x) for r in refs], leg)
+        return ref + b * (target.log_gamma(x) - ref)
+
+    def grad_log_pi(x, b):
+        g_ref = _select([r.grad_log_density(x) for r in refs], leg)
+        return (1.0 - b)[:, None] * g_ref + b[:, None] * target.grad_log_gamma(x)
+
+    return log_pi, grad_log_pi
+
+
 def explore_continuous(target, x, b, step, replica_ids, seed: int, chain: int, scan: int, n_steps: int,
-                       method: str, n_leapfrog: int = 10):
+                       method: str, n_leapfrog: int = 10, path=None, leg=None):
     """Random-walk Metropolis or HMC moves of each replica on ``pi_b``.
 
     x: float64 [R, d] (not modified); b: [R] levels' annealing parameters; step: [R] proposal
     scale (RWM) or leapfrog step size (HMC). Replicas at ``b == 0`` are drawn exactly from the
     reference instead (an independent sample is the best local move there).
+    path: None (the target's own reference) or a :class:`tasks.tempering.variational.Path`, whose
+    ``references[leg[i]]`` is replica i's reference; leg: int [R].
     Returns ``(new_x, ExploreInfo)``.
     """
     x = np.array(x, dtype=np.float64, copy=True)
     b = np.asarray(b, dtype=np.float64)
     step = np.asarray(step, dtype=np.float64)[:, None]
     R, d = x.shape
+    leg = np.zeros(R, dtype=np.int64) if leg is None else np.asarray(leg, dtype=np.int64)
+    log_pi, grad_log_pi = _path_functions(target, path, leg)
     z0, z, u, jit = _draws(replica_ids, seed, chain, scan, n_steps, d)
     n_acc = np.zeros(R)
-    logp = _targets.continuous_log_pi(target, x, b)
+    logp = log_pi(x, b)
     for t in range(n_steps):
         if method == "rwm":
             prop = x + step * z[:, t, :]
-            logp_prop = _targets.continuous_log_pi(target, prop, b)
+            momentum_ok = True
+            logp_prop = log_pi(prop, b)
             log_ratio = logp_prop - logp
         elif method == "hmc":
             # The step size is jittered by +-20% per trajectory (Neal 2011), so that no fixed
@@ -117,16 +152,19 @@ def explore_continuous(target, x, b, step, replica_ids, seed: int, chain: int, s
             eps = step * (0.8 + 0.4 * jit[:, t:t + 1])
             p0 = z[:, t, :]
             q = x.copy()
-            p = p0 + 0.5 * eps * _targets.continuous_grad_log_pi(target, q, b)
+            p = p0 + 0.5 * eps * grad_log_pi(q, b)
             for i in range(n_leapfrog):
                 q = q + eps * p
-                g = _targets.continuous_grad_log_pi(target, q, b)
+                g = grad_log_pi(q, b)
                 p = p + (eps if i < n_leapfrog - 1 else 0.5 * eps) * g
             prop = q
-            logp_prop = _targets.continuous_log_pi(target, prop, b)
+            momentum_ok = np.all(np.isfinite(p), axis=1)
+            logp_prop = log_pi(prop, b)
             log_ratio = (logp_prop - 0.5 * np.sum(p * p, axis=1)) - (logp - 0.5 * np.sum(p0 * p0, axis=1))
         else:
             raise ValueError(f"unknown continuous explorer {method!r}")
+        diverged = ~(np.all(np.isfinite(prop), axis=1) & momentum_ok)  # a trajectory that overflowed: rejected
+        logp_prop = np.where(diverged, -np.inf, logp_prop)
         if np.isnan(logp_prop).any():
             i = int(np.flatnonzero(np.isnan(logp_prop))[0])
             raise FloatingPointError(f"the log-density returned NaN at x={np.array2string(prop[i], precision=4)} "
@@ -138,9 +176,18 @@ def explore_continuous(target, x, b, step, replica_ids, seed: int, chain: int, s
         n_acc += acc
     at_ref = b == 0.0
     if at_ref.any():
-        x[at_ref] = target.reference.scale * z0[at_ref]
+        if path is None:
+            x[at_ref] = target.reference.from_standard(z0[at_ref])
+        else:
+            x[at_ref] = _select([r.from_standard(z0[at_ref]) for r in path.references], leg[at_ref])
         n_acc[at_ref] = n_steps
-    ll = _targets.continuous_loglik(target, x)
+    legs_ll = None
+    if path is None:
+        ll = _targets.continuous_loglik(target, x)
+    else:
+        lg = target.log_gamma(x)
+        legs_ll = np.stack([lg - r.log_density(x) for r in path.references], axis=1)  # [R, G]
+        ll = legs_ll[np.arange(R), leg]
     info = ExploreInfo(loglik=ll, energy=np.full(R, np.nan), abs_m=np.linalg.norm(x, axis=1),
-                       accept=n_acc / max(n_steps, 1))
+                       accept=n_acc / max(n_steps, 1), loglik_legs=legs_ll)
     return x, info

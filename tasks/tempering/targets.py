@@ -100,6 +100,10 @@ class GaussianReference(NamedTuple):
     def sample(self, rng: np.random.Generator, n: int) -> np.ndarray:
         return self.scale * rng.standard_normal((n, self.dim))
 
+    def from_standard(self, z: np.ndarray) -> np.ndarray:
+        """Exact draws from iid standard normals z [n, d]."""
+        return self.scale * z
+
 
 class GaussianMixtureTarget(NamedTuple):
     """Unnormalised mixture ``gamma(x) = sum_k w_k exp(-|x - mu_k|^2 / (2 sigma_k^2))``.
