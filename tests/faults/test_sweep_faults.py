@@ -114,7 +114,9 @@ def _alive(procs) -> list:
 
 def _kill_mid_job(cl, proc, uri, watch, log_path, timeout=150):
     """SIGKILL the worker process holding a sweep job whose own pipeline tasks have started finishing
-    (at least MIN_DONE of them) while the job's task is still processing there. Returns what was hit."""
+    (at least MIN_DONE of them) while the job's task is still processing there. Returns what was hit.
+    Nothing slow stands between the check and the kill; whether the job had in fact ended first is
+    checked afterwards from what MLflow holds (an objective logged before ``kill_ms``)."""
     from mlflow.tracking import MlflowClient
 
     client, jobs_of_token = None, {}
@@ -142,9 +144,6 @@ def _kill_mid_job(cl, proc, uri, watch, log_path, timeout=150):
             address = on[0].address
             nanny = next(n for n in cl.workers.values() if n.worker_address == address)
             pid = nanny.process.pid
-            before = client.get_run(run_id)
-            assert before.info.status == "RUNNING" and "objective" not in before.data.metrics, \
-                "killed too late: proves nothing"
             runners = _job_runners_of(pid)
             assert runners, f"no job-runner process under the worker that runs job {idx}"
             kill_ms = int(time.time() * 1000)
