@@ -212,6 +212,7 @@ def test_a_sweep_over_the_local_tls_profile(certs, tmp_path):
                         "cluster.profile=local_tls", f"tracking.uri={uri}"], cwd=tmp_path, capture_output=True,
                        text=True, timeout=300, env={**__import__("os").environ, "PYTHONPATH": str(REPO)})
     assert r.returncode == 0, (r.stdout[-2000:], r.stderr[-3000:])
+    assert "pgmflow: sweep cluster: local_tls (2 workers)" in r.stdout, r.stdout[-2000:]
     tr, parents, children = runs(uri)
     assert len(parents) == 1 and len(children) == 2 and all(c.info.status == "FINISHED" for c in children)
     assert all(c.data.tags.get("pgmflow.cluster.profile", "").endswith("local_tls") for c in children), \
