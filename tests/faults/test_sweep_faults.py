@@ -49,13 +49,17 @@ def _env():
 
 @pytest.fixture(scope="module")
 def cluster():
-    """2 worker processes (1 thread each) whose scheduler and nannies live in this process."""
+    """2 worker processes (1 thread each) whose scheduler and nannies live in this process. At the end,
+    the job runners the workers kept (idle, for later jobs) exit with them."""
     from distributed import LocalCluster
 
     env = {"NUMBA_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
     with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0",
                       silence_logs=logging.CRITICAL, env=env) as cl:
         yield cl
+        runners = [r for n in list(cl.workers.values()) if n.process is not None and n.process.pid
+                   for r in _job_runners_of(n.process.pid)]
+    _assert_no_orphaned_runner(runners)
 
 
 def _memory_watch(cl):
@@ -120,25 +124,26 @@ def _kill_mid_job(cl, proc, uri, watch, log_path, timeout=150):
     from mlflow.tracking import MlflowClient
 
     client, jobs_of_token = None, {}
+    earlier = {k for k in list(cl.scheduler.tasks) if str(k).startswith(JOB_KEY)}  # another sweep's, if any
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         assert proc.poll() is None, f"the sweep ended before a job was seen under way\n{log_path.read_text()[-3000:]}"
         time.sleep(0.02)
-        done = list(watch.keys)
-        if not any(k.startswith("pt-") for k in done):
-            continue  # no job's pipeline under way yet
-        if client is None:  # the launcher created the store and every child run before any job ran
+        jobs = [ts for k, ts in list(cl.scheduler.tasks.items()) if str(k).startswith(JOB_KEY) and k not in earlier]
+        if not jobs:
+            continue
+        if client is None:  # the launcher created the store and every child run before it submitted a job
             client = MlflowClient(tracking_uri=uri)
             exp = client.get_experiment_by_name("pgmflow")
             children = [r for r in client.search_runs([exp.experiment_id]) if "mlflow.parentRunId" in r.data.tags]
             jobs_of_token = {c.info.run_id[:12]: (c.data.tags["pgmflow.sweep.job"], c.info.run_id) for c in children}
             assert len(jobs_of_token) == 3, jobs_of_token
+        done = list(watch.keys)
         for token, (idx, run_id) in jobs_of_token.items():
             if sum(token in k for k in done) < MIN_DONE:
-                continue
-            tasks = [ts for k, ts in list(cl.scheduler.tasks.items())
-                     if str(k).startswith(JOB_KEY) and str(k).split("-")[-2] == idx]
-            on = [ts.processing_on for ts in tasks if ts.state == "processing" and ts.processing_on is not None]
+                continue  # the job's pipeline (its task keys carry the run's token) is not under way yet
+            on = [ts.processing_on for ts in jobs if str(ts.key).split("-")[-2] == idx and ts.state == "processing"
+                  and ts.processing_on is not None]
             if not on:
                 continue
             address = on[0].address
@@ -162,12 +167,12 @@ def _start_sweep(tmp_path, uri, address, extra=(), name="first"):
     return cmd, proc, log_path
 
 
-def _assert_no_orphaned_runner(hit):
-    """The killed worker's job runners exit on their own (their watchdog sees the parent gone)."""
+def _assert_no_orphaned_runner(runners):
+    """These job runners exit on their own once their worker is gone (their watchdog sees the parent go)."""
     deadline = time.monotonic() + 15
-    while _alive(hit["runners"]) and time.monotonic() < deadline:
+    while _alive(runners) and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert not _alive(hit["runners"]), f"orphaned job runner(s): {[p.pid for p in _alive(hit['runners'])]}"
+    assert not _alive(runners), f"orphaned job runner(s): {[p.pid for p in _alive(runners)]}"
 
 
 _UNDISTURBED = r"""
@@ -228,7 +233,7 @@ def test_worker_killed_under_a_sweep_job_is_retried(undisturbed, cluster, tmp_pa
     finally:
         _remove(cluster, watch)
     out = log_path.read_text()
-    _assert_no_orphaned_runner(hit)
+    _assert_no_orphaned_runner(hit["runners"])
 
     tr, parents, children = runs(uri)
     assert len(parents) == 1 and len(children) == 3
@@ -267,7 +272,7 @@ def test_worker_killed_past_its_retries_fails_the_job_then_a_rerun_completes(und
         cluster.scheduler.allowed_failures = allowed
         _remove(cluster, watch)
     out = log_path.read_text()
-    _assert_no_orphaned_runner(hit)
+    _assert_no_orphaned_runner(hit["runners"])
 
     tr, parents, children = runs(uri)
     assert len(parents) == 1 and len(children) == 3
