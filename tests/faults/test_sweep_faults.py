@@ -184,13 +184,16 @@ print(json.dumps({s: run(job + ["seed=" + s], uri)[0]["objective"] for s in seed
 
 
 @pytest.fixture(scope="module")
-def undisturbed(tmp_path_factory):
+def undisturbed(tmp_path_factory, mlflow_template):
     """seed -> objective of JOB run alone on the synchronous scheduler. Computed in a separate process
     started now, beside the sweeps (most of a sweep's first seconds are one process importing), and
     read when a test first needs it; json keeps the floats' bits."""
     import json
 
+    import shutil
+
     d = tmp_path_factory.mktemp("undisturbed")
+    shutil.copyfile(mlflow_template, d / "mlflow.db")  # a migrated empty store (tests/conftest.py)
     proc = subprocess.Popen([sys.executable, "-c", _UNDISTURBED, json.dumps(JOB), SEEDS.split("=")[1],
                              f"sqlite:///{d / 'mlflow.db'}"], cwd=d, env=_env(), stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
