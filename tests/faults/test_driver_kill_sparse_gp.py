@@ -5,16 +5,11 @@ done, and ends with the same model, bit for bit, as an undisturbed fit."""
 
 import json
 import logging
-import os
-import signal
-import subprocess
-import sys
-import time
-from collections import Counter
 
 import numpy as np
 
 from tests.conftest import REPO
+from tests.faults.test_driver_kill import _kill_after_saves, _TaskCounter
 from tests.pipelines.helpers import assert_one_value_per_step, assert_same_metric_histories, run
 
 ARGS = ["pipeline=sparse_gp", "gp_data=diabetes", "sparse_gp.m=16", "sparse_gp.max_iter=40", "sparse_gp.chunk_size=100",
@@ -39,7 +34,8 @@ def test_killed_sparse_gp_fit_continues_from_its_last_iteration(tmp_path):
     from pipelines.core.tracking import Tracker
 
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    run_id = _kill_when_checkpointed(ARGS, tmp_path, uri)
+    # killed once a checkpoint of iteration 5 or later is in the run's artifacts
+    run_id = _kill_after_saves(ARGS, tmp_path, uri, "sparse_gp", min_files=1, subdir="checkpoints", ready=_enough)
     tr = Tracker(uri, "pgmflow")
     assert tr.client.get_run(run_id).info.status == "RUNNING"
     at_kill = _checkpointed(tmp_path, run_id)
@@ -78,49 +74,3 @@ def _enough(path) -> bool:
             return int(z["nit"]) >= 5
     except Exception:
         return False
-
-
-def _kill_when_checkpointed(args, tmp_path, uri) -> str:
-    """Start the CLI; SIGKILL its process group (driver and LocalCluster) once a checkpoint of
-    iteration 5 or later is in the run's artifacts."""
-    env = {**os.environ, "PYTHONPATH": str(REPO), "PYTHONUNBUFFERED": "1"}
-    cmd = [sys.executable, "-m", "pipelines", *args, f"tracking.uri={uri}", "cluster.n_workers=2"]
-    log_path = tmp_path / "sparse_gp.txt"
-    run_id = None
-    with open(log_path, "w") as log:
-        proc = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=log, stderr=subprocess.STDOUT,
-                                start_new_session=True)
-        try:
-            deadline = time.monotonic() + 180
-            while time.monotonic() < deadline and proc.poll() is None:
-                text = log_path.read_text()
-                if run_id is None and "sparse_gp run " in text:
-                    run_id = text.split("sparse_gp run ")[1].split()[0]
-                if run_id is not None:
-                    part = tmp_path / "mlartifacts" / run_id / "artifacts" / "checkpoints"
-                    if part.exists() and any(_enough(f) for f in part.glob("lbfgs_*.npz")):
-                        break
-                time.sleep(0.02)
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(30)
-        finally:
-            if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGKILL)
-    out = log_path.read_text()
-    assert run_id is not None, out[-3000:]
-    assert "finished" not in out, "the run finished before it was killed; the test proves nothing"
-    return run_id
-
-
-class _TaskCounter:
-    """A scheduler plugin counting, by key prefix, the tasks that completed (reached memory)."""
-
-    def __init__(self, prefixes):
-        self.prefixes = list(prefixes)
-        self.counts = Counter()
-
-    def transition(self, key, start, finish, *args, **kwargs):
-        if finish == "memory":
-            for p in self.prefixes:
-                if str(key).startswith(p):
-                    self.counts[p] += 1
