@@ -10,7 +10,7 @@ STAMP  := $(VENV)/.installed
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev,optuna]' --config-settings editable_mode=compat
+	$(BIN)/python -m pip install --quiet -e '.[dev,optuna]'
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -28,7 +28,7 @@ test-fast: $(STAMP)
 # missing, starts munged, slurmctld and slurmd on this host for the session and stops them at the end.
 # Without root or the packages the tests skip with the reason.
 test-slurm: $(STAMP)
-	$(BIN)/python -m pip install --quiet -e '.[dev,slurm]' --config-settings editable_mode=compat
+	$(BIN)/python -m pip install --quiet -e '.[dev,slurm]'
 	$(BIN)/python -m pytest -q -m slurm --durations=10 tests/slurm $(PYTEST_ARGS)
 
 bench: $(STAMP)

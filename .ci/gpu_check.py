@@ -9,7 +9,7 @@ Python runs it). Without a GPU it stops at once with one line saying so (exit 1)
 2. a venv that sees the image's numpy, scipy, numba and CuPy (``python3 -m venv
    --system-site-packages``), and pgmflow with the rest of its dependencies installed into it
    from ``.whl/`` with ``--no-index`` (no network needed);
-3. what CuPy finds (``tasks.backend.gpu_info``: device, CUDA runtime and driver, CuPy, NVRTC);
+3. what CuPy finds (``pgmflow.tasks.backend.gpu_info``: device, CUDA runtime and driver, CuPy, NVRTC);
 4. ``pytest -m gpu``: every GPU kernel against its CPU twin (bit for bit where the design promises
    it: tempering's Philox kernel with integer thresholds; to tolerances elsewhere);
 5. every pipeline once in debug size on the GPU: ``pgmflow pipeline=X debug=default backend=cupy``
@@ -210,7 +210,7 @@ def main() -> int:
 
     # 3. what CuPy finds, and the versions that matter
     probe = ("import json, platform, importlib.metadata as md\n"
-             "from tasks.backend import gpu_info, describe_gpu\n"
+             "from pgmflow.tasks.backend import gpu_info, describe_gpu\n"
              "info = gpu_info()\n"
              "v = {}\n"
              "for p in ('pgmflow', 'numpy', 'scipy', 'numba', 'cupy-cuda13x', 'cupy-cuda12x', 'dask', 'distributed',\n"
@@ -223,7 +223,7 @@ def main() -> int:
                   ok=lambda rc, out: rc == 0 and (rehearsal or '"available": true' in out),
                   summarize=lambda out: (json.loads(out.strip().splitlines()[-1])["line"]
                                          if out.strip().startswith("{") else tail(out)),
-                  display="python -c 'tasks.backend.gpu_info()'")
+                  display="python -c 'pgmflow.tasks.backend.gpu_info()'")
     try:
         facts = json.loads(out.strip().splitlines()[-1])
     except (ValueError, IndexError):
@@ -345,7 +345,7 @@ print(f"{repo} on sys.path through {site}/pgmflow-checkout.pth; {script} runs {m
 def entry_point() -> list[str]:
     """pgmflow's console script from pyproject.toml: [module, function]."""
     m = re.search(r'^pgmflow\s*=\s*"([\w.]+):(\w+)"', (REPO / "pyproject.toml").read_text(), flags=re.M)
-    return [m.group(1), m.group(2)] if m else ["pipelines.core.cli", "main"]
+    return [m.group(1), m.group(2)] if m else ["pgmflow.pipelines.core.cli", "main"]
 
 
 def wheel_differences(wheel: Path) -> list[str]:

@@ -8,10 +8,10 @@ The model: a periodic L x L Ising lattice at beta = 0.4 (J = 1) with small rando
 from the first iteration). Both implementations run the same damped (0.5) synchronous schedule
 from zero messages, for a fixed number of iterations (tol = 0, so neither stops early):
 
-* **peer**: ``tasks.bounds.messages.lattice_messages_xp`` on NumPy arrays, the update written the
+* **peer**: ``pgmflow.tasks.bounds.messages.lattice_messages_xp`` on NumPy arrays, the update written the
   obvious way, vectorised per edge direction (four message arrays, neighbour sums by ``roll``);
   the same function is pgmflow's CuPy path on a GPU;
-* **ours**: ``tasks.bounds.lattice_kernel.lattice_messages_numba``, what the pipeline runs on
+* **ours**: ``pgmflow.tasks.bounds.lattice_kernel.lattice_messages_numba``, what the pipeline runs on
   lattices: the same iterates kept as ``w = exp(2u)``, so a message costs two divisions and a
   square root and no exp or log (TRW adds one exp and one log per site), in contiguous row loops
   that the compiler vectorises, parallel over rows; on 1 thread and on every core. Also timed:
@@ -38,8 +38,8 @@ sys.path.insert(0, str(REPO))
 import numpy as np  # noqa: E402
 
 from _machine import cpu_name, emit  # noqa: E402
-from tasks import backend  # noqa: E402
-from tasks.bounds import lattice_kernel, messages, mrf  # noqa: E402
+from pgmflow.tasks import backend  # noqa: E402
+from pgmflow.tasks.bounds import lattice_kernel, messages, mrf  # noqa: E402
 
 
 def best(f, repeats):

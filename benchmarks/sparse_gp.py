@@ -8,12 +8,12 @@
 The data: ``sklearn.datasets.make_friedman1(n_samples=n + n_test, n_features=10, noise=1.0,
 random_state=0)``; the first n = 100,000 rows train, the next 20,000 are held out. Both fits see the
 same standardised data (pgmflow's ``Standardizer`` of the training rows), start from the same
-m = 256 inducing inputs (``pipelines.sparse_gp.evaluations.initial_inducing``: k-means++ with 10 Lloyd
-iterations on a 20,000-row subsample, seeded by ``tasks.rng``) and the same hyperparameters
+m = 256 inducing inputs (``pgmflow.pipelines.sparse_gp.evaluations.initial_inducing``: k-means++ with 10 Lloyd
+iterations on a 20,000-row subsample, seeded by ``pgmflow.tasks.rng``) and the same hyperparameters
 (lengthscale 1 in every input, scale 1, noise variance 0.1, in standardised units), and both
 optimise the hyperparameters and the inducing inputs.
 
-* pgmflow: the pipeline's own objective (``pipelines.sparse_gp.evaluations.Evaluations``: one task per chunk of
+* pgmflow: the pipeline's own objective (``pgmflow.pipelines.sparse_gp.evaluations.Evaluations``: one task per chunk of
   10,000 rows computes the SGPR statistics, the driver adds them in chunk order and does the
   m x m algebra, one task per chunk computes the gradient) on a LocalCluster of 2 worker
   processes with 1 thread each (OMP/OPENBLAS/MKL/NUMBA threads = 1 in the workers); the chunks
@@ -31,7 +31,7 @@ the starting point are printed side by side (per training row; they should agree
 Targets (issue 5): pgmflow >= 5x faster per evaluation, test RMSE within 2% of GPyTorch's.
 
 ``--large``: issue 5's criterion 3. ``--large-n`` (10,000,000) Friedman #1 rows are written to a
-memory-mapped ``.npy`` file part by part (``tasks.gp.data.friedman1``, never whole in memory),
+memory-mapped ``.npy`` file part by part (``pgmflow.tasks.gp.data.friedman1``, never whole in memory),
 then ``pgmflow pipeline=sparse_gp gp_data=npy`` runs in this process (m = 512, fixed inducing
 inputs, ``--large-iters`` L-BFGS iterations) on a LocalCluster of 2 workers with a
 ``--memory-limit``; the chunk tasks read their rows from the file. Reported: seconds per
@@ -89,11 +89,11 @@ def run_pgmflow(Xs, ys, Xts, yt, std, Z0, a):
     import distributed
     from distributed import Client
 
-    from pipelines.core.graph import Executor
-    from pipelines.sparse_gp import evaluations as sg
-    from tasks.gp import chunks
-    from tasks.gp import kernels as kern
-    from tasks.gp import stats as gstats
+    from pgmflow.pipelines.core.graph import Executor
+    from pgmflow.pipelines.sparse_gp import evaluations as sg
+    from pgmflow.tasks.gp import chunks
+    from pgmflow.tasks.gp import kernels as kern
+    from pgmflow.tasks.gp import stats as gstats
 
     params0 = kern.make_params(LENGTHSCALE, VARIANCE, NOISE, d=Xs.shape[1])
     m, d = Z0.shape
@@ -233,9 +233,9 @@ def run_gpytorch(Xs, ys, Xts, yt, std, Z0, a):
 
 
 def our_bound_at(params, Xs, ys):
-    """pgmflow's SGPR bound (in-process, ``tasks.gp.bounds.value_and_grad``) at GPyTorch's optimum."""
-    from tasks.gp import bounds as gbounds
-    from tasks.gp import kernels as kern
+    """pgmflow's SGPR bound (in-process, ``pgmflow.tasks.gp.bounds.value_and_grad``) at GPyTorch's optimum."""
+    from pgmflow.tasks.gp import bounds as gbounds
+    from pgmflow.tasks.gp import kernels as kern
 
     ls, s, noise, Z = params
     p = kern.make_params(ls, s, noise)
@@ -243,8 +243,8 @@ def our_bound_at(params, Xs, ys):
 
 
 def compare(a):
-    from pipelines.sparse_gp import evaluations as sg
-    from tasks.gp.data import Standardizer
+    from pgmflow.pipelines.sparse_gp import evaluations as sg
+    from pgmflow.tasks.gp.data import Standardizer
 
     t0 = time.perf_counter()
     X, y, Xt, yt = make_data(a.n, a.n_test)
@@ -306,7 +306,7 @@ def compare(a):
 # --- large: a memory-mapped file through the pipeline ------------------------------------------------
 
 def write_npy(path: Path, n: int, seed: int, part_rows: int = 500_000):
-    from tasks.gp import data as gdata
+    from pgmflow.tasks.gp import data as gdata
 
     mm = np.lib.format.open_memmap(path, mode="w+", dtype=np.float64, shape=(n, 11))
     for k, lo in enumerate(range(0, n, part_rows)):
@@ -345,8 +345,8 @@ def large(a):
     from hydra import compose, initialize_config_dir
     from omegaconf import OmegaConf
 
-    from pipelines.core import runner
-    from pipelines.sparse_gp import data as gp_data
+    from pgmflow.pipelines.core import runner
+    from pgmflow.pipelines.sparse_gp import data as gp_data
 
     n = a.large_n
     tmp = Path(a.large_dir or tempfile.mkdtemp(prefix="pgmflow-gp-large-"))

@@ -26,7 +26,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 def cli(args, cwd, uri):
     env = {**os.environ, "PYTHONPATH": str(REPO), "PYTHONUNBUFFERED": "1"}
-    return [sys.executable, "-m", "pipelines", *args, f"tracking.uri={uri}", "cluster.n_workers=2"], env
+    return [sys.executable, "-m", "pgmflow", *args, f"tracking.uri={uri}", "cluster.n_workers=2"], env
 
 
 def newest_iteration(run_dir: Path) -> int:
@@ -51,7 +51,7 @@ def main():
             "sparse_gp.chunk_size=10000", f"sparse_gp.max_iter={a.iters}", "sparse_gp.figures=false", "progress=false"]
     root = Path(tempfile.mkdtemp(prefix="pgmflow-resume-bench-"))
     uri = f"sqlite:///{root / 'mlflow.db'}"
-    from pipelines.core.tracking import Tracker
+    from pgmflow.pipelines.core.tracking import Tracker
 
     tr = Tracker(uri, "pgmflow")
 

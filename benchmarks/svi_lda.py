@@ -3,7 +3,7 @@
     .venv/bin/python benchmarks/svi_lda.py [--out benchmarks/results/svi_lda.md] [--quick]
     (peers: pip install scikit-learn gensim, or pip install -e '.[bench]')
 
-The corpus: LDA's generative process (``tasks.lda.synthetic``), 20,000 training documents over
+The corpus: LDA's generative process (``pgmflow.tasks.lda.synthetic``), 20,000 training documents over
 5,000 words from 20 topics (true alpha 0.1, eta 0.05, Poisson(150) tokens per document), plus
 1,000 held-out documents from the same topics. Every model: K = 20, alpha = eta = 1/K, one pass,
 minibatches of S documents, step size rho_t = (tau0 + t)^-kappa, at most 100 E-step iterations per
@@ -19,7 +19,7 @@ document with the mean-change tolerance 1e-3, two worker processes:
   to the last minibatch. Like scikit-learn's process pool, the cluster persists between repeats.
 
 Documents per second = training documents / fit time. Held-out perplexity is computed for all
-three by one evaluator, ``tasks.lda.evaluate.completion_log_likelihood`` (document completion: half
+three by one evaluator, ``pgmflow.tasks.lda.evaluate.completion_log_likelihood`` (document completion: half
 of each held-out document's tokens infer its topic proportions, the other half are scored), from
 each model's topic-word matrix (lambda). Targets: pgmflow >= 3x the faster peer's documents per
 second, with held-out perplexity no worse than the better peer's by more than 1 %.
@@ -44,8 +44,8 @@ sys.path.insert(0, str(REPO))
 import numpy as np  # noqa: E402
 
 from _machine import cpu_name  # noqa: E402
-from tasks.lda import corpus as C  # noqa: E402
-from tasks.lda import evaluate, synthetic  # noqa: E402
+from pgmflow.tasks.lda import corpus as C  # noqa: E402
+from pgmflow.tasks.lda import evaluate, synthetic  # noqa: E402
 
 TARGET_RATIO = 3.0
 TARGET_PPL_SLACK = 0.01
@@ -105,8 +105,8 @@ def start_cluster():
 
 
 def run_pgmflow(info, a, workdir: Path, cluster):
-    from pipelines.core.runner import execute
-    from pipelines.core.tracking import Tracker
+    from pgmflow.pipelines.core.runner import execute
+    from pgmflow.pipelines.core.tracking import Tracker
     from tests.conftest import compose
 
     uri = f"sqlite:///{workdir / 'mlflow.db'}"

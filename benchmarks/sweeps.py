@@ -40,7 +40,7 @@ SWEEP = ["pipeline=tempering", "debug=default", "model.L=8,12,16", "seed=0,1,2,3
 
 def run_sweep(launcher: str, workdir: Path, n_workers: int) -> tuple[float, str, str]:
     uri = f"sqlite:///{workdir / 'mlflow.db'}"
-    cmd = [sys.executable, "-m", "pipelines", "-m", f"hydra/launcher={launcher}", *SWEEP,
+    cmd = [sys.executable, "-m", "pgmflow", "-m", f"hydra/launcher={launcher}", *SWEEP,
            f"cluster.n_workers={n_workers}", f"tracking.uri={uri}"]
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     t0 = time.perf_counter()
@@ -53,7 +53,7 @@ def run_sweep(launcher: str, workdir: Path, n_workers: int) -> tuple[float, str,
 
 def objectives(uri: str) -> tuple[dict, int, int]:
     """(overrides key -> objective, FINISHED child runs, parent runs)."""
-    from pipelines.core.tracking import Tracker
+    from pgmflow.pipelines.core.tracking import Tracker
 
     tr = Tracker(uri, "pgmflow")
     exp = tr.client.get_experiment_by_name("pgmflow")

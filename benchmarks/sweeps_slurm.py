@@ -60,7 +60,7 @@ def run_sweep(name: str, launcher_args: list, workdir: Path) -> tuple[float, str
     workdir.mkdir(parents=True)
     uri = f"sqlite:///{workdir / 'mlflow.db'}"
     logs = [f"cluster.options.log_directory={workdir / 'logs'}"] if "cluster.profile=slurm" in launcher_args else []
-    cmd = [sys.executable, "-m", "pipelines", "-m", *launcher_args, *SWEEP, *logs, f"tracking.uri={uri}"]
+    cmd = [sys.executable, "-m", "pgmflow", "-m", *launcher_args, *SWEEP, *logs, f"tracking.uri={uri}"]
     env = {**os.environ, "PYTHONPATH": str(REPO), "PGMFLOW_ORIG_CWD": str(workdir)}
     before = slurm_jobs()
     t0 = time.perf_counter()
@@ -74,7 +74,7 @@ def run_sweep(name: str, launcher_args: list, workdir: Path) -> tuple[float, str
 
 def objectives(uri: str) -> dict:
     """(model.L, seed) -> objective of every finished run that is not a sweep's parent."""
-    from pipelines.core.tracking import Tracker
+    from pgmflow.pipelines.core.tracking import Tracker
 
     tr = Tracker(uri, "pgmflow")
     exp = tr.client.get_experiment_by_name("pgmflow")

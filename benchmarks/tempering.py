@@ -32,8 +32,8 @@ sys.path.insert(0, str(REPO))
 import numpy as np  # noqa: E402
 
 from _machine import cpu_name  # noqa: E402
-from tasks import backend  # noqa: E402
-from tasks.tempering import ising_kernels as K  # noqa: E402
+from pgmflow.tasks import backend  # noqa: E402
+from pgmflow.tasks.tempering import ising_kernels as K  # noqa: E402
 
 BETA_C = 0.4407
 METHOD = "metropolis"

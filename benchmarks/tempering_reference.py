@@ -57,7 +57,7 @@ def compose(overrides):
 
 
 def one_run(target, reference, seed, rounds, replicas, uri):
-    from pipelines.core.runner import execute
+    from pgmflow.pipelines.core.runner import execute
 
     ov = TARGETS[target] + [f"tempering.reference={reference}", f"seed={seed}", f"tempering.n_rounds={rounds}",
                             f"tempering.n_replicas={replicas}", "tempering.n_chains=1", "tempering.explorer=hmc",

@@ -3,13 +3,13 @@
     .venv/bin/python benchmarks/tesla.py [--out benchmarks/results/tesla.md] [--quick]
     (peer: pip install scikit-learn, or pip install -e '.[bench]')
 
-The data: a synthetic time-varying Ising network (``tasks.tesla.synthetic``) with p = 100 nodes,
+The data: a synthetic time-varying Ising network (``pgmflow.tasks.tesla.synthetic``) with p = 100 nodes,
 T = 100 time points and 10 Gibbs samples per time point (100 edges at the start, rewired every 10
 time points). The grid: lambda1 in {0.32, 0.16, 0.08, 0.04, 0.02} x lambda2 in {2, 1, 0.5, 0.25,
 0.125}, i.e. 100 nodes x 25 grid points = 2,500 whole-path problems of 100 x 100 parameters,
 chosen per node by BIC.
 
-* pgmflow: the pipeline's own graph (``pipelines.tesla.run.build_fits``: one task per node and
+* pgmflow: the pipeline's own graph (``pgmflow.pipelines.tesla.run.build_fits``: one task per node and
   lambda2 that solves the lambda1 path warm-started, one selection task per node) on a
   LocalCluster of 1 and of 2 worker processes (1 thread each), started and warmed up (numba
   kernels loaded) before the clock runs. Also timed: pgmflow's static baseline, the same
@@ -42,8 +42,8 @@ sys.path.insert(0, str(REPO))
 import numpy as np  # noqa: E402
 
 from _machine import cpu_name, emit  # noqa: E402
-from tasks.tesla import data as tdata  # noqa: E402
-from tasks.tesla import synthetic  # noqa: E402
+from pgmflow.tasks.tesla import data as tdata  # noqa: E402
+from pgmflow.tasks.tesla import synthetic  # noqa: E402
 
 LAM1 = [0.32, 0.16, 0.08, 0.04, 0.02]
 LAM2 = [2.0, 1.0, 0.5, 0.25, 0.125]
@@ -58,8 +58,8 @@ def make_data(a):
 def run_pgmflow(series, n_workers, methods, a):
     from distributed import Client, LocalCluster
 
-    from pipelines.core.graph import Executor
-    from pipelines.tesla.run import build_fits
+    from pgmflow.pipelines.core.graph import Executor
+    from pgmflow.pipelines.tesla.run import build_fits
 
     env = {"NUMBA_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
     os.environ.update(env)
@@ -81,7 +81,7 @@ def run_pgmflow(series, n_workers, methods, a):
 
 
 def _warm():
-    from tasks.tesla import solver
+    from pgmflow.tasks.tesla import solver
 
     rng = np.random.default_rng(0)
     X = np.where(rng.random((20, 4)) < 0.5, -1, 1).astype(np.int8)
@@ -151,7 +151,7 @@ def main():
     print(f"scikit-learn liblinear: {sk_fits} fits ({sk_skipped} skipped: constant node) in {sk_s:.1f} s", flush=True)
 
     # same objective check: our static solutions against scikit-learn's saga on a sample of problems
-    from tasks.tesla import solver as S
+    from pgmflow.tasks.tesla import solver as S
 
     rng = np.random.default_rng(1)
     sample = [(int(rng.integers(p)), int(rng.integers(T))) for _ in range(20)]

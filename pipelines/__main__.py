@@ -1,6 +1,6 @@
-"""``python -m pipelines`` is the ``pgmflow`` command."""
+"""``python -m pgmflow.pipelines`` is the ``pgmflow`` command (as is ``python -m pgmflow``)."""
 
-from pipelines.core.cli import main
+from pgmflow.pipelines.core.cli import main
 
 if __name__ == "__main__":
     main()

@@ -29,7 +29,7 @@ import functools
 
 import numpy as np
 
-from tasks import backend
+from pgmflow.tasks import backend
 
 __all__ = [
     "PHILOX_M0",

@@ -31,7 +31,7 @@ def compose(overrides=()) -> dict:
 
 
 def gpu_available() -> bool:
-    from tasks import backend
+    from pgmflow.tasks import backend
 
     return backend.gpu_status()[0]
 

@@ -18,13 +18,20 @@ ALLOWED_WORKLOAD_IMPORTS = {("tempering", "bounds")}
 MAX_FUNCTION_LINES, MAX_MODULE_LINES = 80, 500
 
 
+def installed_name(rel: Path) -> str:
+    """The import name of a source file (the package-dir mapping of pyproject.toml): pipelines/_pgmflow/x.py
+    -> pgmflow.x, pipelines/x.py -> pgmflow.pipelines.x, tasks/x.py -> pgmflow.tasks.x; others as they lie."""
+    parts = list(rel.with_suffix("").parts)
+    if parts[:2] == ["pipelines", "_pgmflow"]:
+        parts = ["pgmflow", *parts[2:]]
+    elif parts[0] in ("pipelines", "tasks", "conf"):
+        parts = ["pgmflow", *parts]
+    name = ".".join(parts)
+    return name[:-len(".__init__")] if name.endswith(".__init__") else name
+
+
 def _modules() -> dict[str, Path]:
-    mods = {}
-    for root in ROOTS:
-        for f in sorted((REPO / root).rglob("*.py")):
-            name = ".".join(f.relative_to(REPO).with_suffix("").parts)
-            mods[name[:-len(".__init__")] if name.endswith(".__init__") else name] = f
-    return mods
+    return {installed_name(f.relative_to(REPO)): f for root in ROOTS for f in sorted((REPO / root).rglob("*.py"))}
 
 
 def _resolve(name: str, mods) -> str | None:
@@ -93,7 +100,7 @@ def strongly_connected(graph) -> list[list[str]]:
 
 def _workload(module: str) -> str | None:
     parts = module.split(".")
-    return parts[1] if parts[0] == "pipelines" and len(parts) > 1 and parts[1] != "core" else None
+    return parts[2] if parts[:2] == ["pgmflow", "pipelines"] and len(parts) > 2 and parts[2] != "core" else None
 
 
 def test_the_cycle_finder_finds_a_cycle():
@@ -108,7 +115,7 @@ def test_no_import_cycle():
 
 
 def test_core_imports_no_workload():
-    bad = [f"{m} imports {t}" for m, ts in import_graph().items() if m.startswith("pipelines.core")
+    bad = [f"{m} imports {t}" for m, ts in import_graph().items() if m.startswith("pgmflow.pipelines.core")
            for t in ts if _workload(t)]
     assert not bad, "\n".join(bad)
 
@@ -128,8 +135,8 @@ def test_workloads_do_not_import_each_other():
 
 
 def test_tasks_import_no_pipelines_code():
-    bad = [f"{m} imports {t}" for m, ts in import_graph().items() if m.startswith("tasks")
-           for t in ts if not t.startswith("tasks")]
+    bad = [f"{m} imports {t}" for m, ts in import_graph().items() if m.startswith("pgmflow.tasks")
+           for t in ts if not t.startswith("pgmflow.tasks")]
     assert not bad, "\n".join(bad)
 
 

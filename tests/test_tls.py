@@ -138,7 +138,7 @@ def test_a_tls_client_without_a_certificate_is_refused_by_the_scheduler(tls_clus
 def test_a_pipeline_runs_through_a_tls_address_profile(tls_cluster, certs, tmp_path):
     """pgmflow pipeline=tempering with cluster.file= a cluster file whose address profile has a tls:
     block (paths relative to the file): the run finishes and its tasks ran on the TLS cluster."""
-    from pipelines.core import cluster as cluster_mod
+    from pgmflow.pipelines.core import cluster as cluster_mod
 
     good = certs["good"]
     (tmp_path / "certs").mkdir()
@@ -167,7 +167,7 @@ def test_the_local_tls_profile_starts_a_tls_cluster(certs, tmp_path):
     and its own client computes; a plain client is refused."""
     from distributed import Client
 
-    from pipelines.core import cluster as cluster_mod
+    from pgmflow.pipelines.core import cluster as cluster_mod
 
     good = certs["good"]
     (tmp_path / "c.yaml").write_text(yaml.safe_dump({"profiles": {"local_tls": {
@@ -208,7 +208,7 @@ def test_a_sweep_over_the_local_tls_profile(certs, tmp_path):
         "tls": {"ca_file": good["ca_file"], "cert": good["cert"], "key": good["key"]}}}}))
     job = [*SMALL_ISING, "tempering.n_rounds=3", "tempering.figures=false"]
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    r = subprocess.run([sys.executable, "-m", "pipelines", "-m", *job, "seed=0,1", "cluster.file=c.yaml",
+    r = subprocess.run([sys.executable, "-m", "pgmflow", "-m", *job, "seed=0,1", "cluster.file=c.yaml",
                         "cluster.profile=local_tls", f"tracking.uri={uri}"], cwd=tmp_path, capture_output=True,
                        text=True, timeout=300, env={**__import__("os").environ, "PYTHONPATH": str(REPO)})
     assert r.returncode == 0, (r.stdout[-2000:], r.stderr[-3000:])

@@ -27,7 +27,7 @@ RUNS = {
 
 
 def main(part: str, store: str) -> int:
-    from pipelines.core.runner import execute
+    from pgmflow.pipelines.core.runner import execute
     from tests.conftest import compose
 
     t0 = time.monotonic()

@@ -157,8 +157,8 @@ def _failed(overrides, cfg, hydra_cfg, message: str) -> JobReturn:
 def launch(launcher, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
     import cloudpickle
 
-    from pipelines.core import sweep as sweep_mod
-    from pipelines.core import tracking
+    from pgmflow.pipelines.core import sweep as sweep_mod
+    from pgmflow.pipelines.core import tracking
 
     setup_globals()
     config = launcher.config
@@ -173,7 +173,7 @@ def launch(launcher, job_overrides: Sequence[Sequence[str]], initial_job_idx: in
     task_overrides = list(OmegaConf.to_container(config.hydra.overrides.task))
     sweeper = OmegaConf.to_container(config.hydra.sweeper, resolve=False)
     sweeper.pop("_target_", None)
-    from pipelines.core.errors import EXIT_BAD_INPUT, ConfigError
+    from pgmflow.pipelines.core.errors import EXIT_BAD_INPUT, ConfigError
 
     try:
         session = sweep_mod.open_session(cluster_cfg, tracking_cfg, task_overrides, sweeper,

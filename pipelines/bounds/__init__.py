@@ -3,14 +3,14 @@
 Modules: ``validate`` (the config rules, the Ising model's included), ``models`` (the Ising target
 as an MRF, an MRF from a file, TRW's edge probabilities), ``run`` (``pipeline=bounds``: one task
 per temperature), ``ladder`` (``bounds=true`` in tempering: the bounds at every ladder level),
-``figures``. The numerics, the per-temperature task included, are in ``tasks.bounds``.
+``figures``. The numerics, the per-temperature task included, are in ``pgmflow.tasks.bounds``.
 """
 
-from pipelines.core.registry import Workload
+from pgmflow.pipelines.core.registry import Workload
 
 WORKLOAD = Workload(
     name="bounds",
-    run="pipelines.bounds.run:run",
-    validate="pipelines.bounds.validate:check_bounds_pipeline",
+    run="pgmflow.pipelines.bounds.run:run",
+    validate="pgmflow.pipelines.bounds.validate:check_bounds_pipeline",
     summary="mean-field, Bethe and TRW bounds on log Z of Ising models and pairwise MRFs",
 )

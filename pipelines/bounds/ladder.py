@@ -7,9 +7,9 @@ import math
 import dask
 import numpy as np
 
-from pipelines.bounds.models import ising_model, ising_rho, settings
-from pipelines.core.errors import ConfigError
-from tasks.bounds.per_temperature import bounds_task, lattice_of
+from pgmflow.pipelines.bounds.models import ising_model, ising_rho, settings
+from pgmflow.pipelines.core.errors import ConfigError
+from pgmflow.tasks.bounds.per_temperature import bounds_task, lattice_of
 
 
 def tempering_bounds(ctx, target, betas_per_chain, traces, group: int) -> dict:
@@ -20,7 +20,7 @@ def tempering_bounds(ctx, target, betas_per_chain, traces, group: int) -> dict:
     chain (the cumulative sum of the ladder's ratio estimates), with its standard error.
     Returns the rows and the figure's data; the caller logs them.
     """
-    from tasks.tempering import estimators
+    from pgmflow.tasks.tempering import estimators
 
     if target.kind != "ising":
         raise ConfigError("bounds", True, "variational bounds are for binary pairwise models",

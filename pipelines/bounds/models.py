@@ -5,15 +5,15 @@ from __future__ import annotations
 
 import numpy as np
 
-from pipelines.core.errors import ConfigError
-from tasks.bounds import mrf as _mrf
-from tasks.bounds import trw
-from tasks.bounds.per_temperature import ising_model
+from pgmflow.pipelines.core.errors import ConfigError
+from pgmflow.tasks.bounds import mrf as _mrf
+from pgmflow.tasks.bounds import trw
+from pgmflow.tasks.bounds.per_temperature import ising_model
 
 
 def ising_target(mcfg: dict, T: float):
     """The Ising target of ``model=ising`` at temperature ``T`` (the tempering target, level b = 1)."""
-    from tasks.tempering import targets
+    from pgmflow.tasks.tempering import targets
 
     return targets.make_ising(mcfg["L"], T, mcfg["J"], mcfg["h"], mcfg["couplings"], mcfg["disorder_seed"])
 
@@ -27,7 +27,7 @@ def ising_rho(target, model: _mrf.PairwiseMRF, vcfg: dict):
 
 
 def settings(vcfg: dict, backend: str = "numpy") -> dict:
-    """The keyword arguments of ``tasks.bounds.summary.compute_bounds`` from the variational section."""
+    """The keyword arguments of ``pgmflow.tasks.bounds.summary.compute_bounds`` from the variational section."""
     return dict(damping=float(vcfg["damping"]), max_iter=int(vcfg["max_iter"]), tol=float(vcfg["tol"]),
                 mf_restarts=int(vcfg["mf_restarts"]), backend=backend)
 

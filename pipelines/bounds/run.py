@@ -11,14 +11,14 @@ from __future__ import annotations
 import dask
 import numpy as np
 
-from pipelines.bounds import figures
-from pipelines.bounds.models import ising_model, ising_rho, ising_target, load_mrf, settings
-from pipelines.core import artifacts
-from pipelines.core.partial import PartialResults
-from pipelines.core.progress import Progress
-from tasks.bounds import summary, trw
-from tasks.bounds.per_temperature import bounds_task, lattice_of, small_exact, small_exact_marginals
-from tasks.tempering.exact import reference_log_z
+from pgmflow.pipelines.bounds import figures
+from pgmflow.pipelines.bounds.models import ising_model, ising_rho, ising_target, load_mrf, settings
+from pgmflow.pipelines.core import artifacts
+from pgmflow.pipelines.core.partial import PartialResults
+from pgmflow.pipelines.core.progress import Progress
+from pgmflow.tasks.bounds import summary, trw
+from pgmflow.tasks.bounds.per_temperature import bounds_task, lattice_of, small_exact, small_exact_marginals
+from pgmflow.tasks.tempering.exact import reference_log_z
 
 
 def _jobs(ctx, vcfg, mcfg) -> list[tuple]:

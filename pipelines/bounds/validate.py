@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from pipelines.core.errors import ConfigError
-from pipelines.core.validation import apply, boolean, choice, get, integer, real, unknown_keys
+from pgmflow.pipelines.core.errors import ConfigError
+from pgmflow.pipelines.core.validation import apply, boolean, choice, get, integer, real, unknown_keys
 
 # The Ising model (model=ising) is a binary pairwise model: its rules live here, and tempering, which
 # samples it, takes them from here (tempering -> bounds is the one workload-to-workload import).
@@ -52,7 +52,7 @@ def check_bounds(cfg: dict):
     elif name == "mrf":
         unknown_keys(cfg, "model", {"name", "path", "beta"})
         real(gt=0)("model.beta", get(cfg, "model.beta"))
-        from pipelines.bounds.models import load_mrf
+        from pgmflow.pipelines.bounds.models import load_mrf
 
         load_mrf(model)
     else:

@@ -18,7 +18,8 @@ from __future__ import annotations
 import os
 import sys
 
-from pipelines.core.config import conf_dir, conf_groups
+from pgmflow.pipelines.core.config import conf_dir, conf_groups
+from pgmflow.pipelines.core.hydra_setup import register_hydra_plugins
 
 
 def _report(message: str, code: int):
@@ -31,7 +32,7 @@ def run_from_hydra(cfg):
     from omegaconf import OmegaConf
     from omegaconf.errors import OmegaConfBaseException
 
-    from pipelines.core.errors import EXIT_BAD_INPUT, EXIT_FAILED, ConfigError
+    from pgmflow.pipelines.core.errors import EXIT_BAD_INPUT, EXIT_FAILED, ConfigError
 
     verbose = OmegaConf.select(cfg, "verbose", default=False) is True  # a mistyped verbose=2 is refused by preflight, not obeyed
     try:
@@ -42,7 +43,7 @@ def run_from_hydra(cfg):
             raise ConfigError(str(key), "<interpolation>", f"cannot be resolved ({exc.msg if hasattr(exc, 'msg') else exc})",
                               "fix the ${...} reference") from None
         cfg_dict.pop("hydra", None)
-        from pipelines.core.runner import execute
+        from pgmflow.pipelines.core.runner import execute
 
         result = execute(cfg_dict)
         return result.get("objective")
@@ -106,7 +107,7 @@ def _precheck(argv) -> None:
         return  # --help, --cfg, -m/--multirun, --info...: Hydra's own handling
     from hydra import compose, initialize_config_dir
 
-    from pipelines.core.errors import EXIT_BAD_INPUT
+    from pgmflow.pipelines.core.errors import EXIT_BAD_INPUT
 
     try:
         with initialize_config_dir(config_dir=conf_dir(), version_base="1.3"):
@@ -121,7 +122,7 @@ def _is_multirun(argv) -> bool:
 
 def _multirun(app) -> None:
     """Run a sweep; exit with the number of failed jobs (Hydra's own errors: its exit code)."""
-    from pipelines.core import sweep
+    from pgmflow.pipelines.core import sweep
 
     code = 0
     try:
@@ -142,9 +143,10 @@ def _multirun(app) -> None:
 
 def main():
     os.environ.setdefault("PGMFLOW_ORIG_CWD", os.getcwd())
+    register_hydra_plugins()
     argv = sys.argv[1:]
     if argv and argv[0] == "reproduce":
-        from pipelines.core.reproduce import main as reproduce_main
+        from pgmflow.pipelines.core.reproduce import main as reproduce_main
 
         sys.exit(reproduce_main(argv[1:]))
     _precheck(argv)

@@ -28,8 +28,8 @@ from pathlib import Path
 
 import yaml
 
-from pipelines.core.errors import ConfigError
-from pipelines.core.tls import check_tls, make_security  # noqa: F401  (check_tls: part of this module's API)
+from pgmflow.pipelines.core.errors import ConfigError
+from pgmflow.pipelines.core.tls import check_tls, make_security  # noqa: F401  (check_tls: part of this module's API)
 
 TYPES = ("local", "address", "slurm", "pbs", "kubernetes", "local_cuda", "synchronous")
 EXTRAS = {"slurm": ("dask_jobqueue", "slurm"), "pbs": ("dask_jobqueue", "pbs"),
@@ -263,7 +263,7 @@ def check_cluster_config(ccfg: dict) -> dict:
         raise ConfigError("cluster.profile", name, f"needs the optional package {extra[0].replace('_', '-')}, "
                           "which is not installed", f"pip install 'pgmflow[{extra[1]}]'")
     if prof["type"] in ("slurm", "pbs"):
-        from pipelines.core import slurm
+        from pgmflow.pipelines.core import slurm
 
         slurm.check_profile(path, name, prof, options)
     else:
@@ -287,7 +287,7 @@ def security_for(ccfg: dict):
 
 class _ReportedByPgmflow(logging.Filter):
     """Drops the in-process scheduler's log line about a task whose workers all died: the driver
-    reports it itself, as one line that says what to change (pipelines.core.graph.WorkerMemoryError)."""
+    reports it itself, as one line that says what to change (pgmflow.pipelines.core.graph.WorkerMemoryError)."""
 
     def filter(self, record):
         msg = record.getMessage()
@@ -367,7 +367,7 @@ def open_cluster(ccfg: dict):
             except (OSError, TimeoutError) as exc:
                 raise _address_error(name, address, timeout, exc) from None
         elif kind in ("slurm", "pbs"):
-            from pipelines.core import slurm
+            from pgmflow.pipelines.core import slurm
 
             client, tags, want = slurm.open_jobqueue(stack, name, kind, prof, n_override, ccfg.get("file"),
                                                      _options(ccfg))

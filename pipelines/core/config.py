@@ -8,24 +8,22 @@ from pathlib import Path
 
 
 def conf_dir() -> str:
-    """The config directory: the source tree's conf/ or the installed ``pgmflow_conf`` package."""
+    """The config directory: ``PGMFLOW_CONF_DIR`` if set, else the ``pgmflow.conf`` package's folder (the
+    source tree's conf/ in an editable install, site-packages/pgmflow/conf in a wheel)."""
     env = os.environ.get("PGMFLOW_CONF_DIR")
     if env:
         return str(Path(env).resolve())
-    src = Path(__file__).resolve().parents[2] / "conf"
-    if (src / "config.yaml").exists():
-        return str(src)
-    import importlib.util
+    import pgmflow.conf
 
-    spec = importlib.util.find_spec("pgmflow_conf")
-    if spec is not None and spec.submodule_search_locations:
-        return str(Path(list(spec.submodule_search_locations)[0]).resolve())
-    raise RuntimeError("pgmflow cannot find its conf/ directory; set PGMFLOW_CONF_DIR")
+    here = Path(pgmflow.conf.__file__).resolve().parent
+    if not (here / "config.yaml").exists():
+        raise RuntimeError(f"pgmflow's configs are missing from {here}; reinstall pgmflow or set PGMFLOW_CONF_DIR")
+    return str(here)
 
 
 def conf_dirs() -> list[str]:
     """pgmflow's own configs, then those of plug-in workloads (Hydra's search path, in order)."""
-    from pipelines.core import registry
+    from pgmflow.pipelines.core import registry
 
     return [conf_dir(), *registry.extra_conf_dirs()]
 

@@ -163,7 +163,7 @@ class PinBlasThreads(_WorkerPlugin):
         self.n = int(n)
 
     def setup(self, worker=None):
-        from tasks.threads import set_blas_threads
+        from pgmflow.tasks.threads import set_blas_threads
 
         set_blas_threads(self.n)
 
@@ -171,7 +171,7 @@ class PinBlasThreads(_WorkerPlugin):
 def chunk_settings() -> list[tuple[str, str]]:
     """What cuts each workload's work into tasks, by the prefix of its task keys: the first setting to
     change when one task does not fit in a worker (each workload's ``memory_hint``)."""
-    from pipelines.core import registry
+    from pgmflow.pipelines.core import registry
 
     return [w.memory_hint for w in registry.workloads() if w.memory_hint]
 

@@ -7,10 +7,10 @@ the workload named by ``pipeline.name`` checks its own sections (its ``validate`
 
 from __future__ import annotations
 
-from pipelines.core import registry
-from pipelines.core.config import conf_dir, conf_keys
-from pipelines.core.errors import ConfigError
-from pipelines.core.validation import ALLOWED_MODULES_ENV, apply, boolean, choice, get, integer, optional_str, unknown_keys
+from pgmflow.pipelines.core import registry
+from pgmflow.pipelines.core.config import conf_dir, conf_keys
+from pgmflow.pipelines.core.errors import ConfigError
+from pgmflow.pipelines.core.validation import ALLOWED_MODULES_ENV, apply, boolean, choice, get, integer, optional_str, unknown_keys
 
 TOP = {
     "seed": integer(lo=0, hi=2**63 - 1),
@@ -25,7 +25,7 @@ TOP = {
 
 def check_backend(cfg: dict):
     if cfg["backend"] == "cupy":
-        from tasks import backend
+        from pgmflow.tasks import backend
 
         ok, why = backend.gpu_status()
         if not ok:
@@ -84,7 +84,7 @@ def preflight_checks(cfg: dict) -> None:
     _flag_types(cfg)
     name = get(cfg, "pipeline.name")
     workload = registry.get(name)  # an unknown pipeline.name: one line listing the workloads found
-    from pipelines.core import cluster
+    from pgmflow.pipelines.core import cluster
 
     cluster.check_cluster_config(cfg.get("cluster") or {})
     workload.load_validate()(cfg)

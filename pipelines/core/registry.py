@@ -36,7 +36,7 @@ class Workload:
     """What a workload declares about itself.
 
     name: the value of ``pipeline.name`` that selects it (``conf/pipeline/<name>.yaml``).
-    run: ``"module:function"``; the function takes a :class:`~pipelines.core.runner.RunContext` and
+    run: ``"module:function"``; the function takes a :class:`~pgmflow.pipelines.core.runner.RunContext` and
         returns the result dict (``objective`` in it, optionally ``objective_name`` / ``_direction``).
     validate: ``"module:function"``; takes the resolved config (a dict) and raises ``ConfigError``
         on the first problem in the workload's own sections (its data included).
@@ -80,15 +80,14 @@ def _from_module(name: str, where: str) -> Workload:
                             "fix: check the module name and that it is importable") from None
     wl = getattr(mod, "WORKLOAD", None)
     if not isinstance(wl, Workload):
-        raise WorkloadError(f"{where}: module {name!r} defines no WORKLOAD (a pipelines.core.registry.Workload); "
+        raise WorkloadError(f"{where}: module {name!r} defines no WORKLOAD (a pgmflow.pipelines.core.registry.Workload); "
                             "fix: declare WORKLOAD = Workload(name=..., run=..., validate=...) in it")
     return wl
 
 
 def _builtin_modules() -> list[str]:
-    import pipelines
-
-    return [f"pipelines.{m.name}" for m in pkgutil.iter_modules(pipelines.__path__)
+    import pgmflow.pipelines
+    return [f"pgmflow.pipelines.{m.name}" for m in pkgutil.iter_modules(pgmflow.pipelines.__path__)
             if m.ispkg and m.name != "core" and not m.name.startswith("_")]
 
 
@@ -131,7 +130,7 @@ def get(name: str) -> Workload:
     for w in workloads():
         if w.name == name:
             return w
-    from pipelines.core.errors import ConfigError
+    from pgmflow.pipelines.core.errors import ConfigError
 
     known = names()
     raise ConfigError("pipeline.name", name, f"unknown value; expected one of {', '.join(known)}",

@@ -12,9 +12,9 @@ import sys
 import time
 from dataclasses import dataclass, field
 
-from pipelines.core import registry
-from pipelines.core.errors import ConfigError
-from pipelines.core.graph import Executor
+from pgmflow.pipelines.core import registry
+from pgmflow.pipelines.core.errors import ConfigError
+from pgmflow.pipelines.core.graph import Executor
 # Fields a resumed run may change: where and how it runs, not what it computes.
 RESUME_MAY_CHANGE = ("cluster", "progress", "verbose", "tracking", "backend", "resume")
 
@@ -85,7 +85,7 @@ SWEEP_SCHEDULER = "PGMFLOW_SWEEP_SCHEDULER"  # the sweep's cluster: the job's ow
 
 
 def _tracker(cfg: dict):
-    from pipelines.core import tracking
+    from pgmflow.pipelines.core import tracking
 
     tcfg = cfg["tracking"]
     return tracking.Tracker(tcfg["uri"], tcfg["experiment"], tcfg.get("artifact_location"),
@@ -97,7 +97,7 @@ def _sweep_cluster(ccfg: dict, address: str):
     """A sweep job's cluster: the scheduler its launcher opened (no new cluster per job)."""
     from distributed import Client
 
-    from pipelines.core import cluster as cluster_mod
+    from pgmflow.pipelines.core import cluster as cluster_mod
 
     security = None
     make_security = getattr(cluster_mod, "security_for", None)
@@ -131,10 +131,10 @@ def execute(cfg: dict, stream=None) -> dict:
 
 
 def _execute(cfg: dict, stream, sweep_run: str | None) -> dict:
-    from pipelines.core import cluster as cluster_mod
-    from pipelines.core import preflight, tracking
-    from tasks import backend as backend_mod
-    from tasks import threads
+    from pgmflow.pipelines.core import cluster as cluster_mod
+    from pgmflow.pipelines.core import preflight, tracking
+    from pgmflow.tasks import backend as backend_mod
+    from pgmflow.tasks import threads
 
     if cfg.get("resume"):
         cfg = load_recorded_config(cfg)
@@ -146,7 +146,7 @@ def _execute(cfg: dict, stream, sweep_run: str | None) -> dict:
     opened = _sweep_cluster(cfg["cluster"], address) if address else cluster_mod.open_cluster(cfg["cluster"])
     with opened as ch:
         if ch.client is not None and threads.configured_threads() is not None:
-            from pipelines.core.graph import PinBlasThreads
+            from pgmflow.pipelines.core.graph import PinBlasThreads
 
             ch.client.register_plugin(PinBlasThreads(threads.configured_threads()), name=PinBlasThreads.name)
         tcfg = cfg["tracking"]

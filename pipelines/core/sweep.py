@@ -32,7 +32,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 
-from pipelines.core import tracking
+from pgmflow.pipelines.core import tracking
 
 PARENT_KEY_TAG = "pgmflow.sweep_key"
 CHILD_TAGS = ("pgmflow.config_hash", "pgmflow.sweep.job", "pgmflow.sweep.overrides")
@@ -73,7 +73,7 @@ class SweepSession:
         """The sweep's cluster, opened on first need (a resumed sweep with nothing left to run
         opens none) and kept until the sweep ends."""
         if self.cluster is None:
-            from pipelines.core import cluster as cluster_mod
+            from pgmflow.pipelines.core import cluster as cluster_mod
 
             cm = cluster_mod.open_cluster(self.cluster_cfg)
             self.cluster = cm.__enter__()
@@ -326,7 +326,7 @@ def open_session(cluster_cfg: dict, tracking_cfg: dict, task_overrides: list, sw
     global _SESSION
     if _SESSION is not None:
         return _SESSION
-    from pipelines.core import cluster as cluster_mod
+    from pgmflow.pipelines.core import cluster as cluster_mod
 
     cluster_mod.check_cluster_config(cluster_cfg)  # a bad cluster section is refused before the parent exists
     tr = tracking.Tracker(tracking_cfg["uri"], tracking_cfg["experiment"], tracking_cfg.get("artifact_location"),

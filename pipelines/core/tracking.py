@@ -136,7 +136,7 @@ def versions() -> dict:
     import distributed
     import numpy
 
-    from pipelines import __version__
+    from pgmflow.pipelines import __version__
 
     out = {"version.pgmflow": __version__, "version.numpy": numpy.__version__, "version.dask": dask.__version__,
            "version.distributed": distributed.__version__, "version.python": platform.python_version()}
@@ -146,7 +146,7 @@ def versions() -> dict:
         with contextlib.suppress(Exception):
             out[f"version.{name}"] = importlib.import_module(name).__version__
     with contextlib.suppress(Exception):
-        from tasks import threads
+        from pgmflow.tasks import threads
 
         out["env.blas"] = threads.blas_summary()[:500]
     out["env.cpu"] = cpu_model()

@@ -1,6 +1,6 @@
 """Declarative validation rules (scikit-learn style) with one message format.
 
-Every rule raises :class:`~pipelines.core.errors.ConfigError` naming the field, the value, the problem
+Every rule raises :class:`~pgmflow.pipelines.core.errors.ConfigError` naming the field, the value, the problem
 and the fix. Workloads declare their own rule tables beside their code (``<workload>/validate.py``)
 and apply them with :func:`apply` and :func:`unknown_keys`.
 """
@@ -12,7 +12,7 @@ import numbers
 import os
 from typing import Callable
 
-from pipelines.core.errors import ConfigError
+from pgmflow.pipelines.core.errors import ConfigError
 
 
 def get(cfg: dict, path: str):
@@ -107,11 +107,11 @@ def number_list(path, v, *, ge=None, gt=None, nonempty=True):
 
 
 ALLOWED_MODULES_ENV = "PGMFLOW_ALLOWED_MODULES"
-ALLOWED_MODULES_BUILTIN = ("tasks",)  # pgmflow's own numerics (the shipped example densities live there)
+ALLOWED_MODULES_BUILTIN = ("pgmflow.tasks",)  # pgmflow's own numerics (the shipped example densities live there)
 
 
 def allowed_modules() -> tuple[str, ...]:
-    """Module prefixes a config may import code from: pgmflow's ``tasks`` plus the comma-separated
+    """Module prefixes a config may import code from: pgmflow's ``pgmflow.tasks`` plus the comma-separated
     prefixes in the environment variable ``PGMFLOW_ALLOWED_MODULES``. The list comes from the
     environment, never from the config, so a command-line override cannot widen it."""
     extra = os.environ.get(ALLOWED_MODULES_ENV, "")
@@ -124,6 +124,9 @@ def check_importable(path: str, spec: str):
     allowed = allowed_modules()
     if not mod or not any(mod == p or mod.startswith(p + ".") for p in allowed):
         top = (mod or spec).split(".")[0]
+        if top in ("tasks", "pipelines"):  # pgmflow < 0.2 installed these top-level names
+            raise ConfigError(path, spec, f"pgmflow's modules live under the pgmflow namespace (pgmflow.{top}) since "
+                              "0.2", f"write {path}=pgmflow.{spec}")
         raise ConfigError(path, spec, f"module {mod or spec!r} is not on the allow-list of modules a config may "
                           f"import ({', '.join(allowed)}), so that a command-line override cannot run arbitrary "
                           "code", f"export {ALLOWED_MODULES_ENV}={top} (comma-separated module prefixes) in the "

@@ -3,15 +3,15 @@ per-chunk statistics summed across workers.
 
 Modules: ``validate`` (the config rules), ``data`` (data sources and standardisation), ``evaluations``
 (chunks on the cluster and the bound's evaluations), ``fit`` (L-BFGS-B, SVGP, exact), ``run`` (the run
-and the model artifact), ``figures``. Worker-side code is in ``tasks.gp`` (``tasks.gp.chunks``).
+and the model artifact), ``figures``. Worker-side code is in ``pgmflow.tasks.gp`` (``pgmflow.tasks.gp.chunks``).
 """
 
-from pipelines.core.registry import Workload
+from pgmflow.pipelines.core.registry import Workload
 
 WORKLOAD = Workload(
     name="sparse_gp",
-    run="pipelines.sparse_gp.run:run",
-    validate="pipelines.sparse_gp.validate:check_sparse_gp",
+    run="pgmflow.pipelines.sparse_gp.run:run",
+    validate="pgmflow.pipelines.sparse_gp.validate:check_sparse_gp",
     summary="inducing-point Gaussian process regression (SGPR, FITC, DTC, SVGP, exact)",
     memory_hint=("gp-", "a smaller sparse_gp.chunk_size (fewer rows per task)"),
 )

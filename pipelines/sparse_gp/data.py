@@ -2,7 +2,7 @@
 
 ``gp_data.kind`` selects the source (``conf/gp_data/*.yaml``):
 
-* ``synthetic`` -- Friedman #1 or a 1-D sine from the master seed (``tasks.gp.data``);
+* ``synthetic`` -- Friedman #1 or a 1-D sine from the master seed (``pgmflow.tasks.gp.data``);
 * ``diabetes`` -- the shipped ``tasks/gp/data/diabetes.csv`` (442 rows, 10 inputs);
 * ``csv`` -- a file with a header row, all columns numbers, one of them the target;
 * ``npz`` -- arrays ``X`` [n, d] and ``y`` [n] (names set by ``gp_data.x_key`` / ``y_key``);
@@ -12,7 +12,7 @@
 
 The held-out split is per row and independent of chunks and workers: row ``i`` is a test row when
 a counter-based hash (splitmix64) of ``(key, i)`` falls below ``test_fraction``, ``key`` drawn from
-``tasks.rng.seed_sequence(seed, STAGE_GP, GP_STREAM_SPLIT)``. The standardisation (means and
+``pgmflow.tasks.rng.seed_sequence(seed, STAGE_GP, GP_STREAM_SPLIT)``. The standardisation (means and
 standard deviations of the training rows) is computed here too, in the same pass that checks every
 value is finite.
 
@@ -31,16 +31,16 @@ from typing import NamedTuple
 
 import numpy as np
 
-import tasks.gp
-from pipelines.core.errors import ConfigError
-from tasks.gp.data import Standardizer, heldout_rows, open_npy, split_key  # noqa: F401  (part of this module's API)
+import pgmflow.tasks.gp
+from pgmflow.pipelines.core.errors import ConfigError
+from pgmflow.tasks.gp.data import Standardizer, heldout_rows, open_npy, split_key  # noqa: F401  (part of this module's API)
 
 KINDS = ("synthetic", "diabetes", "csv", "npz", "npy")
 FUNCTIONS = ("friedman1", "sine_1d")
 KEYS = {"synthetic": {"kind", "function", "n", "d", "noise_std", "test_path"}, "diabetes": {"kind", "test_path"},
         "csv": {"kind", "path", "target", "test_path"}, "npz": {"kind", "path", "x_key", "y_key", "test_path"},
         "npy": {"kind", "path", "target", "test_path"}}
-DIABETES = Path(tasks.gp.__file__).resolve().parent / "data" / "diabetes.csv"  # shipped as package data
+DIABETES = Path(pgmflow.tasks.gp.__file__).resolve().parent / "data" / "diabetes.csv"  # shipped as package data
 _BLOCK_BYTES = 64 << 20  # rows read per block when streaming an .npy file (about 64 MB)
 
 
@@ -52,7 +52,7 @@ class GPData(NamedTuple):
     n, d: rows (training and held out) and inputs.
     input_names: tuple of d str, names of the inputs; target_name: str.
     n_train, n_test: rows on each side of the held-out split.
-    standardizer: tasks.gp.data.Standardizer of the training rows (identity without
+    standardizer: pgmflow.tasks.gp.data.Standardizer of the training rows (identity without
         ``sparse_gp.standardize``).
     X, y: float64 [n, d] and [n] in original units, in memory (None for ``npy``).
     path, target_col: the memory-mapped ``.npy`` file and its (non-negative) target column (None
@@ -195,7 +195,7 @@ def _check_split(data: GPData, field, value, fraction):
 
 
 def _synthetic(gcfg, seed):
-    from tasks.gp import data as gdata
+    from pgmflow.tasks.gp import data as gdata
 
     fn = gcfg.get("function")
     n = int(gcfg["n"])

@@ -11,18 +11,18 @@ import time
 import dask
 import numpy as np
 
-from pipelines.core.errors import ConfigError
-from tasks import rng as trng
-from tasks.gp import bounds as gbounds
-from tasks.gp import kernels as kern
-from tasks.gp import stats as gstats
-from tasks.gp.chunks import FileRows, chunk_grad_task, chunk_stats_task, split_rows
-from tasks.gp.data import heldout_rows, open_npy, split_key
-from tasks.gp.inducing import GP_STREAM_INDUCING, kmeans_pp
+from pgmflow.pipelines.core.errors import ConfigError
+from pgmflow.tasks import rng as trng
+from pgmflow.tasks.gp import bounds as gbounds
+from pgmflow.tasks.gp import kernels as kern
+from pgmflow.tasks.gp import stats as gstats
+from pgmflow.tasks.gp.chunks import FileRows, chunk_grad_task, chunk_stats_task, split_rows
+from pgmflow.tasks.gp.data import heldout_rows, open_npy, split_key
+from pgmflow.tasks.gp.inducing import GP_STREAM_INDUCING, kmeans_pp
 
 METHODS = ("sgpr", "fitc", "dtc", "svgp", "exact")
 EXACT_MAX_N = 20_000  # method=exact factors an n x n matrix: refused above this many training rows
-LOG_BOX = (math.log(1e-5), math.log(1e5))  # L-BFGS-B box on every log hyperparameter (as tasks.gp.exact)
+LOG_BOX = (math.log(1e-5), math.log(1e5))  # L-BFGS-B box on every log hyperparameter (as pgmflow.tasks.gp.exact)
 GATHER_BATCH = 16  # chunk results gathered (and added) at a time: bounds the driver's memory
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from pipelines.core.plotting import plt
+from pgmflow.pipelines.core.plotting import plt
 
 BOUND_NAMES = {"sgpr": "SGPR lower bound (Titsias 2009)", "dtc": "DTC log marginal likelihood",
                "fitc": "FITC log marginal likelihood", "svgp": "SVGP ELBO (full data)",

@@ -10,15 +10,15 @@ import time
 import dask
 import numpy as np
 
-from pipelines.core import artifacts
-from pipelines.core.errors import ConfigError
-from pipelines.core.tracking import QuietTracker
-from pipelines.core.progress import Progress
-from pipelines.sparse_gp import lbfgsb
-from pipelines.sparse_gp.evaluations import EXACT_MAX_N, LOG_BOX, Evaluations, lbfgs_box, restart_params
-from tasks.gp import kernels as kern
-from tasks.gp import svgp as gsvgp
-from tasks.gp.chunks import Predictor, chunk_elbo_task, chunk_rows_task, exact_task
+from pgmflow.pipelines.core import artifacts
+from pgmflow.pipelines.core.errors import ConfigError
+from pgmflow.pipelines.core.tracking import QuietTracker
+from pgmflow.pipelines.core.progress import Progress
+from pgmflow.pipelines.sparse_gp import lbfgsb
+from pgmflow.pipelines.sparse_gp.evaluations import EXACT_MAX_N, LOG_BOX, Evaluations, lbfgs_box, restart_params
+from pgmflow.tasks.gp import kernels as kern
+from pgmflow.tasks.gp import svgp as gsvgp
+from pgmflow.tasks.gp.chunks import Predictor, chunk_elbo_task, chunk_rows_task, exact_task
 
 SVGP_BLOCK = 20  # SVGP minibatches fetched per round of chunk tasks
 
@@ -329,6 +329,6 @@ def fit_exact(ctx, scfg, kernel, refs, data, params0, Xslice, tok):
     pred = Predictor("exact", kernel, fit.params, None, None, None, 0.0, 0)
     return {"predictor": pred, "trace": trace, "value": float(fit.lml), "iterations": int(fit.n_iter),
             "evaluations": int(fit.n_iter), "failed_evaluations": 0, "success": bool(fit.success),
-            "message": "exact GP (tasks.gp.exact.fit)", "fit_seconds": seconds,
+            "message": "exact GP (pgmflow.tasks.gp.exact.fit)", "fit_seconds": seconds,
             "seconds_per_evaluation": float("nan"), "jitter_max": 0.0, "jitter_final": 0.0, "jitter_abs_final": 0.0,
             "sums": out["sums"], "slice": out["slice"], "X": out["X"], "y": out["y"]}

@@ -6,7 +6,7 @@ chunk is put on the cluster once (``Executor.scatter``, with lineage); later tas
 An ``.npy`` file is never loaded whole: a chunk task receives ``FileRows`` (the path and a row
 range, a few hundred bytes) and reads its rows from the memory-mapped file, so a worker's memory is
 bounded by the chunk size. Each row is a training or a held-out row by a hash of its index
-(``tasks.gp.data.heldout_rows``), whatever the chunking.
+(``pgmflow.tasks.gp.data.heldout_rows``), whatever the chunking.
 
 SGPR, DTC, FITC (``sparse_gp.method``): L-BFGS-B on the driver (``scipy.optimize.minimize``,
 ``jac=True``) over the log hyperparameters and, with ``optimize_inducing``, the inducing inputs ``Z``.
@@ -17,14 +17,14 @@ One function evaluation::
     driver: adjoints (m x m) onto the cluster once --> chunk_grad(chunk c) for every c
     driver: sum the gradients in chunk order; bounds.finish_grad -> the gradient
 
-SVGP: minibatch ``t`` holds the training rows ``tasks.gp.svgp.minibatch_indices(seed, t, ...)``; one
+SVGP: minibatch ``t`` holds the training rows ``pgmflow.tasks.gp.svgp.minibatch_indices(seed, t, ...)``; one
 task per chunk returns its rows of a block of minibatches, and the driver takes a natural-gradient
 step of ``q(u)`` and an Adam step of the hyperparameters per minibatch. The full-data ELBO is a
-chunked pass every ``svgp_eval_every`` steps. Exact GP: one task fits ``tasks.gp.exact.fit`` on the
+chunked pass every ``svgp_eval_every`` steps. Exact GP: one task fits ``pgmflow.tasks.gp.exact.fit`` on the
 training rows (at most ``EXACT_MAX_N``) and predicts the held-out rows.
 
 Test RMSE and NLPD are a chunked pass too (per-chunk sums, added in chunk order), in original units.
-Every sum runs in chunk order and every random number comes from ``tasks.rng`` with ``STAGE_GP`` and
+Every sum runs in chunk order and every random number comes from ``pgmflow.tasks.rng`` with ``STAGE_GP`` and
 an identity (inducing-input subsample, k-means++, minibatch step), so the results are bit-identical
 on any number of workers. With ``backend=cupy`` the chunk statistics and gradients are computed on
 CuPy arrays (the chunk is moved to the GPU inside the task; the sums come back as NumPy).
@@ -41,13 +41,13 @@ import time
 import dask
 import numpy as np
 
-from pipelines.core import artifacts
-from pipelines.core.graph import Executor
-from pipelines.sparse_gp import data as gp_data
-from pipelines.sparse_gp.evaluations import chunk_ranges, chunk_refs, initial_inducing, initial_params, inducing_pool
-from pipelines.sparse_gp.fit import fit_collapsed, fit_exact, fit_restarts, fit_svgp
-from tasks.gp import stats as gstats
-from tasks.gp.chunks import chunk_test_task, predict_f
+from pgmflow.pipelines.core import artifacts
+from pgmflow.pipelines.core.graph import Executor
+from pgmflow.pipelines.sparse_gp import data as gp_data
+from pgmflow.pipelines.sparse_gp.evaluations import chunk_ranges, chunk_refs, initial_inducing, initial_params, inducing_pool
+from pgmflow.pipelines.sparse_gp.fit import fit_collapsed, fit_exact, fit_restarts, fit_svgp
+from pgmflow.tasks.gp import stats as gstats
+from pgmflow.tasks.gp.chunks import chunk_test_task, predict_f
 
 SLICE_POINTS = 200
 
@@ -153,7 +153,7 @@ def run(ctx) -> dict:
 def _test_file_refs(ex, cfg, data, chunk_size) -> list:
     """Chunks of the rows of ``gp_data.test_path`` (scored only: no training rows), standardised with
     the training rows' standardisation."""
-    from tasks.gp.chunks import Chunk
+    from pgmflow.tasks.gp.chunks import Chunk
 
     test = gp_data.read_test_file(cfg, data)
     if test is None:
@@ -211,7 +211,7 @@ def finish(ctx, scfg, data, method, kernel, fit, rmse, nlpd, n_test, seconds, gr
     artifacts.log_npz(tracker, "model.npz", _model_arrays(data, method, kernel, fit, rmse, nlpd), compressed=True)
     artifacts.log_results(tracker, result)
     if scfg.get("figures", True):
-        from pipelines.sparse_gp import figures
+        from pgmflow.pipelines.sparse_gp import figures
 
         j, _, xs = grid
         mean_f, var_f = fit["slice"]

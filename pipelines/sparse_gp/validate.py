@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import math
 
-from pipelines.core.errors import ConfigError
-from pipelines.core.validation import apply, boolean, choice, get, integer, real, unknown_keys
+from pgmflow.pipelines.core.errors import ConfigError
+from pgmflow.pipelines.core.validation import apply, boolean, choice, get, integer, real, unknown_keys
 
 SPARSE_GP = {
     "method": choice("sgpr", "fitc", "dtc", "svgp", "exact"),
@@ -39,8 +39,8 @@ GP_SYNTHETIC = {"function": choice("friedman1", "sine_1d"), "n": integer(lo=2), 
 def check_sparse_gp(cfg: dict):
     """pipeline=sparse_gp: every field, then the data itself (read and checked -- every value finite,
     the target column present -- before any MLflow run starts), then what depends on both."""
-    from pipelines.sparse_gp import data as gp_data
-    from pipelines.sparse_gp.evaluations import EXACT_MAX_N, LOG_BOX
+    from pgmflow.pipelines.sparse_gp import data as gp_data
+    from pgmflow.pipelines.sparse_gp.evaluations import EXACT_MAX_N, LOG_BOX
 
     unknown_keys(cfg, "sparse_gp", set(SPARSE_GP) | {"lengthscale", "slice_dim"})
     apply(cfg, {f"sparse_gp.{k}": r for k, r in SPARSE_GP.items()})

@@ -2,15 +2,15 @@
 
 Modules: ``validate`` (the config rules), ``corpora`` (corpus sources, converted once to shards),
 ``run`` (the graph of each step and the ordered reduce), ``report`` (evaluation and artifacts),
-``figures``. Worker-side code is in ``tasks.lda``.
+``figures``. Worker-side code is in ``pgmflow.tasks.lda``.
 """
 
-from pipelines.core.registry import Workload
+from pgmflow.pipelines.core.registry import Workload
 
 WORKLOAD = Workload(
     name="svi",
-    run="pipelines.svi.run:run",
-    validate="pipelines.svi.validate:check_svi",
+    run="pgmflow.pipelines.svi.run:run",
+    validate="pgmflow.pipelines.svi.validate:check_svi",
     summary="stochastic variational inference for LDA on a sharded corpus, with posterior regularization",
     memory_hint=("svi-", "a smaller corpus.docs_per_shard (fewer documents per task)"),
 )

@@ -4,7 +4,7 @@ Sources (``corpus.kind``): ``shipped`` (a corpus inside pgmflow), ``synthetic`` 
 process with known topics), ``uci`` (docword.txt + vocab.txt), ``text`` (a folder of plain-text
 files), ``matrix_market`` (.mtx), ``npz`` (scipy.sparse.save_npz) and ``sharded`` (a pgmflow corpus
 directory). Every source but ``shipped`` and ``sharded`` is converted once into the sharded format
-(``tasks.lda.corpus``) under ``corpus.cache_dir``, keyed by the source's path, size, modification time
+(``pgmflow.tasks.lda.corpus``) under ``corpus.cache_dir``, keyed by the source's path, size, modification time
 and the conversion settings; later runs reuse it. Conversion streams, so the driver's memory is
 bounded by one shard.
 """
@@ -17,7 +17,7 @@ import os
 import shutil
 from pathlib import Path
 
-from pipelines.core.errors import ConfigError
+from pgmflow.pipelines.core.errors import ConfigError
 
 KINDS = ("shipped", "synthetic", "uci", "text", "matrix_market", "npz", "sharded")
 _SOURCE_FIELDS = {"uci": ("docword", "vocab"), "text": ("folder",), "matrix_market": ("path",), "npz": ("path",),
@@ -100,8 +100,8 @@ def _require(c: dict, field: str, kind: str, what: str) -> Path:
 
 def corpus_dir(cfg: dict) -> str:
     """Convert (or find in the cache) the configured corpus; returns the sharded corpus directory."""
-    from tasks.lda import corpus as C
-    from tasks.lda import synthetic
+    from pgmflow.tasks.lda import corpus as C
+    from pgmflow.tasks.lda import synthetic
 
     c = dict(cfg.get("corpus") or {})
     kind = c.get("kind")
@@ -155,7 +155,7 @@ def _validated_stamp(info) -> str:
 
 def open_checked(cfg: dict):
     """The configured corpus, with every shard's contents checked once (cached by a stamp file)."""
-    from tasks.lda import corpus as C
+    from pgmflow.tasks.lda import corpus as C
 
     path = corpus_dir(cfg)
     c = cfg.get("corpus") or {}
@@ -208,7 +208,7 @@ def pr_config(cfg: dict, info):
     cap = p.get("topic_cap")
     if not seeds and cap is None:
         return None
-    from tasks.lda import regularization
+    from pgmflow.tasks.lda import regularization
 
     seed_ids = None
     if seeds:

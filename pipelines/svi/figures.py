@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from pipelines.core.plotting import plt
+from pgmflow.pipelines.core.plotting import plt
 
 
 def svi_figures(history, lam, names, vocab, coherence) -> dict:

@@ -10,8 +10,8 @@ from pathlib import Path
 import dask
 import numpy as np
 
-from pipelines.core import artifacts
-from tasks.lda import evaluate, shard_tasks, svi
+from pgmflow.pipelines.core import artifacts
+from pgmflow.tasks.lda import evaluate, shard_tasks, svi
 
 
 def finish(ctx, su, state, history, states, heldout_cols, elapsed, docs_in_run, prepare_seconds) -> dict:
@@ -81,7 +81,7 @@ def _log_artifacts(ctx, su, state, result, names, coherence, history):
     tracker.log_text(_top_words_markdown(names, coherence), "tables/top_words.md")
     artifacts.log_results(tracker, result)
     if scfg.get("figures", True):
-        from pipelines.svi import figures
+        from pgmflow.pipelines.svi import figures
 
         artifacts.log_figures(tracker, figures.svi_figures(history, lam, names, su.info.vocab, coherence))
 

@@ -9,7 +9,7 @@ One minibatch step ``t``::
 Shards are loaded once by the worker that keeps them (``prepare`` tasks pinned to a worker); later
 tasks take their futures, so the corpus never travels. Only the topic-word columns a group's
 documents use go out, and only per-shard statistics over the words used come back. Which documents
-form step ``t`` depends on (seed, shard, epoch, step) alone (``tasks.lda.shard_tasks``), and the
+form step ``t`` depends on (seed, shard, epoch, step) alone (``pgmflow.tasks.lda.shard_tasks``), and the
 statistics are summed in shard order, so lambda is bit-identical for any number of workers.
 """
 
@@ -24,18 +24,18 @@ from dataclasses import dataclass
 import dask
 import numpy as np
 
-from pipelines.core import artifacts
-from pipelines.core.errors import ConfigError
-from pipelines.core.progress import Progress
-from pipelines.svi import corpora, report
-from tasks.lda import shard_tasks, svi
+from pgmflow.pipelines.core import artifacts
+from pgmflow.pipelines.core.errors import ConfigError
+from pgmflow.pipelines.core.progress import Progress
+from pgmflow.pipelines.svi import corpora, report
+from pgmflow.tasks.lda import shard_tasks, svi
 
 
 @dataclass
 class Setup:
     """What stays fixed for the run: the corpus, the model's constants, the schedule, the placement."""
 
-    info: object  # tasks.lda.corpus.CorpusInfo
+    info: object  # pgmflow.tasks.lda.corpus.CorpusInfo
     K: int
     alpha: np.ndarray
     eta: float
@@ -219,7 +219,7 @@ def _restarts(ctx, su: Setup, states, heldout_cols, state0, history0) -> tuple:
     restart's perplexity is the metric ``restart_heldout_perplexity`` at step r (0: the first fit)."""
     import dataclasses
 
-    from pipelines.core.tracking import QuietTracker
+    from pgmflow.pipelines.core.tracking import QuietTracker
 
     seed = int(ctx.cfg["seed"])
     best = (report.heldout_perplexity(ctx, su, states, heldout_cols, state0.lam)[0], 0, state0, history0)

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from pipelines.core.errors import ConfigError
-from pipelines.core.validation import apply, boolean, get, integer, real, unknown_keys
+from pgmflow.pipelines.core.errors import ConfigError
+from pgmflow.pipelines.core.validation import apply, boolean, get, integer, real, unknown_keys
 
 SVI_MODELS = ("lda",)
 
@@ -87,7 +87,7 @@ def check_svi(cfg: dict):
     if not isinstance(c, dict) or "kind" not in c:
         raise ConfigError("corpus", c, "pipeline=svi needs a corpus", "use corpus=docstrings, corpus=synthetic, "
                           "corpus=uci corpus.docword=... corpus.vocab=..., corpus=text corpus.folder=...")
-    from pipelines.svi import corpora
+    from pgmflow.pipelines.svi import corpora
 
     if c["kind"] not in CORPUS_KEYS:
         raise ConfigError("corpus.kind", c["kind"], "unknown corpus source", f"use one of: {', '.join(CORPUS_KEYS)}")

@@ -1,6 +1,6 @@
 """Estimates, diagnostics and tables of the tempering workload, from the gathered round traces.
 
-Pure functions of the traces (``tasks.tempering.engine.RoundTrace``), the ladders and the targets:
+Pure functions of the traces (``pgmflow.tasks.tempering.engine.RoundTrace``), the ladders and the targets:
 the per-round summary of each chain, the per-temperature table, the final log Z estimates with their
 standard errors, and the combination of several targets farmed in one run.
 """
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tasks.tempering import diagnostics, engine, estimators, schedule, variational
+from pgmflow.tasks.tempering import diagnostics, engine, estimators, schedule, variational
 
 
 def _stepping_stone(betas, loglik):

@@ -1,7 +1,7 @@
 """model=bayes: named priors per coordinate block, a data file, and an allow-listed log-likelihood.
 
 ``build_bayes(model)`` reads the data (``model.data``), builds the features and returns the task-side
-``tasks.tempering.bayes.BayesTarget`` (data inside: the plan scatters it to the workers once);
+``pgmflow.tasks.tempering.bayes.BayesTarget`` (data inside: the plan scatters it to the workers once);
 ``check_bayes`` refuses bad input in one line before any graph is built.
 """
 
@@ -13,17 +13,16 @@ from pathlib import Path
 
 import numpy as np
 
-from pipelines.core.errors import ConfigError
-from pipelines.core.validation import check_importable, choice, integer, real
+from pgmflow.pipelines.core.errors import ConfigError
+from pgmflow.pipelines.core.validation import check_importable, choice, integer, real
 
 BLOCK_KEYS = {"name", "size", "loc", "scale", "low", "high"}
 DATA_KEYS = {"path", "target", "features", "standardize", "binarize"}
 
 
 def _shipped_diabetes() -> Path:
-    import tasks.gp
-
-    return Path(tasks.gp.__file__).resolve().parent / "data" / "diabetes.csv"
+    import pgmflow.tasks.gp
+    return Path(pgmflow.tasks.gp.__file__).resolve().parent / "data" / "diabetes.csv"
 
 
 def _data_path(spec) -> Path:
@@ -105,8 +104,8 @@ def load_data(dcfg: dict) -> dict:
 
 
 def prior_blocks(prior) -> tuple:
-    """The validated prior blocks (tasks.tempering.priors.PriorBlock) of ``model.prior``."""
-    from tasks.tempering.priors import PRIORS, PriorBlock
+    """The validated prior blocks (pgmflow.tasks.tempering.priors.PriorBlock) of ``model.prior``."""
+    from pgmflow.tasks.tempering.priors import PRIORS, PriorBlock
 
     if not isinstance(prior, (list, tuple)) or not prior or not all(isinstance(b, dict) for b in prior):
         raise ConfigError("model.prior", prior, "must be a list of blocks like {name: normal, size: 3, loc: 0, "
@@ -130,8 +129,8 @@ def prior_blocks(prior) -> tuple:
 
 
 def build_bayes(model: dict):
-    from tasks.tempering.bayes import BayesTarget
-    from tasks.tempering.priors import PriorReference
+    from pgmflow.tasks.tempering.bayes import BayesTarget
+    from pgmflow.tasks.tempering.priors import PriorReference
 
     return BayesTarget(reference=PriorReference(prior_blocks(model.get("prior"))), data=load_data(model["data"]),
                        log_likelihood=model["log_likelihood"], grad_log_likelihood=model.get("grad_log_likelihood") or "",
@@ -139,7 +138,7 @@ def build_bayes(model: dict):
 
 
 def _check_callables(model: dict, explorer: str):
-    from tasks.tempering.targets import load_callable
+    from pgmflow.tasks.tempering.targets import load_callable
 
     for field in ("log_likelihood", "grad_log_likelihood"):
         path, spec = f"model.{field}", model.get(field)
@@ -160,7 +159,7 @@ def _check_callables(model: dict, explorer: str):
 
 def check_bayes(model: dict, explorer: str):
     """Priors, data, callables, then the likelihood (and gradient) on prior draws: finite, right shape."""
-    from tasks.tempering.targets import load_callable
+    from pgmflow.tasks.tempering.targets import load_callable
 
     if not isinstance(model.get("data"), dict):
         raise ConfigError("model.data", model.get("data"), "must be a mapping with at least a path",

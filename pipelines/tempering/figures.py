@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from pipelines.core.plotting import plt
-from tasks.tempering import schedule
+from pgmflow.pipelines.core.plotting import plt
+from pgmflow.tasks.tempering import schedule
 
 
 def _levels_to_show(K, n=6):
@@ -19,7 +19,7 @@ def tempering_figures(target, betas, traces, history, results, legs=None) -> dic
     makers = {"energy_traces": _energy_traces, "swap_acceptance": _swap_acceptance, "round_trips": _round_trips,
               "autocorrelation": _autocorrelation, "log_z": _log_z}
     if legs is not None and int(np.max(legs)) > 0:
-        from pipelines.tempering.figures_legs import legs_figure, swap_acceptance_legs
+        from pgmflow.pipelines.tempering.figures_legs import legs_figure, swap_acceptance_legs
 
         makers["swap_acceptance"] = lambda *a: swap_acceptance_legs(*a, legs=legs)
         makers["legs"] = legs_figure
@@ -103,7 +103,7 @@ def _autocorrelation(target, betas, traces, history, results):
     tr = traces[0]
     K = len(b)
 
-    from tasks.tempering import diagnostics
+    from pgmflow.tasks.tempering import diagnostics
 
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
     series = [("energy" if ising else "log-likelihood", tr.energy if ising else tr.loglik),

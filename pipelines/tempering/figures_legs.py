@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from pipelines.core.plotting import plt
-from tasks.tempering import schedule, variational
+from pgmflow.pipelines.core.plotting import plt
+from pgmflow.tasks.tempering import schedule, variational
 
 
 def swap_acceptance_legs(target, betas, traces, history, results, legs):

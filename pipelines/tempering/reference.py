@@ -1,7 +1,7 @@
 """The reference end of the path: fixed (the target's own), variational (a Gaussian fitted between
 rounds to the target-end draws of the previous round) or stabilized (both legs, joined at the
 target end). Surjanovic, Syed, Bouchard-Côté, Campbell (NeurIPS 2022); see
-``tasks.tempering.variational`` for the numerics and docs/tempering.md for the user's view.
+``pgmflow.tasks.tempering.variational`` for the numerics and docs/tempering.md for the user's view.
 
 Everything here runs in the driver on gathered, ordered data (the fit uses the round's records in
 scan order), so the fitted reference, and every result after it, is the same for any number of
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tasks.tempering import diagnostics, schedule, variational
+from pgmflow.tasks.tempering import diagnostics, schedule, variational
 
 REFERENCES = ("fixed", "variational", "stabilized")
 

@@ -22,15 +22,15 @@ from dataclasses import dataclass
 import dask
 import numpy as np
 
-from pipelines.core import artifacts
-from pipelines.core.progress import Progress
-from pipelines.tempering import analysis
-from pipelines.tempering import reference as ref_mod
-from pipelines.tempering.targets import build_target, resolve_explorer
-from tasks import backend as backend_mod
-from tasks import rng as _rng
-from tasks.tempering import diagnostics, engine, schedule
-from tasks.tempering.exact import reference_log_z
+from pgmflow.pipelines.core import artifacts
+from pgmflow.pipelines.core.progress import Progress
+from pgmflow.pipelines.tempering import analysis
+from pgmflow.pipelines.tempering import reference as ref_mod
+from pgmflow.pipelines.tempering.targets import build_target, resolve_explorer
+from pgmflow.tasks import backend as backend_mod
+from pgmflow.tasks import rng as _rng
+from pgmflow.tasks.tempering import diagnostics, engine, schedule
+from pgmflow.tasks.tempering.exact import reference_log_z
 
 TARGET_ACCEPT = {"rwm": 0.3, "hmc": 0.65}
 LOG_Z_KEYS = {"log_z_ss", "log_z_ss_se", "log_z_ti", "log_z_ti_se", "log_z_ss_error"}
@@ -366,7 +366,7 @@ def _finish(ctx, plan: Plan, chains: Chains, last_traces: list, t_start: float) 
         res_g["model_overrides"] = plan.overrides[g]
         per_group.append(res_g)
     if ctx.cfg.get("bounds"):
-        from pipelines.tempering.with_bounds import log_bounds
+        from pgmflow.pipelines.tempering.with_bounds import log_bounds
 
         log_bounds(ctx, plan.group_targets, per_group, final_betas, last_traces, G)
     if G == 1:
@@ -403,7 +403,7 @@ def _log_tables_and_state(ctx, plan, chains, per_group, final_betas):
 
 
 def _log_figures(ctx, plan, per_group, final_betas, last_traces, history):
-    from pipelines.tempering import figures
+    from pgmflow.pipelines.tempering import figures
 
     for g, res_g in enumerate(per_group):
         cs = res_g["chains"]

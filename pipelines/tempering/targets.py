@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from pipelines.core.errors import ConfigError
+from pgmflow.pipelines.core.errors import ConfigError
 
 MODELS = ("ising", "gaussian_mixture", "custom", "gaussian", "bayes")
 
 
 def build_target(model: dict):
     """The task-side target object for a validated model section."""
-    from tasks.tempering import targets
+    from pgmflow.tasks.tempering import targets
 
     name = model["name"]
     if name == "ising":
@@ -24,12 +24,12 @@ def build_target(model: dict):
                                     grad_log_density=model.get("grad_log_density") or "",
                                     reference=targets.GaussianReference(model["dim"], float(model["reference_scale"])))
     if name == "gaussian":
-        from tasks.tempering.gaussian_target import make_correlated_gaussian
+        from pgmflow.tasks.tempering.gaussian_target import make_correlated_gaussian
 
         return make_correlated_gaussian(model["dim"], model["shift"], model["scale_min"], model["scale_max"],
                                         model["correlation"], model["reference_scale"])
     if name == "bayes":
-        from pipelines.tempering.bayes import build_bayes
+        from pgmflow.pipelines.tempering.bayes import build_bayes
 
         return build_bayes(model)
     raise ConfigError("model.name", name, "unknown target", f"use one of {', '.join(MODELS)}")

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from pipelines.bounds.validate import ISING_RULES
-from pipelines.core.errors import ConfigError
-from pipelines.core.validation import apply, boolean, check_importable, choice, integer, real, unknown_keys
-from pipelines.tempering.targets import MODELS, build_target, resolve_explorer
+from pgmflow.pipelines.bounds.validate import ISING_RULES
+from pgmflow.pipelines.core.errors import ConfigError
+from pgmflow.pipelines.core.validation import apply, boolean, check_importable, choice, integer, real, unknown_keys
+from pgmflow.pipelines.tempering.targets import MODELS, build_target, resolve_explorer
 
 TEMPERING = {
     "n_replicas": integer(lo=2, hi=4096),
@@ -93,7 +93,7 @@ def check_custom_target(model: dict, explorer: str):
     Only modules on the allow-list (:func:`allowed_modules`) are imported."""
     import numpy as np
 
-    from tasks.tempering import targets
+    from pgmflow.tasks.tempering import targets
 
     for field in ("log_density", "grad_log_density"):
         path = f"model.{field}"
@@ -177,13 +177,13 @@ def check_tempering(cfg: dict):
             raise ConfigError("model.correlation", rho, f"makes the covariance singular or indefinite for d={d}",
                               f"use a value in ({-1.0 / max(d - 1, 1):.4g}, 1)")
     if name == "bayes":
-        from pipelines.tempering.bayes import check_bayes
+        from pgmflow.pipelines.tempering.bayes import check_bayes
 
         check_bayes(model, explorer)
     check_reference(t, name)
 
-    if cfg.get("bounds"):  # bounds=true: the variational bounds along the ladder (pipelines.bounds)
-        from pipelines.bounds.validate import check_variational
+    if cfg.get("bounds"):  # bounds=true: the variational bounds along the ladder (pgmflow.pipelines.bounds)
+        from pgmflow.pipelines.bounds.validate import check_variational
 
         check_variational(cfg)
         if name != "ising":

@@ -1,13 +1,13 @@
 """``bounds=true``: MF, Bethe and TRW at every temperature of chain 0's ladder of each target (one
-task per temperature, by ``pipelines.bounds.ladder``), beside the tempering estimate there; a
+task per temperature, by ``pgmflow.pipelines.bounds.ladder``), beside the tempering estimate there; a
 table, a figure and the gaps at the target. Tempering -> bounds is the one workload-to-workload
 import (bounds is the add-on)."""
 
 from __future__ import annotations
 
-from pipelines.bounds import figures as bounds_figures
-from pipelines.bounds.ladder import tempering_bounds
-from pipelines.core import artifacts
+from pgmflow.pipelines.bounds import figures as bounds_figures
+from pgmflow.pipelines.bounds.ladder import tempering_bounds
+from pgmflow.pipelines.core import artifacts
 
 
 def log_bounds(ctx, group_targets, per_group, final_betas, last_traces, G):

@@ -3,14 +3,14 @@
 
 Modules: ``validate`` (the config rules), ``networks`` (data sources: synthetic, npz, csv), ``run``
 (one path task per node and grid point, one selection task per node), ``report`` (edge sets,
-recovery, artifacts), ``figures``. Worker-side code is in ``tasks.tesla``.
+recovery, artifacts), ``figures``. Worker-side code is in ``pgmflow.tasks.tesla``.
 """
 
-from pipelines.core.registry import Workload
+from pgmflow.pipelines.core.registry import Workload
 
 WORKLOAD = Workload(
     name="tesla",
-    run="pipelines.tesla.run:run",
-    validate="pipelines.tesla.validate:check_tesla",
+    run="pgmflow.pipelines.tesla.run:run",
+    validate="pgmflow.pipelines.tesla.validate:check_tesla",
     summary="TESLA time-varying networks (and KELLER, static) by L1 logistic paths per node",
 )

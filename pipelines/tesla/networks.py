@@ -2,7 +2,7 @@
 
 ``network.kind`` selects the source (``conf/network/*.yaml``):
 
-* ``synthetic`` -- a time-varying Ising network with known edges (``tasks.tesla.synthetic``);
+* ``synthetic`` -- a time-varying Ising network with known edges (``pgmflow.tasks.tesla.synthetic``);
 * ``npz`` -- an array ``X`` [T, n, p], or arrays ``x_0 .. x_{T-1}`` of shape [n_t, p];
 * ``csv`` -- long format with columns ``time, sample, node, value``.
 
@@ -19,7 +19,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from pipelines.core.errors import ConfigError
+from pgmflow.pipelines.core.errors import ConfigError
 
 KINDS = ("synthetic", "npz", "csv")
 SYNTHETIC_KEYS = ("p", "T", "samples_per_time", "n_edges", "rewire_every", "n_rewire", "max_degree", "weight_low",
@@ -29,7 +29,7 @@ SYNTHETIC_KEYS = ("p", "T", "samples_per_time", "n_edges", "rewire_every", "n_re
 class NetworkData(NamedTuple):
     """Samples over time and, for synthetic data, the true edges."""
 
-    series: object  # tasks.tesla.data.BinaryTimeSeries
+    series: object  # pgmflow.tasks.tesla.data.BinaryTimeSeries
     truth: np.ndarray | None  # bool [T, p, p] true edges per time point, or None
     source: str  # what the data is (a path, or "synthetic p=.. T=..")
     isolated: np.ndarray  # int64 node indices whose value never changes (not fitted, no edges)
@@ -45,13 +45,13 @@ def resolve(cfg: dict) -> NetworkData:
     key = json.dumps({"network": ncfg, "seed": cfg.get("seed")}, sort_keys=True, default=str)
     if key in _CACHE:
         return _CACHE[key]
-    from tasks.tesla import data as tdata
+    from pgmflow.tasks.tesla import data as tdata
 
     kind = ncfg["kind"]
     truth = None
     notes = []
     if kind == "synthetic":
-        from tasks.tesla import synthetic
+        from pgmflow.tasks.tesla import synthetic
 
         kw = {k: ncfg[k] for k in SYNTHETIC_KEYS if k in ncfg and ncfg[k] is not None}
         p, T, n = int(kw.pop("p")), int(kw.pop("T")), int(kw.pop("samples_per_time"))

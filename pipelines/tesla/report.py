@@ -8,8 +8,8 @@ import json
 
 import numpy as np
 
-from pipelines.core import artifacts
-from tasks.tesla import evaluate
+from pgmflow.pipelines.core import artifacts
+from pgmflow.tasks.tesla import evaluate
 
 
 def _edges(data, methods, choices, rule, result) -> tuple[dict, dict, dict, dict]:
@@ -68,7 +68,7 @@ def finish(ctx, cfg, data, methods, choices, lam1, lam2, bandwidths, rule, secon
     tracker.log_text(_selection_csv(methods, choices, series.node_names), "tables/selection.csv")
     artifacts.log_results(tracker, result)
     if tcfg.get("figures", True):
-        from pipelines.tesla import figures
+        from pgmflow.pipelines.tesla import figures
 
         snaps = tcfg.get("snapshot_times")
         snaps = [int(s) for s in snaps] if snaps else sorted(set(np.linspace(0, T - 1, min(4, T)).round().astype(int)))

@@ -16,10 +16,10 @@ import time
 import dask
 import numpy as np
 
-from pipelines.core.partial import PartialResults
-from pipelines.core.progress import Progress
-from pipelines.tesla import networks, report
-from tasks.tesla import path_tasks, solver
+from pgmflow.pipelines.core.partial import PartialResults
+from pgmflow.pipelines.core.progress import Progress
+from pgmflow.pipelines.tesla import networks, report
+from pgmflow.tasks.tesla import path_tasks, solver
 
 
 def _grids(tcfg, T):

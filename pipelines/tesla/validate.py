@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numbers
 
-from pipelines.core.errors import ConfigError
-from pipelines.core.validation import apply, boolean, choice, get, integer, number_list, real, unknown_keys
+from pgmflow.pipelines.core.errors import ConfigError
+from pgmflow.pipelines.core.validation import apply, boolean, choice, get, integer, number_list, real, unknown_keys
 
 TESLA_KEYS = {"methods", "lambda1", "lambda2", "bandwidth", "criterion", "ebic_gamma", "heldout_fraction", "rule",
               "max_iter", "tol", "snapshot_times", "figures", "checkpoint_seconds"}
@@ -67,7 +67,7 @@ def check_tesla(cfg: dict):
     if not isinstance(n, dict) or "kind" not in n:
         raise ConfigError("network", n, "pipeline=tesla needs data", "use network=synthetic, or network=npz "
                           "network.path=FILE.npz, or network=csv network.path=FILE.csv")
-    from pipelines.tesla import networks
+    from pgmflow.pipelines.tesla import networks
 
     if n["kind"] not in networks.KINDS:
         raise ConfigError("network.kind", n["kind"], "unknown data source", f"use one of: {', '.join(networks.KINDS)}")
@@ -96,7 +96,7 @@ def check_tesla(cfg: dict):
                 raise ConfigError("tesla.snapshot_times", snaps, f"{s_!r} is not a time index in [0, {T - 1}]",
                                   f"use indices between 0 and {T - 1}")
     if t["criterion"] == "heldout":
-        from tasks.tesla import path_tasks
+        from pgmflow.tasks.tesla import path_tasks
 
         N = data.series.X.shape[0]
         held = path_tasks.heldout_rows(N, int(cfg["seed"]), float(f))

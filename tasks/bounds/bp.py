@@ -1,7 +1,7 @@
 """Loopy belief propagation and the Bethe approximation of ``log Z`` for binary pairwise MRFs.
 
 Sum-product BP is tree-reweighted message passing with every edge appearance probability
-``rho_e = 1`` (``tasks.bounds.messages``; seed 001, "Bethe"; seed 002 lines 1632-1840): damped
+``rho_e = 1`` (``pgmflow.tasks.bounds.messages``; seed 001, "Bethe"; seed 002 lines 1632-1840): damped
 synchronous log-ratio messages, beliefs ``tau_s``, ``tau_st`` and the Bethe value
 
     log Z_Bethe = <theta, tau> + sum_s H(tau_s) - sum_st I_st(tau_st)      (= -F_Bethe(tau))
@@ -16,8 +16,8 @@ from typing import NamedTuple
 
 import numpy as np
 
-from tasks.bounds import messages
-from tasks.bounds.mrf import PairwiseMRF, adjacency
+from pgmflow.tasks.bounds import messages
+from pgmflow.tasks.bounds.mrf import PairwiseMRF, adjacency
 
 __all__ = ["BPResult", "loopy_bp", "loopy_bp_lattice"]
 
@@ -62,7 +62,7 @@ def loopy_bp_lattice(h, Jr, Jd, *, periodic: bool = True, damping: float = 0.5, 
     """Loopy BP on an L x W lattice with the array path (NumPy or CuPy arrays [L, W]; see
     ``messages.lattice_messages_xp`` for the layout). Same iterates as :func:`loopy_bp` on the
     corresponding ``ising_lattice`` model; the result's arrays stay on the input's device."""
-    from tasks import backend
+    from pgmflow.tasks import backend
 
     xp = backend.array_module(h)
     ones = xp.ones(xp.asarray(h).shape)

@@ -1,7 +1,7 @@
 """Exact log-partition functions and marginals of pairwise binary MRFs: the reference answers the
 variational bounds (mean field, BP, TRW) are tested against.
 
-Model (``tasks.bounds.mrf``): ``P(x) = exp(sum_i h_i x_i + sum_e J_e x_i x_j) / Z``, x in {-1,+1}^n.
+Model (``pgmflow.tasks.bounds.mrf``): ``P(x) = exp(sum_i h_i x_i + sum_e J_e x_i x_j) / Z``, x in {-1,+1}^n.
 
 Contents
 --------
@@ -11,7 +11,7 @@ Contents
   open or periodic in each direction, arbitrary per-site fields and per-bond couplings, by the
   row-to-row transfer matrix; exact ``log Z`` and single-site means.
 - :func:`lattice_arrays` / :func:`lattice_transfer_matrix_mrf` -- the same for a
-  :class:`~tasks.bounds.mrf.PairwiseMRF` laid out like ``mrf.ising_lattice(L, W, ...)``.
+  :class:`~pgmflow.tasks.bounds.mrf.PairwiseMRF` laid out like ``mrf.ising_lattice(L, W, ...)``.
 
 Only numpy is imported.
 """
@@ -23,7 +23,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from tasks.bounds.mrf import PairwiseMRF
+from pgmflow.tasks.bounds.mrf import PairwiseMRF
 
 __all__ = [
     "MAX_ENUM_NODES",

@@ -27,8 +27,8 @@ import math
 
 import numpy as np
 
-from tasks import backend
-from tasks.bounds.messages import LatticeMessages, _lattice_prepare, check_run_args
+from pgmflow.tasks import backend
+from pgmflow.tasks.bounds.messages import LatticeMessages, _lattice_prepare, check_run_args
 
 OVERFLOW_LIMIT = 600.0
 

@@ -1,7 +1,7 @@
 """Naive mean field for pairwise binary MRFs: a lower bound on ``log Z`` (seed 001, "Naive
 mean-field"; seed 002, lines 1397-1502, section 4.1).
 
-Model (``tasks.bounds.mrf``): ``P(x) ∝ exp(sum_i h_i x_i + sum_e J_e x_i x_j)``, x in {-1,+1}^n.
+Model (``pgmflow.tasks.bounds.mrf``): ``P(x) ∝ exp(sum_i h_i x_i + sum_e J_e x_i x_j)``, x in {-1,+1}^n.
 With a fully factorised ``q(x) = prod_i q_i(x_i)`` and ``m_i = E_q[x_i]`` the Gibbs variational
 principle ``log Z = max_q E_q[log-potential] + H(q)`` restricted to product distributions gives
 
@@ -35,10 +35,10 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from tasks import backend
-from tasks import rng as _rng
-from tasks.bounds import mrf as _mrf
-from tasks.bounds.mrf import PairwiseMRF
+from pgmflow.tasks import backend
+from pgmflow.tasks import rng as _rng
+from pgmflow.tasks.bounds import mrf as _mrf
+from pgmflow.tasks.bounds.mrf import PairwiseMRF
 
 __all__ = ["STAGE_MEAN_FIELD", "MFResult", "mean_field", "mf_bound", "mf_residual"]
 
@@ -101,7 +101,7 @@ def mean_field(mrf: PairwiseMRF, *, damping: float = 0.0, max_iter: int = 1000, 
     Starts: ``init`` ([n] in [-1, 1]) if given, else three deterministic ones -- ``tanh(h)``
     (the means without couplings), all ``+0.5`` and all ``-0.5`` (a ferromagnet below T_c has
     the saddle m = 0, which ``tanh(h)`` hits at zero field) -- then ``n_restarts`` random starts
-    uniform in (-1, 1)^n from ``tasks.rng.generator(seed, STAGE_MEAN_FIELD, r)``, r = 0, 1, ....
+    uniform in (-1, 1)^n from ``pgmflow.tasks.rng.generator(seed, STAGE_MEAN_FIELD, r)``, r = 0, 1, ....
     Each start runs until a sweep changes no node's mean by ``tol`` or more (the residual
     ``|tanh(field) - m_i|`` before the update) or ``max_iter`` sweeps; the start with the
     highest bound wins (the first on ties), so restarts never lower the bound.

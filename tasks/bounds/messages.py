@@ -1,6 +1,6 @@
 """Tree-reweighted message passing for binary pairwise MRFs, in log space (loopy BP is ``rho = 1``).
 
-Model (``tasks.bounds.mrf``): ``P(x) ∝ exp(sum_s h_s x_s + sum_st J_st x_s x_t)``, ``x`` in {-1, +1}^n,
+Model (``pgmflow.tasks.bounds.mrf``): ``P(x) ∝ exp(sum_s h_s x_s + sum_st J_st x_s x_t)``, ``x`` in {-1, +1}^n,
 so ``theta_s(x_s) = h_s x_s`` and ``theta_st(x_s, x_t) = J_st x_s x_t``. Edge appearance
 probabilities ``rho_st`` in (0, 1] (seed 001, "tree-reweighted"; Wainwright, Jaakkola and Willsky
 2005, "A new class of upper bounds on the log partition function").
@@ -58,8 +58,8 @@ from typing import NamedTuple
 
 import numpy as np
 
-from tasks import backend
-from tasks.bounds.mrf import MRFError, PairwiseMRF, adjacency
+from pgmflow.tasks import backend
+from pgmflow.tasks.bounds.mrf import MRFError, PairwiseMRF, adjacency
 
 __all__ = ["Beliefs", "LatticeMessages", "LatticeResult", "Messages", "beliefs", "check_run_args",
            "edge_terms_xp", "lattice_arrays", "lattice_beliefs_xp", "lattice_edge_index",

@@ -130,7 +130,7 @@ def ising_lattice(L: int, W: int | None = None, *, J: float = 1.0, h: float = 0.
 
     ``P(s) ∝ exp(beta (J sum_<ij> b_ij s_i s_j + h sum_i s_i))`` with bond signs ``b`` from
     ``bonds_h`` [L, W] (between (r, c) and (r, c+1)) and ``bonds_v`` [L, W] (between (r, c) and
-    (r+1, c)), all +1 by default -- the convention of ``tasks.tempering.targets.IsingTarget``.
+    (r+1, c)), all +1 by default -- the convention of ``pgmflow.tasks.tempering.targets.IsingTarget``.
     Periodic lattices wrap both ways (on a side of 2 the two bonds between a pair add up).
     """
     W = L if W is None else W

@@ -1,6 +1,6 @@
 """What one Dask task of the bounds workload computes: MF, BP and TRW at one temperature.
 
-Pure numerics over arrays and NumPy structures (``tasks.bounds.mrf.PairwiseMRF``), so the
+Pure numerics over arrays and NumPy structures (``pgmflow.tasks.bounds.mrf.PairwiseMRF``), so the
 orchestration layer only builds the graph. An Ising tempering target at ladder level ``b`` is turned
 into its MRF here, on the worker, so the graph carries the lattice's bond signs, not its edge arrays.
 """
@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from tasks.bounds import mrf as _mrf
-from tasks.bounds import summary
+from pgmflow.tasks.bounds import mrf as _mrf
+from pgmflow.tasks.bounds import summary
 
 EXACT_MAX_NODES = 20  # exact log Z and marginals by enumeration up to this many nodes
 
@@ -29,7 +29,7 @@ def lattice_of(target):
 def bounds_task(model, rho, settings: dict, lattice=None) -> summary.Bounds:
     """One temperature: MF, BP and TRW. ``model`` is a PairwiseMRF or ``(target, b)``, an Ising
     target at ladder level b; ``rho`` an array [E] or the string "uniform" for ``(n - 1) / E``;
-    ``settings`` the keyword arguments of :func:`tasks.bounds.summary.compute_bounds`."""
+    ``settings`` the keyword arguments of :func:`pgmflow.tasks.bounds.summary.compute_bounds`."""
     if not isinstance(model, _mrf.PairwiseMRF):  # (target, b)
         model = ising_model(*model)
     if isinstance(rho, str):
@@ -40,7 +40,7 @@ def bounds_task(model, rho, settings: dict, lattice=None) -> summary.Bounds:
 def small_exact(model) -> float | None:
     """Exact log Z by enumeration for models of at most :data:`EXACT_MAX_NODES` nodes, else None."""
     if model.n <= EXACT_MAX_NODES:
-        from tasks.bounds import exact
+        from pgmflow.tasks.bounds import exact
 
         return float(exact.log_z_enumeration(model))
     return None
@@ -49,7 +49,7 @@ def small_exact(model) -> float | None:
 def small_exact_marginals(model) -> np.ndarray | None:
     """Exact mean spins by enumeration for small models (see :func:`small_exact`), else None."""
     if model.n <= EXACT_MAX_NODES:
-        from tasks.bounds import exact
+        from pgmflow.tasks.bounds import exact
 
         return np.asarray(exact.exact_marginals(model).mean)
     return None

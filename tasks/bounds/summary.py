@@ -18,10 +18,10 @@ from typing import NamedTuple
 
 import numpy as np
 
-from tasks.bounds import bp as _bp
-from tasks.bounds import mean_field as _mf
-from tasks.bounds import mrf as _mrf
-from tasks.bounds import trw as _trw
+from pgmflow.tasks.bounds import bp as _bp
+from pgmflow.tasks.bounds import mean_field as _mf
+from pgmflow.tasks.bounds import mrf as _mrf
+from pgmflow.tasks.bounds import trw as _trw
 
 
 class Bounds(NamedTuple):
@@ -52,9 +52,9 @@ class _Run(NamedTuple):
 def _lattice_run(model, rho, lattice, backend_name, damping, max_iter, tol, starts=(0.0,)) -> _Run:
     """Messages on an L x W lattice: the numba w-domain kernel on the CPU where it applies, else the
     per-direction array path (on the GPU with backend "cupy")."""
-    from tasks import backend as _backend
-    from tasks.bounds import lattice_kernel as _lk
-    from tasks.bounds import messages as _msg
+    from pgmflow.tasks import backend as _backend
+    from pgmflow.tasks.bounds import lattice_kernel as _lk
+    from pgmflow.tasks.bounds import messages as _msg
 
     L, W, periodic = lattice
     arrays = _msg.lattice_arrays(model, L, W, periodic, rho=rho)

@@ -6,7 +6,7 @@ spanning tree polytope), Wainwright, Jaakkola and Willsky (2005) bound the entro
 
     log Z <= max_{tau in local polytope}  <theta, tau> + sum_s H(tau_s) - sum_st rho_st I_st(tau_st).
 
-The objective is concave; the fixed point of the TRW message update (``tasks.bounds.messages``)
+The objective is concave; the fixed point of the TRW message update (``pgmflow.tasks.bounds.messages``)
 is its maximiser and the objective there is the bound. ``rho = 1`` on a tree is the only valid
 choice there and gives the exact ``log Z``; ``rho = 1`` on a loopy graph is loopy BP (not a
 bound; ``validate=False`` allows it).
@@ -22,8 +22,8 @@ from typing import NamedTuple
 
 import numpy as np
 
-from tasks.bounds import messages
-from tasks.bounds.mrf import MRFError, PairwiseMRF, adjacency, ising_lattice
+from pgmflow.tasks.bounds import messages
+from pgmflow.tasks.bounds.mrf import MRFError, PairwiseMRF, adjacency, ising_lattice
 
 __all__ = ["TRWResult", "check_rho", "lattice_rho", "spanning_tree_rho", "trw", "trw_lattice"]
 
@@ -194,7 +194,7 @@ def trw_lattice(h, Jr, Jd, rho_r=None, rho_d=None, *, periodic: bool = True, dam
     a periodic lattice (:func:`lattice_rho`; required for an open one). ``validate`` runs
     :func:`check_rho` on a host copy of ``rho``. Same iterates as :func:`trw` on the corresponding
     ``ising_lattice`` model; the result's arrays stay on the input's device."""
-    from tasks import backend
+    from pgmflow.tasks import backend
 
     xp = backend.array_module(h)
     L, W = xp.asarray(h).shape

@@ -39,9 +39,9 @@ import numpy as np
 import scipy.linalg
 import scipy.optimize
 
-from tasks.gp import kernels as kern
-from tasks.gp import stats as gstats
-from tasks.gp.kernels import DEFAULT_JITTER, CholeskyError, GPParams
+from pgmflow.tasks.gp import kernels as kern
+from pgmflow.tasks.gp import stats as gstats
+from pgmflow.tasks.gp.kernels import DEFAULT_JITTER, CholeskyError, GPParams
 
 __all__ = [
     "Adjoints",
@@ -133,8 +133,8 @@ def objective(method: str, kernel: str, params: GPParams, Z, stats, jitter: floa
     """``(value, adjoints)``: the log marginal likelihood (DTC, FITC) or Titsias's lower bound
     (SGPR) from statistics summed over all rows, and the :class:`Adjoints` for the gradient pass.
 
-    Z: [m, d]; stats: :class:`~tasks.gp.stats.Stats` (SGPR, DTC) or
-    :class:`~tasks.gp.stats.FITCStats` (FITC). ``Kuu`` gets ``jitter * s`` on its diagonal,
+    Z: [m, d]; stats: :class:`~pgmflow.tasks.gp.stats.Stats` (SGPR, DTC) or
+    :class:`~pgmflow.tasks.gp.stats.FITCStats` (FITC). ``Kuu`` gets ``jitter * s`` on its diagonal,
     raised tenfold up to ``max_tries`` times if it will not factor (the jitter used is
     ``adjoints.jitter``).
     """
@@ -182,7 +182,7 @@ def objective(method: str, kernel: str, params: GPParams, Z, stats, jitter: floa
 
 def finish_grad(method: str, kernel: str, params: GPParams, Z, adjoints: Adjoints,
                 grad: gstats.Grad) -> tuple[GPParams, np.ndarray]:
-    """``(dparams, dZ)``: the full gradient from the chunk-summed :class:`~tasks.gp.stats.Grad` and
+    """``(dparams, dZ)``: the full gradient from the chunk-summed :class:`~pgmflow.tasks.gp.stats.Grad` and
     the driver's :class:`Adjoints`, adding the paths through ``Kuu = K(Z, Z) + jitter s I`` and the
     noise. ``dparams`` is a :class:`GPParams` of gradients; ``dZ`` float64 [m, d]."""
     gstats.check_method(method)

@@ -2,7 +2,7 @@
 
 A chunk is either held in memory (a :class:`Chunk`, scattered once) or read by the task from a
 memory-mapped ``.npy`` file (a :class:`FileRows`: a path and a row range), split into training and
-held-out rows by a pure function of the row index (``tasks.gp.data.heldout_rows``) and standardised.
+held-out rows by a pure function of the row index (``pgmflow.tasks.gp.data.heldout_rows``) and standardised.
 Each task returns something that adds (statistics, gradients, test sums), summed in chunk order by
 the driver.
 """
@@ -13,12 +13,12 @@ from typing import NamedTuple
 
 import numpy as np
 
-from tasks.gp import bounds as gbounds
-from tasks.gp import exact as gexact
-from tasks.gp import kernels as kern
-from tasks.gp import stats as gstats
-from tasks.gp import svgp as gsvgp
-from tasks.gp.data import Standardizer, heldout_rows, open_npy
+from pgmflow.tasks.gp import bounds as gbounds
+from pgmflow.tasks.gp import exact as gexact
+from pgmflow.tasks.gp import kernels as kern
+from pgmflow.tasks.gp import stats as gstats
+from pgmflow.tasks.gp import svgp as gsvgp
+from pgmflow.tasks.gp.data import Standardizer, heldout_rows, open_npy
 
 
 class Chunk(NamedTuple):
@@ -71,7 +71,7 @@ def load_chunk(ref) -> Chunk:
 def _device(backend: str, *arrays):
     if backend != "cupy":
         return arrays
-    from tasks import backend as tbackend
+    from pgmflow.tasks import backend as tbackend
 
     xp = tbackend.get_xp("cupy")
     return tuple(xp.asarray(a) for a in arrays)

@@ -1,6 +1,6 @@
 """Synthetic regression data for the GP workload, and the standardisation recorded with a model.
 
-Generators draw from ``tasks.rng.generator(seed, STAGE_GP, GP_STREAM_DATA, part)``: the same
+Generators draw from ``pgmflow.tasks.rng.generator(seed, STAGE_GP, GP_STREAM_DATA, part)``: the same
 ``(seed, part)`` gives the same rows wherever it runs; a large data set can be made as several
 parts (one task each), concatenated in part order.
 
@@ -20,7 +20,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from tasks import rng as trng
+from pgmflow.tasks import rng as trng
 
 __all__ = ["GP_STREAM_DATA", "Standardizer", "friedman1", "friedman1_mean", "sine_1d", "sine_1d_mean"]
 
@@ -124,7 +124,7 @@ class Standardizer(NamedTuple):
 
 # --- the held-out split: a pure function of the row index, so any chunking of the rows agrees --------
 
-GP_STREAM_SPLIT = 3  # identity element under rng.STAGE_GP for the held-out split (0-2: tasks.gp)
+GP_STREAM_SPLIT = 3  # identity element under rng.STAGE_GP for the held-out split (0-2: pgmflow.tasks.gp)
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 _MIX1 = np.uint64(0xBF58476D1CE4E5B9)
 _MIX2 = np.uint64(0x94D049BB133111EB)

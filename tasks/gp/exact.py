@@ -5,7 +5,7 @@ With ``Ky = K(X, X) + sigma^2 I = L L'`` and ``alpha = Ky^-1 y``::
     log p(y | X) = -y' alpha / 2 - sum log diag L - n log(2 pi) / 2
     dlog p / dKy = (alpha alpha' - Ky^-1) / 2
 
-pushed through the kernel (:func:`tasks.gp.kernels.K_sym_vjp`) for the log lengthscales and the
+pushed through the kernel (:func:`pgmflow.tasks.gp.kernels.K_sym_vjp`) for the log lengthscales and the
 log scale, and ``sigma^2 tr(dlog p / dKy)`` for the log noise. Predictions of the latent ``f``::
 
     mean = K*f alpha,   cov = K** - K*f Ky^-1 Kf*
@@ -24,8 +24,8 @@ import numpy as np
 import scipy.linalg
 import scipy.optimize
 
-from tasks.gp import kernels as kern
-from tasks.gp.kernels import CholeskyError, GPParams
+from pgmflow.tasks.gp import kernels as kern
+from pgmflow.tasks.gp.kernels import CholeskyError, GPParams
 
 __all__ = ["ExactFit", "fit", "log_marginal_likelihood", "predict", "value_and_grad"]
 

@@ -8,7 +8,7 @@ with no rows stays put); distances are ``||x||^2 + ||z||^2 - 2 x z'`` GEMMs over
 If Lloyd's centres ever coincide, the distinct seeds are returned instead.
 
 Random numbers: the caller's ``numpy.random.Generator`` (the pipeline builds it with
-``tasks.rng.generator(seed, STAGE_GP, GP_STREAM_INDUCING)``); the subsample, then the seeding,
+``pgmflow.tasks.rng.generator(seed, STAGE_GP, GP_STREAM_INDUCING)``); the subsample, then the seeding,
 draw from it in that order.
 """
 

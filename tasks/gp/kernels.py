@@ -59,7 +59,7 @@ from typing import NamedTuple
 import numpy as np
 import scipy.linalg
 
-from tasks import backend
+from pgmflow.tasks import backend
 
 __all__ = [
     "DEFAULT_JITTER",

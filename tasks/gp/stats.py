@@ -7,10 +7,10 @@ process regression"):
 
 1. map :func:`chunk_stats` over the chunks and add the results in chunk order
    (:func:`sum_in_order`): a :class:`Stats` (SGPR, DTC) or :class:`FITCStats` (FITC);
-2. on the driver, ``tasks.gp.bounds.objective`` turns the summed statistics into the value and
+2. on the driver, ``pgmflow.tasks.gp.bounds.objective`` turns the summed statistics into the value and
    small adjoints (m x m, m, scalars);
 3. map :func:`chunk_grad` over the chunks with those adjoints, add the :class:`Grad` results in
-   chunk order, and finish on the driver with ``tasks.gp.bounds.finish_grad`` (the terms through
+   chunk order, and finish on the driver with ``pgmflow.tasks.gp.bounds.finish_grad`` (the terms through
    ``Kuu``).
 
 Notation (Titsias 2009; Quinonero-Candela and Rasmussen 2005): ``Kuf = K(Z, X)`` [m, n] (code
@@ -26,7 +26,7 @@ Lambda``, ``psi1y = Kuf Lambda^-1 y`` [m], ``psi2 = Kuf Lambda^-1 Kfu`` [m, m].
 
 Gradient pass of a chunk, given ``P = dF/dpsi2`` and ``a = dF/dpsi1y`` from the driver: the adjoint
 of ``Kuf`` is ``2 P Kuf + a y'`` (one GEMM; FITC adds the terms through ``Lambda``), pushed through
-the kernel with the matrix-product identities of :mod:`tasks.gp.kernels`. A :class:`Grad` holds
+the kernel with the matrix-product identities of :mod:`pgmflow.tasks.gp.kernels`. A :class:`Grad` holds
 the chunk's gradient w.r.t. ``log_lengthscale``, ``log_variance``, ``log_noise``, ``Z``, and (FITC
 only; zeros otherwise) the adjoint it contributes to ``Kuu``.
 
@@ -46,9 +46,9 @@ import numpy as np
 import scipy.linalg
 from scipy.linalg.blas import dger, dsyrk
 
-from tasks import backend
-from tasks.gp import kernels as kern
-from tasks.gp.kernels import DEFAULT_JITTER, GPParams
+from pgmflow.tasks import backend
+from pgmflow.tasks.gp import kernels as kern
+from pgmflow.tasks.gp.kernels import DEFAULT_JITTER, GPParams
 
 __all__ = [
     "METHODS",
@@ -261,7 +261,7 @@ def chunk_stats(method: str, kernel: str, params: GPParams, Z, X_chunk, y_chunk,
 
 def chunk_grad(method: str, kernel: str, params: GPParams, Z, X_chunk, y_chunk, adjoints) -> Grad:
     """One chunk's gradient contribution, given the driver's ``adjoints`` (a
-    ``tasks.gp.bounds.Adjoints`` of the same ``method``).
+    ``pgmflow.tasks.gp.bounds.Adjoints`` of the same ``method``).
 
     SGPR / DTC: ``dF/dKuf = 2 P Kuf + a y'`` with ``P = adjoints.dpsi2``, ``a = adjoints.dpsi1y``,
     plus ``adjoints.dpsi0`` on ``diag Kff``. FITC adds, per row, ``g = dF/dLambda`` and its paths

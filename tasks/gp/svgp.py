@@ -21,7 +21,7 @@ ELBO on a minibatch of ``b`` of the ``n`` rows (an unbiased estimate of the full
 
 (``KL(q(v)||N(0,I))`` equals ``KL(q(u)||p(u))``). Its gradient w.r.t. the hyperparameters and
 ``Z`` (with ``q(v)`` fixed) goes through ``Kbu`` (one GEMM), ``diag Kff``, the noise, and ``L``
-(through ``alpha`` and ``C``; the Cholesky adjoint of :func:`tasks.gp.kernels.cholesky_backward`).
+(through ``alpha`` and ``C``; the Cholesky adjoint of :func:`pgmflow.tasks.gp.kernels.cholesky_backward`).
 
 Natural-gradient step with the Gaussian likelihood, step size ``rho``, ``A = L^-1 Kub``::
 
@@ -33,7 +33,7 @@ batch this is the optimal ``q(u)`` of SGPR: ``mu_u = sigma^-2 Kuu Sigma Kuf y``,
 ``S_u = Kuu Sigma Kuu``, ``Sigma = (Kuu + sigma^-2 Kuf Kfu)^-1``.
 
 :func:`adam_init` / :func:`adam_update` are a small pure Adam over flat arrays;
-:func:`minibatch_indices` draws minibatch ``step`` from ``tasks.rng.generator(seed, STAGE_GP,
+:func:`minibatch_indices` draws minibatch ``step`` from ``pgmflow.tasks.rng.generator(seed, STAGE_GP,
 GP_STREAM_MINIBATCH, step)``, independent of where it runs.
 """
 
@@ -45,9 +45,9 @@ from typing import NamedTuple
 import numpy as np
 import scipy.linalg
 
-from tasks import rng as trng
-from tasks.gp import kernels as kern
-from tasks.gp.kernels import DEFAULT_JITTER, CholeskyError, GPParams
+from pgmflow.tasks import rng as trng
+from pgmflow.tasks.gp import kernels as kern
+from pgmflow.tasks.gp.kernels import DEFAULT_JITTER, CholeskyError, GPParams
 
 __all__ = [
     "GP_STREAM_MINIBATCH",
@@ -253,7 +253,7 @@ def svgp_predict(kernel: str, params: GPParams, Z, state: SVGPState, Xstar, full
 
 def minibatch_indices(seed: int, step: int, n: int, batch_size: int) -> np.ndarray:
     """int64 [batch_size], sorted: the rows of minibatch ``step``, drawn without replacement from
-    ``tasks.rng.generator(seed, STAGE_GP, GP_STREAM_MINIBATCH, step)`` (identity, not placement)."""
+    ``pgmflow.tasks.rng.generator(seed, STAGE_GP, GP_STREAM_MINIBATCH, step)`` (identity, not placement)."""
     n, batch_size = int(n), int(batch_size)
     if not 1 <= batch_size <= n:
         raise ValueError(f"batch_size must be in [1, n={n}]; got {batch_size}")

@@ -17,7 +17,7 @@ products (the phi matrix is never formed). The sufficient statistics of the batc
 
 (``E_q[log p(w, z | theta, beta) + log p(theta) - log q(z) - log q(theta)]`` with phi at its
 optimum). With posterior regularization the token posteriors are replaced each iteration by
-their KL projection onto the constraint set (``tasks.lda.regularization``), and the bound uses
+their KL projection onto the constraint set (``pgmflow.tasks.lda.regularization``), and the bound uses
 ``log phinorm_n - KL(q_n || p_n)`` instead of ``log phinorm_n``.
 
 Layout: topic-word arrays passed here are *word-major* ``[n_cols, K]`` over a sorted set of word
@@ -34,10 +34,10 @@ from typing import NamedTuple
 
 import numpy as np
 
-from tasks import backend
+from pgmflow.tasks import backend
 
 __all__ = ["EStepResult", "digamma", "estep", "estep_numpy", "estep_xp"]
-# exp(E[log beta]), the topic columns an E-step takes: tasks.lda.svi.exp_elog_beta (the driver computes it).
+# exp(E[log beta]), the topic columns an E-step takes: pgmflow.tasks.lda.svi.exp_elog_beta (the driver computes it).
 
 
 class EStepResult(NamedTuple):
@@ -102,7 +102,7 @@ def estep(indptr, indices, counts, docs, cols, exp_elog_beta, alpha, max_iter=10
 
 
 def _cupy():
-    from tasks import backend as _backend
+    from pgmflow.tasks import backend as _backend
 
     return _backend.cupy()
 
@@ -179,7 +179,7 @@ def estep_xp(bptr, loc, cts, eeb, alpha, max_iter, tol, xp, return_gamma=True, c
 
 
 def _pr_active(pr) -> bool:
-    from tasks.lda import regularization
+    from pgmflow.tasks.lda import regularization
 
     return regularization.is_active(pr)
 
@@ -385,7 +385,7 @@ def _pr_kernel():
     """The E-step with posterior regularization. The projection is bound to a module global (not a
     closure cell) so that numba's on-disk cache works across processes."""
     global _project, _token_posteriors
-    from tasks.lda import regularization
+    from pgmflow.tasks.lda import regularization
 
     nb = backend.numba()
     _project = regularization.project_kernel()

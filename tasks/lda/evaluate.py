@@ -21,8 +21,8 @@ from typing import NamedTuple
 
 import numpy as np
 
-from tasks import rng as _rng
-from tasks.lda import estep as _estep
+from pgmflow.tasks import rng as _rng
+from pgmflow.tasks.lda import estep as _estep
 
 __all__ = ["CSR", "completion_split", "completion_log_likelihood", "perplexity", "heldout_mask", "top_words",
            "cooccurrence", "umass_coherence", "match_topics"]

@@ -1,7 +1,7 @@
-"""The numba kernels of posterior regularization's KL projection (see :mod:`tasks.lda.regularization`
-for the maths and the NumPy reference, :func:`tasks.lda.regularization.project_kernel` for the entry
-point). Plain module-level functions marked with :func:`tasks.backend.kernel`; compiled on first use
-by :func:`tasks.backend.compile_kernels`, which binds each to its module global so kernels call
+"""The numba kernels of posterior regularization's KL projection (see :mod:`pgmflow.tasks.lda.regularization`
+for the maths and the NumPy reference, :func:`pgmflow.tasks.lda.regularization.project_kernel` for the entry
+point). Plain module-level functions marked with :func:`pgmflow.tasks.backend.kernel`; compiled on first use
+by :func:`pgmflow.tasks.backend.compile_kernels`, which binds each to its module global so kernels call
 compiled callees.
 
 - :func:`_wf_upper`, :func:`_wf_lower`, :func:`_wf_general`: water-filling of one row (caps, floors, both);
@@ -16,7 +16,7 @@ import math
 
 import numpy as np
 
-from tasks import backend
+from pgmflow.tasks import backend
 
 _TINY = 1e-300  # floor of p (an underflowed p_n(k) = 0 would make a seed on k infeasible)
 _SUM_TOL = 1e-12  # tolerance of the feasibility checks on sums of masses

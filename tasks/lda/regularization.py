@@ -138,9 +138,9 @@ from typing import NamedTuple
 
 import numpy as np
 
-from tasks import backend
-from tasks.lda import pr_kernels  # the numba kernels, compiled on first use
-from tasks.lda.pr_kernels import _SUM_TOL, _T_FLOOR, _TINY  # shared with the kernels
+from pgmflow.tasks import backend
+from pgmflow.tasks.lda import pr_kernels  # the numba kernels, compiled on first use
+from pgmflow.tasks.lda.pr_kernels import _SUM_TOL, _T_FLOOR, _TINY  # shared with the kernels
 
 __all__ = [
     "PRConfig",
@@ -690,8 +690,8 @@ def project_kernel():
 
 @functools.cache
 def _numba_kernels():
-    """The numba kernels of :mod:`tasks.lda.pr_kernels`, compiled on first use by
-    :func:`tasks.backend.compile_kernels`; a dict of njit dispatchers."""
+    """The numba kernels of :mod:`pgmflow.tasks.lda.pr_kernels`, compiled on first use by
+    :func:`pgmflow.tasks.backend.compile_kernels`; a dict of njit dispatchers."""
     k = backend.compile_kernels(pr_kernels)
     return {"project": k["_project_nb"], "wf_upper": k["_wf_upper"], "wf_lower": k["_wf_lower"],
             "wf_general": k["_wf_general"], "evaluate": k["_evaluate_nb"]}

@@ -1,6 +1,6 @@
 """Work on the shards of a corpus: what the Dask workers run for SVI (pure functions of plain data).
 
-A corpus is a fixed list of shards (``tasks.lda.corpus``). Every shard ``j`` is split once into
+A corpus is a fixed list of shards (``pgmflow.tasks.lda.corpus``). Every shard ``j`` is split once into
 training and held-out documents (``evaluate.heldout_mask``, keyed by (seed, j)), and its training
 documents enter the minibatches of epoch ``e`` in the order ``shard_order(seed, j, e, n_train)``:
 step ``t`` of ``T`` steps per epoch takes the slice ``[floor(t n / T), floor((t + 1) n / T))`` of that
@@ -17,10 +17,10 @@ from typing import NamedTuple
 
 import numpy as np
 
-from tasks import rng as _rng
-from tasks.lda import corpus as _corpus
-from tasks.lda import estep as _estep
-from tasks.lda import evaluate as _evaluate
+from pgmflow.tasks import rng as _rng
+from pgmflow.tasks.lda import corpus as _corpus
+from pgmflow.tasks.lda import estep as _estep
+from pgmflow.tasks.lda import evaluate as _evaluate
 
 
 class ShardState(NamedTuple):

@@ -1,4 +1,4 @@
-"""An English stop word list for :func:`tasks.lda.corpus.from_text_folder`.
+"""An English stop word list for :func:`pgmflow.tasks.lda.corpus.from_text_folder`.
 
 Written for this project (not copied from another list): function words, pronouns, auxiliary
 verbs and their contractions, quantifiers, and very common adverbs and verbs that carry no topic.

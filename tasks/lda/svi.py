@@ -18,7 +18,7 @@ from typing import NamedTuple
 import numpy as np
 from scipy.special import digamma, gammaln
 
-from tasks import rng as _rng
+from pgmflow.tasks import rng as _rng
 
 __all__ = ["SVIState", "SVIInfo", "exp_elog_beta", "init", "step_size", "update", "topic_term_bound"]
 

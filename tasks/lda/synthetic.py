@@ -33,10 +33,10 @@ from typing import NamedTuple
 
 import numpy as np
 
-from tasks import backend
-from tasks import rng as _rng
-from tasks.lda import corpus as _corpus
-from tasks.lda.corpus import CorpusInfo, DocTermShard
+from pgmflow.tasks import backend
+from pgmflow.tasks import rng as _rng
+from pgmflow.tasks.lda import corpus as _corpus
+from pgmflow.tasks.lda.corpus import CorpusInfo, DocTermShard
 
 __all__ = ["SyntheticLDA", "generate_corpus", "generate_in_memory", "generate_shard", "true_model"]
 
@@ -276,8 +276,8 @@ def generate_corpus(out_dir, n_docs, n_words, n_topics, seed=0, alpha=0.1, eta=0
     a = np.asarray(alpha, dtype=np.float64)
     params = {"n_docs": n_docs, "n_words": int(n_words), "n_topics": int(n_topics), "seed": int(seed),
               "alpha": float(a) if a.ndim == 0 else a.tolist(), "eta": float(eta),
-              "mean_length": float(mean_length), "docs_per_shard": dps, "generator": "tasks.lda.synthetic"}
-    return _corpus.write_corpus(out, shards(), int(n_words), source="synthetic LDA (tasks.lda.synthetic)",
+              "mean_length": float(mean_length), "docs_per_shard": dps, "generator": "pgmflow.tasks.lda.synthetic"}
+    return _corpus.write_corpus(out, shards(), int(n_words), source="synthetic LDA (pgmflow.tasks.lda.synthetic)",
                                 extra_meta={"synthetic": params, "true_topics": "true_topics.npy",
                                             "true_alpha": "true_alpha.npy"})
 

@@ -1,6 +1,6 @@
 """A Bayesian model as a tempering target: the path prior x likelihood^b, so log Z is the log evidence.
 
-The sampler works on the unconstrained ``u`` of :mod:`tasks.tempering.priors`; the reference is the
+The sampler works on the unconstrained ``u`` of :mod:`pgmflow.tasks.tempering.priors`; the reference is the
 prior on ``u`` (normalised, exact sampler), ``log gamma(u) = log prior(u) + log L(T(u))`` and the
 tempering log-likelihood ``l = log gamma - log ref`` is exactly ``log L(T(u))``. Level b samples
 ``prior(u) L(T(u))^b``; ``log Z = log int prior(theta) L(theta) dtheta`` (the Jacobian is in the prior
@@ -13,8 +13,8 @@ from typing import NamedTuple
 
 import numpy as np
 
-from tasks.tempering.priors import PriorReference
-from tasks.tempering.targets import load_callable
+from pgmflow.tasks.tempering.priors import PriorReference
+from pgmflow.tasks.tempering.targets import load_callable
 
 
 class BayesTarget(NamedTuple):

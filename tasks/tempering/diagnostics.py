@@ -13,7 +13,7 @@ Contents
   trip is a walk of a replica's level index from 0 to K-1 and back to 0).
 - :func:`swap_rejection_from_acceptance`: mean swap rejection probability of each adjacent pair,
   the ``r(b_k, b_{k+1})`` that Syed et al. (2021) use to estimate the communication
-  barrier (see :mod:`tasks.tempering.schedule`).
+  barrier (see :mod:`pgmflow.tasks.tempering.schedule`).
 
 Conventions: the time (draw / scan) axis is the *last* axis unless a docstring says otherwise;
 all outputs are float64 (counts int64); inputs are never modified.

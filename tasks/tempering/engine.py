@@ -18,8 +18,8 @@ from typing import NamedTuple
 
 import numpy as np
 
-from tasks import rng as _rng
-from tasks.tempering import explorers as _explorers
+from pgmflow.tasks import rng as _rng
+from pgmflow.tasks.tempering import explorers as _explorers
 
 SWAP_SCHEMES = ("deo", "seo")
 
@@ -118,7 +118,7 @@ def init_block(target, replica_ids, params: ExploreParams) -> BlockState:
     if target.kind == "ising":
         x = _explorers.ising_initial_spins(target, ids, params.seed, params.chain)
         if params.backend == "cupy":
-            from tasks import backend
+            from pgmflow.tasks import backend
 
             x = backend.cupy().asarray(x)
     else:
@@ -131,7 +131,7 @@ def explore_block(state: BlockState, prev: SwapRecord, betas: np.ndarray, step_s
     """Local moves of one block for one scan, at the levels ``prev.levels`` assigned.
 
     betas: float64 [K] ladder; step_sizes: float64 [K] per-level step (continuous explorers).
-    path: None (the target's own reference) or a :class:`tasks.tempering.variational.Path` (the
+    path: None (the target's own reference) or a :class:`pgmflow.tasks.tempering.variational.Path` (the
     reference of each leg and the leg of each level).
     Returns ``(BlockState, BlockStats)``; the input state is not modified.
     """

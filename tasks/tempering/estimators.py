@@ -23,8 +23,8 @@ from typing import NamedTuple
 
 import numpy as np
 
-from tasks.tempering.diagnostics import effective_sample_size
-from tasks.tempering.schedule import check_betas
+from pgmflow.tasks.tempering.diagnostics import effective_sample_size
+from pgmflow.tasks.tempering.schedule import check_betas
 
 __all__ = [
     "LogZEstimate",

@@ -2,7 +2,7 @@
 
 Known answers that the samplers and the log-Z estimators are tested against.
 
-Ising convention (shared with :mod:`tasks.tempering.targets`): spins ``s[i, j] = +-1`` on an
+Ising convention (shared with :mod:`pgmflow.tasks.tempering.targets`): spins ``s[i, j] = +-1`` on an
 ``m x n`` periodic lattice (``m`` rows, ``n`` columns); ``bonds_h[i, j]`` couples ``(i, j)`` with
 ``(i, (j + 1) % n)`` and ``bonds_v[i, j]`` couples ``(i, j)`` with ``((i + 1) % m, j)``;
 

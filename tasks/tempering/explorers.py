@@ -13,9 +13,9 @@ from typing import NamedTuple
 
 import numpy as np
 
-from tasks import rng as _rng
-from tasks.backend import to_numpy
-from tasks.tempering import targets as _targets
+from pgmflow.tasks import rng as _rng
+from pgmflow.tasks.backend import to_numpy
+from pgmflow.tasks.tempering import targets as _targets
 
 ISING_METHODS = ("metropolis", "heatbath")
 CONTINUOUS_METHODS = ("rwm", "hmc")
@@ -29,7 +29,7 @@ class ExploreInfo(NamedTuple):
     abs_m: float64 [R], |magnetisation| per site (Ising) or |x|_2 (continuous).
     accept: float64 [R], fraction of local moves accepted (Ising: spin changes per site update).
     loglik_legs: float64 [R, G], l_g(x) = log gamma(x) - log ref_g(x) for each leg's reference g, when a
-        path (:class:`tasks.tempering.variational.Path`) was given; None otherwise.
+        path (:class:`pgmflow.tasks.tempering.variational.Path`) was given; None otherwise.
     """
 
     loglik: np.ndarray
@@ -55,7 +55,7 @@ def explore_ising(target, spins, b, replica_ids, philox_key, chain: int, sweep0:
     spins: int8 [R, L, L] (numpy or cupy; copied, not modified); b: float64 [R].
     Returns ``(new_spins, ExploreInfo)``.
     """
-    from tasks.tempering import ising_kernels as K
+    from pgmflow.tasks.tempering import ising_kernels as K
 
     new = spins.copy()
     thr = K.ising_thresholds(np.asarray(b, dtype=np.float64) * target.beta_model, target.J_abs, target.h, method)
@@ -127,7 +127,7 @@ def explore_continuous(target, x, b, step, replica_ids, seed: int, chain: int, s
     x: float64 [R, d] (not modified); b: [R] levels' annealing parameters; step: [R] proposal
     scale (RWM) or leapfrog step size (HMC). Replicas at ``b == 0`` are drawn exactly from the
     reference instead (an independent sample is the best local move there).
-    path: None (the target's own reference) or a :class:`tasks.tempering.variational.Path`, whose
+    path: None (the target's own reference) or a :class:`pgmflow.tasks.tempering.variational.Path`, whose
     ``references[leg[i]]`` is replica i's reference; leg: int [R].
     Returns ``(new_x, ExploreInfo)``.
     """

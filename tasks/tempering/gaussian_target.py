@@ -15,7 +15,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from tasks.tempering.targets import GaussianReference
+from pgmflow.tasks.tempering.targets import GaussianReference
 
 
 class CorrelatedGaussianTarget(NamedTuple):

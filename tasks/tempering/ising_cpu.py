@@ -1,5 +1,5 @@
 """The CPU (numba) kernels of the Ising checkerboard sweep (the spec is in
-:mod:`tasks.tempering.ising_kernels`, whose :func:`~tasks.tempering.ising_kernels.ising_sweep` calls
+:mod:`pgmflow.tasks.tempering.ising_kernels`, whose :func:`~pgmflow.tasks.tempering.ising_kernels.ising_sweep` calls
 :func:`_sweep_numba` here).
 
 Internal layout: spins live in padded planes ``S[r, c, i, 1 + q]`` (int8 [R, 2, L, H + 2],
@@ -7,9 +7,9 @@ H = L // 2) with halo columns ``S[..., 0] = S[..., H]`` and ``S[..., H + 1] = S[
 horizontal neighbour that wraps around needs no special case; bonds in ``B[c, i, k, q]`` (int8
 [2, L, 4, H], see :func:`plane_bonds`).
 
-The kernels are plain module-level functions marked with :func:`tasks.backend.kernel`;
+The kernels are plain module-level functions marked with :func:`pgmflow.tasks.backend.kernel`;
 :func:`kernels` binds ``prange`` and the Philox device function, then compiles them all
-(:func:`tasks.backend.compile_kernels`) on first use. They are bound to module globals, not closure
+(:func:`pgmflow.tasks.backend.compile_kernels`) on first use. They are bound to module globals, not closure
 cells: numba's on-disk cache key hashes a function's closure variables, and a jitted callee pickles
 differently in every process, which would make every process miss the cache.
 """
@@ -21,8 +21,8 @@ import sys
 
 import numpy as np
 
-from tasks import backend
-from tasks.philox import numba_philox4x32
+from pgmflow.tasks import backend
+from pgmflow.tasks.philox import numba_philox4x32
 
 _MASK32 = 0xFFFFFFFF
 _U_MAX = _MASK32  # u values >= this go through the exact int64 path (see _update_rows_fast)

@@ -1,5 +1,5 @@
 """The GPU (CuPy ``RawKernel``) path of the Ising checkerboard sweep: the CUDA source, which
-implements the spec of :mod:`tasks.tempering.ising_kernels` bit for bit, and its host side.
+implements the spec of :mod:`pgmflow.tasks.tempering.ising_kernels` bit for bit, and its host side.
 
 The tests compile the same CUDA source as C++ for the host CPU and drive :func:`_sweep_cuda` with
 NumPy arrays, so this code runs without a GPU too.
@@ -11,7 +11,7 @@ import functools
 
 import numpy as np
 
-from tasks import backend
+from pgmflow.tasks import backend
 
 _MASK32 = 0xFFFFFFFF
 

@@ -51,9 +51,9 @@ import math
 
 import numpy as np
 
-from tasks import backend
-from tasks.tempering.ising_cpu import _sweep_numba
-from tasks.tempering.ising_cuda import _sweep_cupy
+from pgmflow.tasks import backend
+from pgmflow.tasks.tempering.ising_cpu import _sweep_numba
+from pgmflow.tasks.tempering.ising_cuda import _sweep_cupy
 
 __all__ = [
     "METHODS",

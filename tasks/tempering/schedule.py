@@ -1,7 +1,7 @@
 """Tempering schedules (annealing ladders) and their adaptation from swap statistics.
 
 The ladder is ``0 = b_0 < b_1 < ... < b_{K-1} = 1`` on the path ``pi_b ∝ ref * exp(b * l)``
-(see :mod:`tasks.tempering.targets`). Adaptation follows Syed, Bouchard-Cote, Deligiannidis,
+(see :mod:`pgmflow.tasks.tempering.targets`). Adaptation follows Syed, Bouchard-Cote, Deligiannidis,
 Doucet (2021, JRSSB) "Non-reversible parallel tempering: a scalable highly parallel MCMC
 scheme" (also Pigeons.jl, ``communication_barriers`` / ``optimal_schedule``):
 

@@ -22,7 +22,7 @@ from typing import Callable, NamedTuple
 
 import numpy as np
 
-from tasks import rng as _rng
+from pgmflow.tasks import rng as _rng
 
 
 class IsingTarget(NamedTuple):

@@ -200,7 +200,7 @@ def combine_leg_estimates(estimates, influences, agree_sigmas: float = 3.0) -> t
     with the smaller SE alone (weight 1): a poor leg cannot pull the result. Returns
     ``(estimate, se, weights)``.
     """
-    from tasks.tempering.estimators import series_se
+    from pgmflow.tasks.tempering.estimators import series_se
 
     est = np.asarray(estimates, dtype=np.float64)
     ses = np.array([series_se(p) for p in influences])
@@ -232,8 +232,8 @@ def leg_estimates(betas, legs, loglik, rejection) -> dict:
     Returns {"legs": [per-leg dicts: log_z_ss, log_z_ss_se, log_z_ti, log_z_ti_se, barrier,
     swap_accept], "log_z_ss", "log_z_ss_se", "log_z_ti", "log_z_ti_se", "barrier", "weights"}.
     """
-    from tasks.tempering import estimators
-    from tasks.tempering.schedule import communication_barrier
+    from pgmflow.tasks.tempering import estimators
+    from pgmflow.tasks.tempering.schedule import communication_barrier
 
     betas = np.asarray(betas, dtype=np.float64)
     ll = np.asarray(loglik, dtype=np.float64)

@@ -338,7 +338,7 @@ def load_npz(path) -> BinaryTimeSeries:
     _check_file(path)
     if not zipfile.is_zipfile(path):
         raise TeslaDataError(path, "is not an .npz file (not a zip archive)",
-                             "save the data with numpy.savez or tasks.tesla.data.save_npz")
+                             "save the data with numpy.savez or pgmflow.tasks.tesla.data.save_npz")
     try:
         with np.load(path, allow_pickle=False) as z:
             keys = list(z.files)

@@ -42,7 +42,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from tasks import backend
+from pgmflow.tasks import backend
 
 __all__ = [
     "ExactMoments",

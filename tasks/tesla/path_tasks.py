@@ -14,9 +14,9 @@ from typing import NamedTuple
 
 import numpy as np
 
-from tasks import rng as _rng
-from tasks.tesla import evaluate as _evaluate
-from tasks.tesla import solver as _solver
+from pgmflow.tasks import rng as _rng
+from pgmflow.tasks.tesla import evaluate as _evaluate
+from pgmflow.tasks.tesla import solver as _solver
 
 METHODS = ("tesla", "keller", "static")
 CRITERIA = ("bic", "ebic", "heldout")

@@ -68,7 +68,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from tasks import backend
+from pgmflow.tasks import backend
 
 __all__ = ["Kernels", "prox_fused_lasso", "tv_denoise_1d", "tv_lambda_max"]
 

@@ -21,7 +21,7 @@ The problem is solved by FISTA (Beck and Teboulle 2009) with adaptive restart (O
 Candes 2015) and the fixed step ``1/L``, ``L = max_t lambda_max(sum_d w_{t,d} a_d a_d^T)`` over
 ``a_d = [1, x_d]`` (the node's design is a column subset of it, so one bound serves every node;
 ``l'' <= 1``). For ``q = 1`` the proximal step of L1 plus fused differences is exact: 1-D total
-variation denoising of each coefficient path followed by soft-thresholding (``tasks.tesla.prox``).
+variation denoising of each coefficient path followed by soft-thresholding (``pgmflow.tasks.tesla.prox``).
 For ``q = 2`` the smoothing term is differentiable and joins the gradient (``L += 8 lambda2``).
 The node's field is smoothed but never L1-penalised (eq. 13 penalises ``theta_{-i}`` only).
 
@@ -42,8 +42,8 @@ from typing import NamedTuple
 
 import numpy as np
 
-from tasks import backend
-from tasks.tesla import prox as _prox
+from pgmflow.tasks import backend
+from pgmflow.tasks.tesla import prox as _prox
 
 
 FIELD_CAP = 10.0  # |field| reported where its optimum is infinite (P(x_i = observed) = 1 - 2e-9)

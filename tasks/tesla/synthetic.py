@@ -28,7 +28,7 @@ The true edge set at time ``t`` is ``J[t] != 0`` (:func:`edge_sets`).
 Samples (:func:`sample_time_point`; randomness ``rng.generator(seed, STAGE_TESLA_GIBBS, t)``)
 --------------------------------------------------------------------------------------------
 With ``thin=None`` (default) the ``samples_per_time`` samples of time ``t`` are the final states
-of as many independent Gibbs chains (:mod:`tasks.tesla.gibbs`, uniform random start) run for
+of as many independent Gibbs chains (:mod:`pgmflow.tasks.tesla.gibbs`, uniform random start) run for
 ``burn_in`` sweeps with ``(h_t, J_t)``. With ``thin=k >= 1`` a single chain is run for ``burn_in``
 sweeps and then one sample is kept every ``k`` sweeps (cheaper, but successive samples are
 correlated). Each time point has its own generator, so time points can be generated independently
@@ -41,8 +41,8 @@ from typing import NamedTuple
 
 import numpy as np
 
-from tasks import rng as _rng
-from tasks.tesla import gibbs
+from pgmflow.tasks import rng as _rng
+from pgmflow.tasks.tesla import gibbs
 
 __all__ = [
     "GroundTruth",

@@ -1,6 +1,6 @@
 """Run the real ``pgmflow`` command on bad input and check the refusal.
 
-``pgmflow(args, cwd)`` calls the real entry point :func:`pipelines.core.cli.main` with ``args`` as its
+``pgmflow(args, cwd)`` calls the real entry point :func:`pgmflow.pipelines.core.cli.main` with ``args`` as its
 command line, in this process (about 0.2 s a case instead of about 1 s for a new Python process),
 and returns what a subprocess would: the exit code, stdout and stderr. Hydra's and pgmflow's
 process-wide state is reset around each call, so each case starts as a fresh process would:
@@ -8,11 +8,11 @@ process-wide state is reset around each call, so each case starts as a fresh pro
 - Hydra's GlobalHydra singleton (cleared before and after);
 - the working directory, ``sys.argv`` and the environment (``PGMFLOW_ORIG_CWD`` is the case's
   folder; the sweep and ``HYDRA_FULL_ERROR`` variables are removed);
-- the per-process caches of resolved data (``pipelines.tesla.networks._CACHE``, ``pipelines.svi.corpora._RESOLVED``);
+- the per-process caches of resolved data (``pgmflow.pipelines.tesla.networks._CACHE``, ``pgmflow.pipelines.svi.corpora._RESOLVED``);
 - the root logger's handlers (Hydra reconfigures logging for each run);
 - warnings are recorded under Python's default filters and appended to stderr, as a new
   process would print them;
-- ``pipelines.core.runner.execute`` prints "<pipeline> run <id>" to the ``sys.stdout`` it saw at import;
+- ``pgmflow.pipelines.core.runner.execute`` prints "<pipeline> run <id>" to the ``sys.stdout`` it saw at import;
   it is pointed at the captured stdout for the call.
 
 ``test_in_process_matches_subprocess`` runs cases both ways and compares. Set
@@ -48,7 +48,7 @@ class Result:
 def pgmflow_subprocess(args, cwd, timeout=120) -> Result:
     env = {k: v for k, v in os.environ.items() if k not in _DROP_ENV}
     env["PYTHONPATH"] = str(REPO)
-    r = subprocess.run([sys.executable, "-m", "pipelines", *map(str, args)], cwd=cwd, env=env, capture_output=True,
+    r = subprocess.run([sys.executable, "-m", "pgmflow", *map(str, args)], cwd=cwd, env=env, capture_output=True,
                        text=True, timeout=timeout)
     return Result(r.returncode, r.stdout, r.stderr)
 
@@ -56,9 +56,9 @@ def pgmflow_subprocess(args, cwd, timeout=120) -> Result:
 def pgmflow_in_process(args, cwd) -> Result:
     from hydra.core.global_hydra import GlobalHydra
 
-    from pipelines.core import cli, runner
-    from pipelines.svi import corpora
-    from pipelines.tesla import networks
+    from pgmflow.pipelines.core import cli, runner
+    from pgmflow.pipelines.svi import corpora
+    from pgmflow.pipelines.tesla import networks
 
     out, err = io.StringIO(), io.StringIO()
     saved_env, saved_argv, saved_cwd = dict(os.environ), sys.argv, os.getcwd()
@@ -121,7 +121,7 @@ def run_statuses(tmp_path, uri) -> list:
     """(status, pgmflow.error tag) of every MLflow run in the store at ``uri`` (none without a store)."""
     if not (Path(tmp_path) / "mlflow.db").exists():
         return []
-    from pipelines.core.tracking import Tracker
+    from pgmflow.pipelines.core.tracking import Tracker
 
     tr = Tracker(uri, "pgmflow")
     exp = tr.client.get_experiment_by_name("pgmflow")

@@ -25,7 +25,7 @@ CASES = {
     "unknown_prior": lambda p: (["model.prior=[{name:gamma,size:10}]"], ["model.prior[0].name='gamma'", "half_normal"]),
     "negative_scale": lambda p: (["model.prior=[{name:normal,size:10,loc:0,scale:-1}]"],
                                  ["model.prior[0].scale=-1", "must be > 0"]),
-    "nan_likelihood": lambda p: (["model.log_likelihood=tasks.tempering.likelihoods:returns_nan",
+    "nan_likelihood": lambda p: (["model.log_likelihood=pgmflow.tasks.tempering.likelihoods:returns_nan",
                                   "model.grad_log_likelihood=''", "tempering.explorer=rwm"],
                                  ["model.log_likelihood=", "NaN"]),
     "data_wrong_shape": _wrong_shape,

@@ -42,7 +42,7 @@ def _empty_corpus(tmp_path):
 
 def _shard_vocab_mismatch(tmp_path):
     """A sharded corpus whose second shard was written for a bigger vocabulary."""
-    from tasks.lda import corpus
+    from pgmflow.tasks.lda import corpus
 
     rng = np.random.default_rng(0)
     a = corpus.write_corpus(str(tmp_path / "a"), [corpus.shard_from_dense(rng.integers(0, 3, (10, 20)))], 20)

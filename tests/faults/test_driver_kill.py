@@ -50,7 +50,7 @@ def _kill_after_saves(args, tmp_path, uri, name, min_files=2, subdir="partial", 
     """Start the CLI, SIGKILL its process group once ``min_files`` artifacts are in the run's ``subdir``
     (and ``ready(path)`` holds for one of them, when given)."""
     env = {**os.environ, "PYTHONPATH": str(REPO), "PYTHONUNBUFFERED": "1"}
-    cmd = [sys.executable, "-m", "pipelines", *args, f"tracking.uri={uri}", "cluster.n_workers=2"]
+    cmd = [sys.executable, "-m", "pgmflow", *args, f"tracking.uri={uri}", "cluster.n_workers=2"]
     log_path = tmp_path / f"{name}.txt"
     run_id = None
     with open(log_path, "w") as log:
@@ -103,7 +103,7 @@ def test_killed_driver_resumes_running_only_unsaved_work(tmp_path, name):
     from distributed import LocalCluster
     from distributed.diagnostics.plugin import SchedulerPlugin
 
-    from pipelines.core.tracking import Tracker
+    from pgmflow.pipelines.core.tracking import Tracker
 
     args, artifact, unit_prefix, sub_prefix, n_units, subs_per_unit = CASES[name]
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"

@@ -31,7 +31,7 @@ def test_killed_sparse_gp_fit_continues_from_its_last_iteration(tmp_path):
     from distributed import LocalCluster
     from distributed.diagnostics.plugin import SchedulerPlugin
 
-    from pipelines.core.tracking import Tracker
+    from pgmflow.pipelines.core.tracking import Tracker
 
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     # killed once a checkpoint of iteration 5 or later is in the run's artifacts

@@ -159,7 +159,7 @@ def _kill_mid_job(cl, proc, uri, watch, log_path, timeout=150):
 
 
 def _start_sweep(tmp_path, uri, address, extra=(), name="first"):
-    cmd = [sys.executable, "-m", "pipelines", "-m", *JOB, SEEDS, f"tracking.uri={uri}", "cluster.profile=address",
+    cmd = [sys.executable, "-m", "pgmflow", "-m", *JOB, SEEDS, f"tracking.uri={uri}", "cluster.profile=address",
            f"cluster.address={address}", *extra]
     log_path = tmp_path / f"{name}.log"
     with open(log_path, "w") as log:

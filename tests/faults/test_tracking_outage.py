@@ -24,7 +24,7 @@ RUN = ["pipeline=tempering", "debug=default", "model.L=8", "tempering.n_replicas
 
 def _start(args, cwd):
     env = {"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin", "HOME": str(cwd), "PGMFLOW_ALLOWED_MODULES": "tests"}
-    return subprocess.Popen([sys.executable, "-m", "pipelines", *args], cwd=cwd, env=env, stdout=subprocess.PIPE,
+    return subprocess.Popen([sys.executable, "-m", "pgmflow", *args], cwd=cwd, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
 
 
@@ -51,7 +51,7 @@ def test_tracking_server_outage_mid_run(tmp_path, mlflow_server):
 
     # A: everything delivered once the server came back.
     assert a.returncode == 0, err_a[-3000:]
-    from pipelines.core.tracking import Tracker
+    from pgmflow.pipelines.core.tracking import Tracker
 
     tr = Tracker(mlflow_server.uri, "outage")
     run = tr.client.get_run(run_a)

@@ -11,7 +11,7 @@ from tests.pipelines.helpers import run
 
 @pytest.mark.slow
 def test_worker_killed_mid_svi_run_gives_identical_lambda(tmp_path):
-    from tasks.lda import synthetic
+    from pgmflow.tasks.lda import synthetic
 
     synthetic.generate_corpus(str(tmp_path / "corpus"), n_docs=3000, n_words=300, n_topics=6, seed=2,
                               mean_length=60, docs_per_shard=500)

@@ -53,7 +53,7 @@ def greedy_worker():
 
 def _timing(key: str) -> bool:
     """Timings (as ``pgmflow reproduce`` defines them) and memory measurements."""
-    from pipelines.core.reproduce import TIMING
+    from pgmflow.pipelines.core.reproduce import TIMING
 
     return bool(TIMING.search(key)) or any(t in key for t in MEMORY_KEY)
 
@@ -145,7 +145,7 @@ def test_same_bits_for_any_blas_threads_workers_and_scheduler(name, tmp_path, gr
 def test_the_plugin_pins_worker_blas(greedy_worker, mlflow_uri):
     from distributed import Client
 
-    from tasks import threads
+    from pgmflow.tasks import threads
 
     run(["pipeline=sparse_gp", "gp_data=diabetes", "sparse_gp.m=8", "sparse_gp.max_iter=2",
          "sparse_gp.figures=false", *COMMON], mlflow_uri, greedy_worker)
@@ -158,7 +158,7 @@ def test_the_blas_thread_count_changes_bits_without_the_pin(tmp_path, monkeypatc
     """The hazard the pin removes: the sparse-GP case on the synchronous scheduler with the pin off
     (``PGMFLOW_BLAS_THREADS=0``) gives other bits with the driver's BLAS at 1 and at 2 threads, so the
     equality in the matrix above is not vacuous (skipped where BLAS cannot run 2 threads)."""
-    from tasks.threads import blas_libraries
+    from pgmflow.tasks.threads import blas_libraries
 
     if (os.cpu_count() or 1) < 2 or not blas_libraries():
         pytest.skip("one CPU (or no BLAS found): BLAS cannot split a reduction between threads here")

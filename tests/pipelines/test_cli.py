@@ -14,7 +14,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 def pgmflow(args, cwd, timeout=300):
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    return subprocess.run([sys.executable, "-m", "pipelines", *args], cwd=cwd, env=env, capture_output=True,
+    return subprocess.run([sys.executable, "-m", "pgmflow", *args], cwd=cwd, env=env, capture_output=True,
                           text=True, timeout=timeout)
 
 

@@ -63,8 +63,8 @@ def cli_cluster(tmp_path_factory):
 def _run_at(address, uri):
     import io
 
-    from pipelines.core.runner import execute
-    from pipelines.core.tracking import Tracker
+    from pgmflow.pipelines.core.runner import execute
+    from pgmflow.pipelines.core.tracking import Tracker
 
     cfg = compose([*RUN, "cluster.profile=address", f"cluster.address={address}", f"tracking.uri={uri}"])
     res = execute(cfg, stream=io.StringIO())

@@ -3,7 +3,7 @@
 
 import pytest
 
-from pipelines.core.preflight import preflight_checks
+from pgmflow.pipelines.core.preflight import preflight_checks
 from tests.conftest import CONF, compose
 from tests.pipelines.helpers import run
 

@@ -34,7 +34,7 @@ def _wait_for(predicate, timeout, proc):
 def test_killed_driver_resumes_to_identical_result(tmp_path):
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     env = {**os.environ, "PYTHONPATH": str(REPO), "PYTHONUNBUFFERED": "1"}
-    cmd = [sys.executable, "-m", "pipelines", *OVERRIDES, f"tracking.uri={uri}", "cluster.n_workers=2"]
+    cmd = [sys.executable, "-m", "pgmflow", *OVERRIDES, f"tracking.uri={uri}", "cluster.n_workers=2"]
     log = open(tmp_path / "out.txt", "w")
     proc = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     try:
@@ -55,7 +55,7 @@ def test_killed_driver_resumes_to_identical_result(tmp_path):
     assert "finished" not in out
     assert not checkpoint_of_round(10), "the run finished before it was killed; the test proves nothing"
 
-    from pipelines.core.tracking import Tracker
+    from pgmflow.pipelines.core.tracking import Tracker
 
     tr = Tracker(uri, "pgmflow")
     assert tr.client.get_run(run_id).info.status == "RUNNING"  # killed: nobody could end it
@@ -68,7 +68,7 @@ def test_killed_driver_resumes_to_identical_result(tmp_path):
     assert_one_value_per_step(tr.client, run_id)
     assert_same_metric_histories(tr.client, run_id, tr_full.run_id)
 
-    from pipelines.core.errors import ConfigError
+    from pgmflow.pipelines.core.errors import ConfigError
 
     with pytest.raises(ConfigError, match="already finished"):
         run(OVERRIDES + [f"resume={run_id}"], uri)

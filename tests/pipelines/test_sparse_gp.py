@@ -108,11 +108,11 @@ def test_svgp_minibatches_improve_the_elbo(store, cluster2):
 
 
 def test_npy_data_is_read_by_path_in_the_chunk_tasks(tmp_path, store, cluster2):
-    from pipelines.sparse_gp import data as gp_data
-    from pipelines.sparse_gp import evaluations as sparse_gp
-    from pipelines.core.graph import Executor
-    from tasks.gp import data as gdata
-    from tasks.gp.chunks import FileRows
+    from pgmflow.pipelines.sparse_gp import data as gp_data
+    from pgmflow.pipelines.sparse_gp import evaluations as sparse_gp
+    from pgmflow.pipelines.core.graph import Executor
+    from pgmflow.tasks.gp import data as gdata
+    from pgmflow.tasks.gp.chunks import FileRows
     from tests.conftest import compose
 
     X, y = gdata.friedman1(5, 500, d=6)

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import scipy.optimize
 
-from pipelines.sparse_gp import lbfgsb
+from pgmflow.pipelines.sparse_gp import lbfgsb
 
 
 def rosen(x):

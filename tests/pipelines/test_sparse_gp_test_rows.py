@@ -8,8 +8,8 @@ import math
 import numpy as np
 import pytest
 
-from pipelines.core.errors import ConfigError
-from pipelines.sparse_gp.data import DIABETES
+from pgmflow.pipelines.core.errors import ConfigError
+from pgmflow.pipelines.sparse_gp.data import DIABETES
 from tests.pipelines.helpers import run
 
 BASE = ["pipeline=sparse_gp", "gp_data=diabetes", "sparse_gp.m=16", "sparse_gp.max_iter=30", "sparse_gp.figures=false",

@@ -22,7 +22,7 @@ def _lambda(tr):
 @pytest.fixture(scope="module")
 def synth_corpus(tmp_path_factory):
     """4,000 documents from 8 known topics over 400 words, in 8 shards."""
-    from tasks.lda import synthetic
+    from pgmflow.tasks.lda import synthetic
 
     out = tmp_path_factory.mktemp("corpus") / "synth"
     synthetic.generate_corpus(str(out), n_docs=4000, n_words=400, n_topics=8, seed=3, alpha=0.1, eta=0.05,
@@ -62,7 +62,7 @@ def test_lambda_is_bit_identical_across_worker_counts(synth_corpus, mlflow_uri, 
 
 def test_seed_words_move_their_topic(synth_corpus, mlflow_uri, cluster2):
     """Seeding the top words of true topic 5 into model topic 0 makes topic 0 that topic."""
-    from tasks.lda import corpus, evaluate
+    from pgmflow.tasks.lda import corpus, evaluate
 
     true = np.load(corpus.open_corpus(synth_corpus).true_topics)
     seeds = [int(w) for w in np.argsort(-true[5])[:5]]

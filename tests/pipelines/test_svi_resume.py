@@ -18,7 +18,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 @pytest.mark.slow
 def test_killed_svi_run_resumes_to_identical_lambda(tmp_path):
-    from tasks.lda import synthetic
+    from pgmflow.tasks.lda import synthetic
 
     synthetic.generate_corpus(str(tmp_path / "corpus"), n_docs=3000, n_words=300, n_topics=6, seed=1,
                               mean_length=60, docs_per_shard=500)
@@ -26,7 +26,7 @@ def test_killed_svi_run_resumes_to_identical_lambda(tmp_path):
           "svi.n_epochs=4", "svi.checkpoint_every=5", "svi.eval_every=25", "svi.figures=false", "progress=false"]
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     env = {**os.environ, "PYTHONPATH": str(REPO), "PYTHONUNBUFFERED": "1"}
-    cmd = [sys.executable, "-m", "pipelines", *ov, f"tracking.uri={uri}", "cluster.n_workers=2"]
+    cmd = [sys.executable, "-m", "pgmflow", *ov, f"tracking.uri={uri}", "cluster.n_workers=2"]
     log = open(tmp_path / "out.txt", "w")
     proc = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
 

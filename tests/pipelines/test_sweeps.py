@@ -21,7 +21,7 @@ JOB = ["debug=default", "model.L=6", "tempering.n_rounds=3", "tempering.figures=
 
 
 def _cmd(args, uri):
-    return [sys.executable, "-m", "pipelines", "-m", *args, f"tracking.uri={uri}"]
+    return [sys.executable, "-m", "pgmflow", "-m", *args, f"tracking.uri={uri}"]
 
 
 def _env():
@@ -33,7 +33,7 @@ def sweep(args, cwd, uri, timeout=400):
 
 
 def runs(uri):
-    from pipelines.core.tracking import Tracker
+    from pgmflow.pipelines.core.tracking import Tracker
 
     tr = Tracker(uri, "pgmflow")
     exp = tr.client.get_experiment_by_name("pgmflow")
@@ -171,7 +171,7 @@ def test_optuna_sweeper_through_the_dask_launcher(tmp_path):
 def test_plugin_import_loads_neither_dask_nor_mlflow():
     """Hydra imports every plugin at start-up: the launcher's module must stay light."""
     code = ("import sys, hydra_plugins.pgmflow_dask_launcher.dask_launcher as d; "
-            "print(sorted(m for m in ('dask', 'distributed', 'mlflow', 'pipelines') if m in sys.modules)); "
+            "print(sorted(m for m in ('dask', 'distributed', 'mlflow', 'pgmflow.pipelines') if m in sys.modules)); "
             "print(d.DaskLauncher.__name__)")
     r = subprocess.run([sys.executable, "-c", code], env=_env(), capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
@@ -179,7 +179,7 @@ def test_plugin_import_loads_neither_dask_nor_mlflow():
 
 
 def test_dask_launcher_is_the_default_for_multirun(tmp_path):
-    r = subprocess.run([sys.executable, "-m", "pipelines", "--cfg", "hydra"], cwd=tmp_path,
+    r = subprocess.run([sys.executable, "-m", "pgmflow", "--cfg", "hydra"], cwd=tmp_path,
                        env=_env(), capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     assert "hydra_plugins.pgmflow_dask_launcher.dask_launcher.DaskLauncher" in r.stdout

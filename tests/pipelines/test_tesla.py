@@ -71,8 +71,8 @@ def test_run_logs_metrics_artifacts_and_figures(mlflow_uri, cluster2):
 
 
 def _write_data(tmp_path):
-    from tasks.tesla import data as tdata
-    from tasks.tesla import synthetic
+    from pgmflow.tasks.tesla import data as tdata
+    from pgmflow.tasks.tesla import synthetic
 
     net = synthetic.time_varying_ising(5, p=8, T=20, samples_per_time=6, n_edges=8)
     series = tdata.from_array(net.X)

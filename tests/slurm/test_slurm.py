@@ -15,7 +15,7 @@ import time
 import numpy as np
 import pytest
 
-from pipelines.core.reproduce import TIMING  # timings: recorded apart, never compared
+from pgmflow.pipelines.core.reproduce import TIMING  # timings: recorded apart, never compared
 from tests.conftest import REPO, compose
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
@@ -36,8 +36,8 @@ def on_slurm(tmp_path, *more):
 
 
 def execute(overrides, uri):
-    from pipelines.core.runner import execute as run
-    from pipelines.core.tracking import Tracker
+    from pgmflow.pipelines.core.runner import execute as run
+    from pgmflow.pipelines.core.tracking import Tracker
 
     cfg = compose([*overrides, f"tracking.uri={uri}"])
     res = run(cfg, stream=io.StringIO())
@@ -68,7 +68,7 @@ def assert_same_bits(tr_a, tr_b):
 
 def pgmflow_cli(args, cwd, timeout=600, **kw):
     env = {**os.environ, "PYTHONPATH": str(REPO), "PGMFLOW_ORIG_CWD": str(cwd)}
-    return subprocess.Popen([sys.executable, "-m", "pipelines", *args], cwd=cwd, env=env, stdout=subprocess.PIPE,
+    return subprocess.Popen([sys.executable, "-m", "pgmflow", *args], cwd=cwd, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, **kw)
 
 
@@ -171,7 +171,7 @@ def test_every_worker_job_cancelled_stops_the_run_with_one_line(slurm_idle, tmp_
     assert p.returncode == 1, (out[-2000:], err[-3000:])
     assert len(lines) == 1 and "every SLURM worker job of this run ended" in lines[0], err[-3000:]
     assert "CANCELLED" in lines[0] and "Traceback" not in err
-    from pipelines.core.tracking import Tracker
+    from pgmflow.pipelines.core.tracking import Tracker
 
     tr = Tracker(uri, "pgmflow")
     exp = tr.client.get_experiment_by_name("pgmflow")

@@ -234,7 +234,7 @@ def nvrtc_compile(nvrtc, source: str, arch: str, options=(), name: str = "pgmflo
 
 @dataclass
 class Module:
-    name: str  # dotted, e.g. tasks.tempering.ising_kernels
+    name: str  # dotted, e.g. pgmflow.tasks.tempering.ising_kernels
     path: Path
     tree: ast.Module
     is_package: bool
@@ -258,7 +258,7 @@ class Where:
 class Source:
     text: str
     where: Where
-    label: str  # e.g. "tasks.tempering.ising_kernels._CUDA_SOURCE"
+    label: str  # e.g. "pgmflow.tasks.tempering.ising_kernels._CUDA_SOURCE"
     kernels: list[Kernel]
     option_sets: list = field(default_factory=list)  # the options it is compiled with (one set per distinct use)
     sites: list = field(default_factory=list)  # KernelSite

@@ -6,7 +6,7 @@ import types
 
 import pytest
 
-from tasks import backend
+from pgmflow.tasks import backend
 
 
 def test_without_cupy_or_device_the_reason_is_given(monkeypatch):

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tasks.philox import numba_philox4x32, philox4x32_numpy
+from pgmflow.tasks.philox import numba_philox4x32, philox4x32_numpy
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -92,7 +92,7 @@ def test_numpy_rejects_bad_input():
 
 
 def test_import_does_not_import_numba():
-    code = ("import sys; import tasks.philox, tasks.tempering.ising_kernels; "
+    code = ("import sys; import pgmflow.tasks.philox, pgmflow.tasks.tempering.ising_kernels; "
             "assert 'numba' not in sys.modules, 'numba imported'; "
             "assert 'cupy' not in sys.modules, 'cupy imported'")
     subprocess.run([sys.executable, "-c", code], cwd=REPO, check=True)

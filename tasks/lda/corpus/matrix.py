@@ -7,8 +7,8 @@ from pathlib import Path
 
 import numpy as np
 
-from tasks.lda.corpus.shards import CorpusError, shard_from_scipy
-from tasks.lda.corpus.store import CorpusInfo, _check_dps, _read_vocab_file, write_corpus
+from pgmflow.tasks.lda.corpus.shards import CorpusError, shard_from_scipy
+from pgmflow.tasks.lda.corpus.store import CorpusInfo, _check_dps, _read_vocab_file, write_corpus
 
 
 # --- sparse matrices ------------------------------------------------------------------------------

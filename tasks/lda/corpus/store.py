@@ -15,7 +15,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from tasks.lda.corpus.shards import (CorpusError, DocTermShard, FORMAT, SHIPPED_ALIASES, SHIPPED_CORPUS, _DATA_DIR,
+from pgmflow.tasks.lda.corpus.shards import (CorpusError, DocTermShard, FORMAT, SHIPPED_ALIASES, SHIPPED_CORPUS, _DATA_DIR,
                                      _MAX_WORDS, _RESERVED_META, _SHARD_RE, make_shard, n_docs, n_tokens)
 
 
@@ -39,7 +39,7 @@ class CorpusInfo(NamedTuple):
     meta: dict  # the whole meta.json
 
 
-_FIX_REWRITE = "re-create the corpus directory with tasks.lda.corpus.write_corpus or one of the from_* loaders"
+_FIX_REWRITE = "re-create the corpus directory with pgmflow.tasks.lda.corpus.write_corpus or one of the from_* loaders"
 
 
 def _clean_name(s, what, path):
@@ -184,7 +184,7 @@ def open_corpus(path) -> CorpusInfo:
     d = Path(os.path.abspath(path))
     if not d.is_dir():
         raise CorpusError(d, "no such corpus directory",
-                          "check the path, or build the corpus with one of the tasks.lda.corpus.from_* loaders")
+                          "check the path, or build the corpus with one of the pgmflow.tasks.lda.corpus.from_* loaders")
     mp = d / "meta.json"
     if not mp.is_file():
         raise CorpusError(mp, "missing meta.json (not a pgmflow corpus, or its write did not finish)",
@@ -198,7 +198,7 @@ def open_corpus(path) -> CorpusInfo:
         raise CorpusError(mp, "malformed meta.json (the top level is not an object)", _FIX_REWRITE)
     if meta.get("format") != FORMAT:
         raise CorpusError(mp, f"format tag is {meta.get('format')!r}, expected {FORMAT!r}",
-                          "convert the corpus with one of the tasks.lda.corpus.from_* loaders")
+                          "convert the corpus with one of the pgmflow.tasks.lda.corpus.from_* loaders")
     for key in ("n_docs", "n_words", "nnz"):
         if not _is_int(meta.get(key)) or meta[key] < 0:
             raise CorpusError(mp, f"field {key!r} is missing or not a nonnegative integer", _FIX_REWRITE)

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import numpy as np
 
-from tasks.lda.corpus.shards import CorpusError, make_shard
-from tasks.lda.corpus.store import CorpusInfo, _check_dps, write_corpus
+from pgmflow.tasks.lda.corpus.shards import CorpusError, make_shard
+from pgmflow.tasks.lda.corpus.store import CorpusInfo, _check_dps, write_corpus
 
 
 # --- plain text ---------------------------------------------------------------------------------
@@ -28,7 +28,7 @@ def _stop_set(stop_words) -> frozenset:
     if isinstance(stop_words, str):
         if stop_words != "english":
             raise ValueError(f"unknown stop word list {stop_words!r}; use 'english', None or a collection of words")
-        from tasks.lda.stopwords import ENGLISH_STOP_WORDS
+        from pgmflow.tasks.lda.stopwords import ENGLISH_STOP_WORDS
 
         return ENGLISH_STOP_WORDS
     return frozenset(str(w).lower() for w in stop_words)
@@ -39,7 +39,7 @@ def tokenize(text: str, min_word_len=2, stop_words="english") -> list[str]:
 
     A word is a run of ``[a-z][a-z0-9_']*`` (ASCII letters, digits, ``_`` and inner apostrophes;
     a trailing ``'s`` and trailing ``'``/``_`` are removed); words shorter than ``min_word_len`` and
-    stop words (``"english"``: :data:`tasks.lda.stopwords.ENGLISH_STOP_WORDS`, None, or your
+    stop words (``"english"``: :data:`pgmflow.tasks.lda.stopwords.ENGLISH_STOP_WORDS`, None, or your
     collection) are dropped.
     """
     stop = _stop_set(stop_words)

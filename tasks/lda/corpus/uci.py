@@ -9,8 +9,8 @@ from pathlib import Path
 
 import numpy as np
 
-from tasks.lda.corpus.shards import CorpusError, DocTermShard, _MAX_WORDS, make_shard
-from tasks.lda.corpus.store import CorpusInfo, _check_dps, _open_maybe_gzip, _read_vocab_file, write_corpus
+from pgmflow.tasks.lda.corpus.shards import CorpusError, DocTermShard, _MAX_WORDS, make_shard
+from pgmflow.tasks.lda.corpus.store import CorpusInfo, _check_dps, _open_maybe_gzip, _read_vocab_file, write_corpus
 
 
 _UCI_CHUNK = 1 << 24

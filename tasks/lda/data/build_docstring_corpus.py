@@ -6,7 +6,7 @@ removed (Examples, See Also, References, Methods, and SciPy's generated "Array A
 Support" tables) and reST/LaTeX markup stripped. Exact duplicates
 (re-exported objects, inherited methods, docstrings copied between modules) are kept once, and
 documents with fewer than ``MIN_TOKENS`` words after tokenisation are skipped. The text is then
-tokenised and pruned with :func:`tasks.lda.corpus.from_documents` (the same code as
+tokenised and pruned with :func:`pgmflow.tasks.lda.corpus.from_documents` (the same code as
 ``from_text_folder``) and written in the ``pgmflow-corpus/1`` format together with the document
 names (``doc_names.txt``, e.g. ``scipy.linalg.svd``), the licence texts copied from the installed
 packages (``LICENSE.txt``) and a ``README.md``.
@@ -39,8 +39,8 @@ REPO = HERE.parents[2]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from tasks.lda import corpus
-from tasks.lda.stopwords import ENGLISH_STOP_WORDS
+from pgmflow.tasks.lda import corpus
+from pgmflow.tasks.lda.stopwords import ENGLISH_STOP_WORDS
 
 NAME = "numpy_scipy_docstrings"
 MIN_TOKENS = 10
@@ -275,7 +275,7 @@ functions, interpolation, integration, image processing, spatial data, polynomia
 
 Format: `pgmflow-corpus/1` (see `tasks/lda/corpus.py`): `meta.json`, `shard_*.npz`, `vocab.txt`,
 plus `doc_names.txt` (the dotted name of each document's object, e.g. `scipy.linalg.svd`). Load it
-with `tasks.lda.corpus.open_corpus(tasks.lda.corpus.shipped_corpus_path())`.
+with `pgmflow.tasks.lda.corpus.open_corpus(pgmflow.tasks.lda.corpus.shipped_corpus_path())`.
 
 How it was built: `tasks/lda/data/build_docstring_corpus.py`. Each docstring loses its Examples,
 See Also, References, Methods and "Array API Standard Support" sections, doctest lines, reST roles/directives, URLs and LaTeX

@@ -1,4 +1,4 @@
-"""Loopy BP (tasks.bounds.bp, tasks.bounds.messages): exact on trees and forests, the lattice array
+"""Loopy BP (pgmflow.tasks.bounds.bp, pgmflow.tasks.bounds.messages): exact on trees and forests, the lattice array
 path reproduces the numba kernel, schedule arguments and non-convergence."""
 
 from __future__ import annotations
@@ -6,9 +6,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tasks.bounds import bp, messages
-from tasks.bounds import mrf as M
-from tasks.bounds.exact import exact_marginals
+from pgmflow.tasks.bounds import bp, messages
+from pgmflow.tasks.bounds import mrf as M
+from pgmflow.tasks.bounds.exact import exact_marginals
 
 
 def random_tree(rng, n, forest=False):

@@ -1,5 +1,5 @@
 """Exact log Z and marginals: enumeration against brute force, the transfer matrix against
-enumeration, closed forms, finite differences and tasks.tempering.exact."""
+enumeration, closed forms, finite differences and pgmflow.tasks.tempering.exact."""
 
 import itertools
 import math
@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 from scipy.special import logsumexp
 
-from tasks.bounds import exact as X
-from tasks.bounds import mrf as M
-from tasks.tempering import exact as TE
+from pgmflow.tasks.bounds import exact as X
+from pgmflow.tasks.bounds import mrf as M
+from pgmflow.tasks.tempering import exact as TE
 
 
 def _brute(mrf):

@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 from scipy.optimize import brentq
 
-from tasks.bounds import exact as X
-from tasks.bounds import mean_field as MF
-from tasks.bounds import mrf as M
+from pgmflow.tasks.bounds import exact as X
+from pgmflow.tasks.bounds import mean_field as MF
+from pgmflow.tasks.bounds import mrf as M
 
 
 def _graph(rng, kind, n):

@@ -10,8 +10,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tasks.bounds import exact, summary, trw
-from tasks.bounds import mrf as M
+from pgmflow.tasks.bounds import exact, summary, trw
+from pgmflow.tasks.bounds import mrf as M
 
 
 def _random_models(seed, count):

@@ -1,4 +1,4 @@
-"""Tree-reweighted BP (tasks.bounds.trw): an upper bound on log Z on hundreds of small models, the
+"""Tree-reweighted BP (pgmflow.tasks.bounds.trw): an upper bound on log Z on hundreds of small models, the
 maximiser of its objective, exact on trees, loopy BP at rho = 1, edge appearance probabilities
 (spanning_tree_rho, lattice_rho, check_rho), the lattice array path, and CuPy against NumPy."""
 
@@ -7,9 +7,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tasks.bounds import bp, messages, trw
-from tasks.bounds import mrf as M
-from tasks.bounds.exact import log_z_enumeration
+from pgmflow.tasks.bounds import bp, messages, trw
+from pgmflow.tasks.bounds import mrf as M
+from pgmflow.tasks.bounds.exact import log_z_enumeration
 
 
 def _params(rng, n, E, kind, jmax, hmax):
@@ -324,7 +324,7 @@ def test_trw_lattice_defaults_and_validation():
 
 @pytest.mark.gpu
 def test_lattice_path_on_cupy_matches_numpy():
-    from tasks import backend
+    from pgmflow.tasks import backend
 
     cp = backend.cupy()
     rng = np.random.default_rng(0)

@@ -4,8 +4,8 @@ hyperparameters, predictions) and its gradient against finite differences."""
 import numpy as np
 import pytest
 
-from tasks.gp import exact
-from tasks.gp import kernels as kern
+from pgmflow.tasks.gp import exact
+from pgmflow.tasks.gp import kernels as kern
 
 sklearn_gp = pytest.importorskip("sklearn.gaussian_process")
 from sklearn.gaussian_process.kernels import RBF, ConstantKernel, Matern, WhiteKernel

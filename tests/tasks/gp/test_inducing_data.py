@@ -3,8 +3,8 @@
 import numpy as np
 import pytest
 
-from tasks import rng as trng
-from tasks.gp import data, inducing
+from pgmflow.tasks import rng as trng
+from pgmflow.tasks.gp import data, inducing
 
 
 def _gen(seed=0):

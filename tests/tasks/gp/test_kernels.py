@@ -6,7 +6,7 @@ import math
 import numpy as np
 import pytest
 
-from tasks.gp import kernels as kern
+from pgmflow.tasks.gp import kernels as kern
 
 
 def _pair(kernel, ls, s, x, z):
@@ -162,8 +162,8 @@ def test_cholesky_backward_matches_finite_differences():
 @pytest.mark.gpu
 @pytest.mark.parametrize("kernel", kern.KERNELS)
 def test_cupy_kernels_and_chunk_stats_match_numpy(setup, kernel):
-    from tasks import backend
-    from tasks.gp import bounds, stats
+    from pgmflow.tasks import backend
+    from pgmflow.tasks.gp import bounds, stats
 
     cp = backend.cupy()
     rng, X1, X2, p = setup

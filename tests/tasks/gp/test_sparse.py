@@ -4,8 +4,8 @@ finite differences, the Z = X known answer, predictions, and the ordering DTC >=
 import numpy as np
 import pytest
 
-from tasks.gp import bounds, exact, stats
-from tasks.gp import kernels as kern
+from pgmflow.tasks.gp import bounds, exact, stats
+from pgmflow.tasks.gp import kernels as kern
 
 METHODS = stats.METHODS
 

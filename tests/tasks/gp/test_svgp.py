@@ -5,9 +5,9 @@ finite differences; minibatch natgrad + Adam reaches SGPR's optimum; placement-f
 import numpy as np
 import pytest
 
-from tasks import rng as trng
-from tasks.gp import bounds, data, inducing, stats, svgp
-from tasks.gp import kernels as kern
+from pgmflow.tasks import rng as trng
+from pgmflow.tasks.gp import bounds, data, inducing, stats, svgp
+from pgmflow.tasks.gp import kernels as kern
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,4 @@
-"""tasks.lda.corpus: shards, the on-disk format, its errors, the loaders and the shipped corpus."""
+"""pgmflow.tasks.lda.corpus: shards, the on-disk format, its errors, the loaders and the shipped corpus."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ import pytest
 import scipy.io
 import scipy.sparse as sp
 
-from tasks.lda import corpus as C
-from tasks.lda.corpus import uci as uci_loader
+from pgmflow.tasks.lda import corpus as C
+from pgmflow.tasks.lda.corpus import uci as uci_loader
 
 
 def _dense(seed=0, n=7, V=11, density=0.4):

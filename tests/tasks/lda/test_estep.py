@@ -5,7 +5,7 @@ import pytest
 import scipy.sparse as sp
 from scipy.special import digamma as sp_digamma
 
-from tasks.lda import estep, svi
+from pgmflow.tasks.lda import estep, svi
 
 
 def _corpus(D=60, V=300, K=6, seed=0):

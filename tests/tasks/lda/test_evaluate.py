@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from tasks.lda import evaluate, synthetic
+from pgmflow.tasks.lda import evaluate, synthetic
 
 
 @pytest.fixture(scope="module")

@@ -14,8 +14,8 @@ import sys
 import numpy as np
 import pytest
 
-from tasks import backend
-from tasks.lda import regularization as R
+from pgmflow.tasks import backend
+from pgmflow.tasks.lda import regularization as R
 
 MODES = ("seeds", "cap", "both")
 
@@ -403,7 +403,7 @@ def test_kernel_is_callable_from_an_njit_loop_over_documents():
 
 
 def test_importing_the_module_loads_no_numba():
-    code = "import sys, tasks.lda.regularization; print('numba' in sys.modules)"
+    code = "import sys, pgmflow.tasks.lda.regularization; print('numba' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], cwd=R.__file__.rsplit("/tasks/", 1)[0], capture_output=True,
                          text=True, check=True)
     assert out.stdout.strip() == "False"

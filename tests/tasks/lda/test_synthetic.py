@@ -1,4 +1,4 @@
-"""tasks.lda.synthetic: the LDA generative process, its determinism and its statistics."""
+"""pgmflow.tasks.lda.synthetic: the LDA generative process, its determinism and its statistics."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ import json
 import numpy as np
 import pytest
 
-from tasks import rng as _rng
-from tasks.lda import corpus as C
-from tasks.lda import synthetic as S
+from pgmflow.tasks import rng as _rng
+from pgmflow.tasks.lda import corpus as C
+from pgmflow.tasks.lda import synthetic as S
 
 
 def _same(a, b):

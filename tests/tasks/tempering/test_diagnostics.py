@@ -1,4 +1,4 @@
-"""Known-answer and calibrated tests of tasks.tempering.diagnostics."""
+"""Known-answer and calibrated tests of pgmflow.tasks.tempering.diagnostics."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import scipy.signal
 
-from tasks.tempering import diagnostics as D
+from pgmflow.tasks.tempering import diagnostics as D
 
 
 def ar1(rng, rho, shape):

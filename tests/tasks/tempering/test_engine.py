@@ -4,8 +4,8 @@ every level against exact enumeration."""
 import numpy as np
 import pytest
 
-from tasks import rng
-from tasks.tempering import engine, exact, targets
+from pgmflow.tasks import rng
+from pgmflow.tasks.tempering import engine, exact, targets
 
 
 def _stats(ll):

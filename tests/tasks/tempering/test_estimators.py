@@ -18,8 +18,8 @@ import numpy as np
 import pytest
 import scipy.signal
 
-from tasks.tempering import estimators as E
-from tasks.tempering.schedule import initial_schedule
+from pgmflow.tasks.tempering import estimators as E
+from pgmflow.tasks.tempering.schedule import initial_schedule
 
 C, SIG = 3.0, 0.5
 CONST = np.log(C) + 0.5 * np.log(2 * np.pi)

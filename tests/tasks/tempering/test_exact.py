@@ -1,4 +1,4 @@
-"""Known answers and cross-checks for tasks.tempering.exact.
+"""Known answers and cross-checks for pgmflow.tasks.tempering.exact.
 
 Three independent routes to the same numbers -- brute-force enumeration, the row-to-row transfer
 matrix (two numerical methods), and Kaufman's closed form -- are checked against each other, and
@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from scipy import integrate
 
-from tasks.tempering import exact as ex
+from pgmflow.tasks.tempering import exact as ex
 
 TC = 2.0 / math.log1p(math.sqrt(2.0))
 ONSAGER_LOGZ_TC = 0.9296953983  # log Z / N of the infinite lattice at T_c, J = 1

@@ -4,7 +4,7 @@ level is Gaussian with known mean and variance."""
 import numpy as np
 import pytest
 
-from tasks.tempering import explorers, targets
+from pgmflow.tasks.tempering import explorers, targets
 
 
 @pytest.mark.parametrize("method,n_steps,step", [("rwm", 60, 0.8), ("hmc", 15, 0.25)])

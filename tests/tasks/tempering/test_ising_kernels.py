@@ -13,10 +13,10 @@ import subprocess
 import numpy as np
 import pytest
 
-from tasks import backend
-from tasks.philox import philox4x32_numpy
-from tasks.tempering import ising_cuda
-from tasks.tempering import ising_kernels as K
+from pgmflow.tasks import backend
+from pgmflow.tasks.philox import philox4x32_numpy
+from pgmflow.tasks.tempering import ising_cuda
+from pgmflow.tasks.tempering import ising_kernels as K
 
 TWO32 = 2**32
 PM1 = np.array([-1, 1], dtype=np.int8)

@@ -1,4 +1,4 @@
-"""Known-answer tests of tasks.tempering.schedule (Syed et al. 2021 schedule adaptation)."""
+"""Known-answer tests of pgmflow.tasks.tempering.schedule (Syed et al. 2021 schedule adaptation)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import scipy.interpolate
 
-from tasks.tempering import schedule as S
+from pgmflow.tasks.tempering import schedule as S
 
 
 def fitted_barrier(betas, rejection):

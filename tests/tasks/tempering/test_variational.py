@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from tasks.tempering import variational as V
+from pgmflow.tasks.tempering import variational as V
 
 
 def _cov(d, seed=0):

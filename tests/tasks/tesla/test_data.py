@@ -1,4 +1,4 @@
-"""tasks.tesla.data: round trips through npz (both layouts) and CSV, every input error, recoding."""
+"""pgmflow.tasks.tesla.data: round trips through npz (both layouts) and CSV, every input error, recoding."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import pickle
 import numpy as np
 import pytest
 
-from tasks.tesla import data as D
+from pgmflow.tasks.tesla import data as D
 
 
 def _X(seed=0, T=4, n=3, p=5):

@@ -1,11 +1,11 @@
-"""tasks.tesla.evaluate: AND/OR edge sets, recovery scores, path degrees of freedom and the BIC."""
+"""pgmflow.tasks.tesla.evaluate: AND/OR edge sets, recovery scores, path degrees of freedom and the BIC."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from tasks.tesla import evaluate as E
+from pgmflow.tasks.tesla import evaluate as E
 
 
 def _thetas_3_nodes():

@@ -1,13 +1,13 @@
-"""tasks.tesla.gibbs: exact moments, a numpy reference sweep on the same uniforms, determinism."""
+"""pgmflow.tasks.tesla.gibbs: exact moments, a numpy reference sweep on the same uniforms, determinism."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from tasks import backend
-from tasks import rng as R
-from tasks.tesla import gibbs as G
+from pgmflow.tasks import backend
+from pgmflow.tasks import rng as R
+from pgmflow.tasks.tesla import gibbs as G
 
 
 def _model(seed, p, scale=0.6, density=0.7):

@@ -1,4 +1,4 @@
-"""tasks.tesla.path_tasks: warm-started lambda1 paths, per-node model selection, the held-out split."""
+"""pgmflow.tasks.tesla.path_tasks: warm-started lambda1 paths, per-node model selection, the held-out split."""
 
 from __future__ import annotations
 
@@ -8,11 +8,11 @@ import itertools
 import numpy as np
 import pytest
 
-from tasks.tesla import data as D
-from tasks.tesla import evaluate as E
-from tasks.tesla import path_tasks as P
-from tasks.tesla import solver as S
-from tasks.tesla import synthetic
+from pgmflow.tasks.tesla import data as D
+from pgmflow.tasks.tesla import evaluate as E
+from pgmflow.tasks.tesla import path_tasks as P
+from pgmflow.tasks.tesla import solver as S
+from pgmflow.tasks.tesla import synthetic
 
 TOL = 1e-9
 LAM1 = np.array([0.02, 0.2, 0.05, 0.1])  # deliberately not sorted

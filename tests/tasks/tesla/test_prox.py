@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from scipy.optimize import linprog, lsq_linear
 
-from tasks.tesla import prox
+from pgmflow.tasks.tesla import prox
 
 # --- helpers --------------------------------------------------------------------------------------
 

@@ -1,4 +1,4 @@
-"""tasks.tesla.solver against the optimality conditions of the path problem, computed here in plain NumPy.
+"""pgmflow.tasks.tesla.solver against the optimality conditions of the path problem, computed here in plain NumPy.
 
 Notation (the module docstring of solver.py): for node i, ``z_d`` is ``x_d`` with entry i replaced
 by 1, ``y_d = x_{d,i}``, the loss of a row is ``l(y_d theta^t . z_d)`` with ``l(m) = log(1 + exp(-2 m))``
@@ -19,9 +19,9 @@ import functools
 import numpy as np
 import pytest
 
-from tasks.tesla import data as D
-from tasks.tesla import prox, synthetic
-from tasks.tesla import solver as S
+from pgmflow.tasks.tesla import data as D
+from pgmflow.tasks.tesla import prox, synthetic
+from pgmflow.tasks.tesla import solver as S
 
 TOL = 1e-10  # solver tolerance on the gradient mapping for the optimality tests
 MAXIT = 200_000

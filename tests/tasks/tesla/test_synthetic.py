@@ -1,4 +1,4 @@
-"""tasks.tesla.synthetic: ground-truth graphs, smooth rewiring, reproducible samples."""
+"""pgmflow.tasks.tesla.synthetic: ground-truth graphs, smooth rewiring, reproducible samples."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import time
 import numpy as np
 import pytest
 
-from tasks.tesla import gibbs as G
-from tasks.tesla import synthetic as S
+from pgmflow.tasks.tesla import gibbs as G
+from pgmflow.tasks.tesla import synthetic as S
 
 KW = {"rewire_every": 10, "n_rewire": 2, "max_degree": 4, "ramp": 5}
 

@@ -1,0 +1,1 @@
+"""pgmflow's Hydra configs, installed as package data of ``pgmflow.conf`` (``pgmflow.pipelines.core.config.conf_dir``)."""
