@@ -7,10 +7,15 @@ STAMP  := $(VENV)/.installed
 
 .PHONY: run test test-fast test-slurm bench install clean ui gpu-wheelhouse gpu-check
 
+# setuptools ends every editable build with an informational "Editable installation" notice (a warning about
+# folders named like the package in the working directory: pgmflow's import name is `pgmflow`, and no folder of
+# the checkout is called that); PIP_QUIET_BUILD filters exactly that notice and nothing else.
+PIP_QUIET_BUILD := PYTHONWARNINGS="ignore:Editable installation"
+
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev,optuna]'
+	$(PIP_QUIET_BUILD) $(BIN)/python -m pip install --quiet -e '.[dev,optuna]'
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -28,11 +33,11 @@ test-fast: $(STAMP)
 # missing, starts munged, slurmctld and slurmd on this host for the session and stops them at the end.
 # Without root or the packages the tests skip with the reason.
 test-slurm: $(STAMP)
-	$(BIN)/python -m pip install --quiet -e '.[dev,slurm]'
+	$(PIP_QUIET_BUILD) $(BIN)/python -m pip install --quiet -e '.[dev,slurm]'
 	$(BIN)/python -m pytest -q -m slurm --durations=10 tests/slurm $(PYTEST_ARGS)
 
 bench: $(STAMP)
-	$(BIN)/pip install -q -e '.[dev,bench]'
+	$(PIP_QUIET_BUILD) $(BIN)/pip install -q -e '.[dev,bench]'
 	$(BIN)/python benchmarks/tempering.py
 	$(BIN)/python benchmarks/svi_lda.py
 

@@ -60,9 +60,12 @@ def run_from_hydra(cfg):
         _report(f"{type(exc).__name__}: {msg} (run with verbose=true for the traceback)", EXIT_FAILED)
 
 
-def _override_error(argv, exc) -> str:
-    """One line for a Hydra composition error: the override, what is wrong, the fix."""
+def override_error(argv, exc):
+    """A Hydra composition error as a :class:`ConfigError`: the override, what is wrong, the fix (one line;
+    the CLI prints it and exits 2, the Python API raises it)."""
     import difflib
+
+    from pgmflow.pipelines.core.errors import ConfigError
 
     text = str(exc)
     first = " ".join(text.strip().splitlines()[0].split()) if text.strip() else type(exc).__name__
@@ -78,7 +81,7 @@ def _override_error(argv, exc) -> str:
             options.append(ln.strip())
         near = difflib.get_close_matches(opt, options, n=1)
         hint = f"did you mean {grp}={near[0]}? " if near else ""
-        return f"{grp}={opt!r}: unknown option of config group '{grp}'; fix: {hint}use one of {', '.join(options)}"
+        return ConfigError(grp, opt, f"unknown option of config group '{grp}'", f"{hint}use one of {', '.join(options)}")
     if "Could not override" in text or "not in struct" in text:
         key = text.split("Could not override '")[1].split("'")[0] if "Could not override '" in text else "?"
         section, _, leaf = key.rpartition(".")
@@ -97,8 +100,10 @@ def _override_error(argv, exc) -> str:
         near = difflib.get_close_matches(leaf, known, n=1)
         hint = f"did you mean {section + '.' if section else ''}{near[0]}?" if near else \
             "check the spelling (pgmflow --cfg job lists every key), or add a new key with +" + key + "=..."
-        return f"{key}: unknown key; fix: {hint}"
-    return f"overrides {' '.join(argv)!r}: {first}; fix: check the override syntax (key=value, group=option)"
+        return ConfigError(key, None, "unknown key", hint, line=f"{key}: unknown key; fix: {hint}")
+    fix = "check the override syntax (key=value, group=option)"
+    return ConfigError("overrides", " ".join(argv), first, fix,
+                       line=f"overrides {' '.join(argv)!r}: {first}; fix: {fix}")
 
 
 def _precheck(argv) -> None:
@@ -113,7 +118,7 @@ def _precheck(argv) -> None:
         with initialize_config_dir(config_dir=conf_dir(), version_base="1.3"):
             compose("config", overrides=list(argv))
     except Exception as exc:
-        _report(_override_error(argv, exc), EXIT_BAD_INPUT)
+        _report(override_error(argv, exc).message, EXIT_BAD_INPUT)
 
 
 def _is_multirun(argv) -> bool:

@@ -14,15 +14,18 @@ EXIT_FAILED = 1
 class ConfigError(ValueError):
     """Bad input. ``str(err)`` is the one line shown to the user."""
 
-    def __init__(self, field: str, value, problem: str, fix: str):
+    def __init__(self, field: str, value, problem: str, fix: str, line: str | None = None):
         self.field = field
         self.value = value
         self.problem = problem
         self.fix = fix
+        self._line = line  # a line in another shape (an unknown key has no value to show)
         super().__init__(self.message)
 
     @property
     def message(self) -> str:
+        if self._line is not None:
+            return self._line
         v = _show(self.value)
         return f"{self.field}={v}: {self.problem}; fix: {self.fix}"
 

@@ -1,7 +1,8 @@
 """A small terminal progress bar: done/total, rate-derived ETA and a few live figures.
 
-On a terminal it redraws one line on stderr; otherwise (logs, CI) it prints a line at most every
-10% of the work. ``enabled=False`` (``progress=false``) prints nothing.
+On a terminal it redraws one line on stderr; in a Jupyter notebook it is an HTML bar that updates in
+place (one display, updated through its display id); otherwise (logs, CI) it prints a line at most
+every 10% of the work. ``enabled=False`` (``progress=false``) prints nothing.
 
 The ETA counts only the work after the first completed unit: the first unit pays for compiling the
 kernels (numba, CuPy), which would otherwise make the first rates, and so the first ETAs, absurd.
@@ -10,8 +11,21 @@ Until that first unit completes the bar says "compiling kernels" instead of an E
 
 from __future__ import annotations
 
+import html
 import sys
 import time
+
+
+def in_notebook() -> bool:
+    """Whether this process is a Jupyter kernel (where the bar renders as HTML)."""
+    ipython = sys.modules.get("IPython")
+    if ipython is None or "ipykernel" not in sys.modules:
+        return False
+    try:
+        shell = ipython.get_ipython()
+    except Exception:
+        return False
+    return shell is not None and type(shell).__name__ == "ZMQInteractiveShell"
 
 
 def _fmt_time(s: float) -> str:
@@ -30,8 +44,10 @@ class Progress:
         self.desc = desc
         self.unit = unit
         self.enabled = enabled
+        self.notebook = enabled and stream is None and in_notebook()
         self.stream = stream or sys.stderr
-        self.tty = bool(getattr(self.stream, "isatty", lambda: False)())
+        self.tty = bool(getattr(self.stream, "isatty", lambda: False)()) and not self.notebook
+        self._handle = None
         self.done = 0
         self.fields: dict[str, str] = {}
         self.clock = clock
@@ -39,7 +55,7 @@ class Progress:
         self._first: tuple | None = None  # (time, done) when the first unit completed
         self._last_draw = 0.0
         self._last_pct_printed = -1
-        if self.enabled and self.tty:
+        if self.enabled and (self.tty or self.notebook):
             self._draw(final=True)  # "compiling kernels" while the first unit runs
 
     def set(self, **fields):
@@ -75,11 +91,36 @@ class Progress:
                 f"{extra}  elapsed {_fmt_time(el)}  "
                 + ("compiling kernels" if eta is None else f"ETA {_fmt_time(eta)}"))
 
+    def _html(self) -> str:
+        """The notebook's bar: an HTML <progress> element and the same figures as the terminal line."""
+        el = self.clock() - self.t0
+        eta = self.eta()
+        extra = " &nbsp; ".join(f"{html.escape(k)} <b>{html.escape(v)}</b>" for k, v in self.fields.items())
+        when = "compiling kernels" if eta is None else f"ETA {_fmt_time(eta)}"
+        return (f"<div style='font-family: monospace'>{html.escape(self.desc)} "
+                f"<progress value='{self.done}' max='{self.total}' style='width: 18em'></progress> "
+                f"{self.done}/{self.total} {html.escape(self.unit)} ({100 * self.done / self.total:.1f}%) &nbsp; "
+                f"{extra} &nbsp; elapsed {_fmt_time(el)} &nbsp; {when}</div>")
+
+    def _draw_notebook(self, now: float, final: bool):
+        if not (final or now - self._last_draw > 0.1):
+            return
+        from IPython.display import display
+
+        bundle = {"text/plain": self._line(), "text/html": self._html()}
+        if self._handle is None:
+            self._handle = display(bundle, raw=True, display_id=True)
+        else:
+            self._handle.update(bundle, raw=True)
+        self._last_draw = now
+
     def _draw(self, final: bool = False):
         if not self.enabled:
             return
         now = self.clock()
-        if self.tty:
+        if self.notebook:
+            self._draw_notebook(now, final)
+        elif self.tty:
             if final or now - self._last_draw > 0.1:
                 self.stream.write("\r\033[K" + self._line())
                 self.stream.flush()
@@ -93,7 +134,9 @@ class Progress:
 
     def close(self):
         if self.enabled:
-            if self.tty:
+            if self.notebook:
+                self._draw(final=True)
+            elif self.tty:
                 self._draw(final=True)
                 self.stream.write("\n")
             elif self.done < self.total or self._last_pct_printed < 10:

@@ -110,8 +110,11 @@ def _sweep_cluster(ccfg: dict, address: str):
                                         type="sweep", n_workers=max(n, 1), address=address)
 
 
-def execute(cfg: dict, stream=None) -> dict:
+def execute(cfg: dict, stream=None, cluster=None) -> dict:
     """Run one experiment from a resolved config (plain dict). Returns the pipeline's result dict.
+
+    ``cluster``: a :class:`~pgmflow.pipelines.core.cluster.ClusterHandle` over a client the caller owns (the
+    Python API's ``cluster=client``); None opens the config's profile.
 
     In a sweep job (``PGMFLOW_SWEEP_RUN_ID`` set by the launcher) the run already exists: it is
     taken over, and ends FAILED with the message if the config is refused before any task runs.
@@ -119,7 +122,7 @@ def execute(cfg: dict, stream=None) -> dict:
     sweep_run = os.environ.get(SWEEP_RUN_ID)
     stream = sys.stdout if stream is None else stream  # looked up per call (tests swap sys.stdout)
     try:
-        return _execute(cfg, stream, sweep_run)
+        return _execute(cfg, stream, sweep_run, cluster)
     except BaseException as exc:
         if sweep_run and not getattr(exc, "_pgmflow_run_ended", False):
             message = getattr(exc, "message", None) or f"{type(exc).__name__}: {exc}"
@@ -130,7 +133,7 @@ def execute(cfg: dict, stream=None) -> dict:
         raise
 
 
-def _execute(cfg: dict, stream, sweep_run: str | None) -> dict:
+def _execute(cfg: dict, stream, sweep_run: str | None, given=None) -> dict:
     from pgmflow.pipelines.core import cluster as cluster_mod
     from pgmflow.pipelines.core import preflight, tracking
     from pgmflow.tasks import backend as backend_mod
@@ -143,7 +146,10 @@ def _execute(cfg: dict, stream, sweep_run: str | None) -> dict:
     device = backend_mod.gpu_status()[1] if backend == "cupy" else "cpu"
 
     address = os.environ.get(SWEEP_SCHEDULER) if sweep_run else None
-    opened = _sweep_cluster(cfg["cluster"], address) if address else cluster_mod.open_cluster(cfg["cluster"])
+    if given is not None:
+        opened = contextlib.nullcontext(given)
+    else:
+        opened = _sweep_cluster(cfg["cluster"], address) if address else cluster_mod.open_cluster(cfg["cluster"])
     with opened as ch:
         if ch.client is not None and threads.configured_threads() is not None:
             from pgmflow.pipelines.core.graph import PinBlasThreads
@@ -192,6 +198,7 @@ def _execute(cfg: dict, stream, sweep_run: str | None) -> dict:
                 tracker.end(status, message)
             with contextlib.suppress(Exception):
                 exc._pgmflow_run_ended = True
+                exc._pgmflow_run_id = tracker.run_id
             raise
         tracker.end("FINISHED")
         result["run_id"] = tracker.run_id
