@@ -74,10 +74,8 @@ def compose(*overrides: str) -> dict:
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
-    from omegaconf import OmegaConf
-    from omegaconf.errors import OmegaConfBaseException
 
-    from pgmflow.pipelines.core.cli import override_error
+    from pgmflow.pipelines.core.cli import override_error, resolved
     from pgmflow.pipelines.core.config import conf_dir
     from pgmflow.pipelines.core.hydra_setup import register_hydra_plugins
 
@@ -90,14 +88,7 @@ def compose(*overrides: str) -> dict:
             cfg = hydra_compose("config", overrides=argv)
     except Exception as exc:
         raise override_error(argv, exc) from None
-    try:
-        out = OmegaConf.to_container(cfg, resolve=True)
-    except OmegaConfBaseException as exc:
-        key = getattr(exc, "full_key", None) or "config"
-        raise ConfigError(str(key), "<interpolation>", f"cannot be resolved ({getattr(exc, 'msg', exc)})",
-                          "fix the ${...} reference") from None
-    out.pop("hydra", None)
-    return out
+    return resolved(cfg)
 
 
 @dataclass

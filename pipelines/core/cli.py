@@ -27,22 +27,33 @@ def _report(message: str, code: int):
     sys.exit(code)
 
 
+def resolved(cfg) -> dict:
+    """A composed config as a plain dict, every ``${...}`` resolved and Hydra's own section dropped; an
+    interpolation that cannot be resolved is a :class:`ConfigError`. (The CLI and the Python API.)"""
+    from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+
+    from pgmflow.pipelines.core.errors import ConfigError
+
+    try:
+        out = OmegaConf.to_container(cfg, resolve=True)
+    except OmegaConfBaseException as exc:
+        key = getattr(exc, "full_key", None) or "config"
+        raise ConfigError(str(key), "<interpolation>", f"cannot be resolved ({getattr(exc, 'msg', exc)})",
+                          "fix the ${...} reference") from None
+    out.pop("hydra", None)
+    return out
+
+
 def run_from_hydra(cfg):
     """The Hydra task function: resolve, execute, map errors to exit codes; returns the objective."""
     from omegaconf import OmegaConf
-    from omegaconf.errors import OmegaConfBaseException
 
     from pgmflow.pipelines.core.errors import EXIT_BAD_INPUT, EXIT_FAILED, ConfigError
 
     verbose = OmegaConf.select(cfg, "verbose", default=False) is True  # a mistyped verbose=2 is refused by preflight, not obeyed
     try:
-        try:
-            cfg_dict = OmegaConf.to_container(cfg, resolve=True)
-        except OmegaConfBaseException as exc:
-            key = getattr(exc, "full_key", None) or "config"
-            raise ConfigError(str(key), "<interpolation>", f"cannot be resolved ({exc.msg if hasattr(exc, 'msg') else exc})",
-                              "fix the ${...} reference") from None
-        cfg_dict.pop("hydra", None)
+        cfg_dict = resolved(cfg)
         from pgmflow.pipelines.core.runner import execute
 
         result = execute(cfg_dict)

@@ -80,7 +80,7 @@ def pgmflow_in_process(args, cwd) -> Result:
         try:
             os.chdir(cwd)
             sys.argv = ["pgmflow", *map(str, args)]
-            runner.execute.__defaults__ = (out,)
+            runner.execute.__defaults__ = (out, *saved_defaults[1:])  # stream=out; the others as they are
             with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
                 cli.main()
         except SystemExit as exc:
