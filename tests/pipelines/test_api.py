@@ -4,10 +4,6 @@ user owns, a run read back, and the progress bar in a real Jupyter kernel."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
@@ -22,12 +18,14 @@ def test_compose_is_the_cli_composition():
 
 
 def _cli_error(args, cwd) -> str:
-    exe = Path(sys.executable).with_name("pgmflow")
-    proc = subprocess.run([str(exe), *args], cwd=cwd, capture_output=True, text=True, timeout=120,
-                          env={**os.environ, "PYTHONUNBUFFERED": "1"})
-    assert proc.returncode == 2, proc.stderr[-2000:]
-    lines = [ln for ln in proc.stderr.splitlines() if ln.startswith("pgmflow: error: ")]
-    assert len(lines) == 1, proc.stderr
+    """The error line of the ``pgmflow`` command (tests/bad_input's harness: the CLI's main in this process, or a
+    subprocess with PGMFLOW_BAD_INPUT_SUBPROCESS=1)."""
+    from tests.bad_input.helpers import pgmflow as pgmflow_command
+
+    r = pgmflow_command(args, cwd)
+    assert r.returncode == 2, r.stderr[-2000:]
+    lines = [ln for ln in r.stderr.splitlines() if ln.startswith("pgmflow: error: ")]
+    assert len(lines) == 1, r.stderr
     return lines[0][len("pgmflow: error: "):]
 
 
