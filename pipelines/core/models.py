@@ -18,6 +18,14 @@ import numpy as np
 NPZ_KEY = "model_npz"  # the pyfunc's artifact key of the arrays
 
 
+def python_model_base() -> type:
+    """``mlflow.pyfunc.PythonModel`` (imported before a subclass is defined under a warnings filter:
+    importing MLflow adds filters of its own)."""
+    import mlflow.pyfunc
+
+    return mlflow.pyfunc.PythonModel
+
+
 def pgmflow_version() -> str:
     """The installed pgmflow distribution's version (the package's own when it is not installed)."""
     from importlib import metadata

@@ -129,13 +129,7 @@ def load_predictor(artifact_dir) -> GPPredictor:
     return GPPredictor.from_artifacts(artifact_dir)
 
 
-def _python_model_base():
-    import mlflow.pyfunc
-
-    return mlflow.pyfunc.PythonModel
-
-
-_PythonModel = _python_model_base()  # imported before the filter below (importing MLflow adds filters of its own)
+_PythonModel = models.python_model_base()
 with warnings.catch_warnings(record=True):  # MLflow asks for type hints; the model's signature is explicit instead
 
     class GPPyfunc(_PythonModel):
