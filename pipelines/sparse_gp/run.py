@@ -83,8 +83,7 @@ def run(ctx) -> dict:
     fraction = float(scfg["test_fraction"])
     chunk_size = int(scfg["chunk_size"])
     m = int(scfg["m"])
-    tok = ctx.token
-    backend = ctx.backend
+    tok, backend = ctx.token, ctx.backend
     n_chunks = len(chunk_ranges(data, chunk_size))
     access = (f"memmap: each chunk task reads its rows of {data.path}" if data.memmap
               else "scattered: each chunk put on the cluster once")
