@@ -9,9 +9,11 @@ standard deviations, and the mean and variance are mapped back.
 
 The run logs the same predictor as an MLflow pyfunc model under the artifact path :data:`ARTIFACT_PATH`
 (``model``): ``mlflow.pyfunc.load_model("runs:/<run id>/model").predict(df)`` returns a DataFrame
-with the columns ``mean`` and ``variance`` (of a new observation ``y``, noise included). The model
-holds only ``model.npz`` (no pickled live objects) and the class :class:`GPPyfunc`, imported from
-pgmflow when it loads.
+with the columns ``mean`` and ``variance`` (of a new observation ``y``, noise included); the
+signature names the input columns, so MLflow takes a DataFrame (or a dict of columns), while
+:meth:`GPPredictor.predict` also takes arrays. The model folder holds ``artifacts/model.npz`` and a
+models-from-code file that imports :class:`GPPyfunc` from pgmflow (``pgmflow.pipelines.core.models``):
+nothing is pickled.
 """
 
 from __future__ import annotations
@@ -133,8 +135,8 @@ _PythonModel = models.python_model_base()
 with warnings.catch_warnings(record=True):  # MLflow asks for type hints; the model's signature is explicit instead
 
     class GPPyfunc(_PythonModel):
-        """The MLflow pyfunc wrapper of :class:`GPPredictor`: a DataFrame (or array) of inputs in, a
-        DataFrame of ``mean`` and ``variance`` (original units, noise included) out."""
+        """The MLflow pyfunc wrapper of :class:`GPPredictor`: a DataFrame of inputs (columns named as
+        the signature's) in, a DataFrame of ``mean`` and ``variance`` (original units, noise included) out."""
 
         def load_context(self, context):
             self.predictor = GPPredictor.from_npz(context.artifacts[NPZ_KEY])
@@ -146,7 +148,7 @@ with warnings.catch_warnings(record=True):  # MLflow asks for type hints; the mo
             return pd.DataFrame({"mean": mean, "variance": var})
 
 
-def signature(input_names) -> object:
+def signature(input_names):
     """Inputs: one double column per input, by name; outputs: the columns ``mean`` and ``variance``."""
     from mlflow.models import ModelSignature
     from mlflow.types import ColSpec, Schema
