@@ -13,7 +13,6 @@ from pgmflow.pipelines.core.errors import ConfigError
 from pgmflow.pipelines.core.validation import ALLOWED_MODULES_ENV, apply, boolean, choice, get, integer, optional_str, unknown_keys
 
 
-
 def registered_model_name(path, v):
     """``tracking.register_model``: null, or the non-empty name of a registered model."""
     if v is None:
