@@ -13,7 +13,7 @@ import numpy as np
 
 from pgmflow.pipelines.bounds import figures
 from pgmflow.pipelines.bounds.models import ising_model, ising_rho, ising_target, load_mrf, settings
-from pgmflow.pipelines.core import artifacts
+from pgmflow.pipelines.core import artifacts, datasets
 from pgmflow.pipelines.core.partial import PartialResults
 from pgmflow.pipelines.core.progress import Progress
 from pgmflow.tasks.bounds import summary, trw
@@ -115,6 +115,9 @@ def run(ctx) -> dict:
     opts = settings(vcfg, ctx.backend)
     jobs = _jobs(ctx, vcfg, mcfg)
     n = jobs[0][2].n
+    datasets.log_input(tracker, f"{mcfg['name']} model", datasets.arrays_of([job[2] for job in jobs]), parameters=mcfg,
+                       path=mcfg.get("path") if mcfg["name"] == "mrf" else None,
+                       generator="pgmflow.pipelines.bounds.models.ising_model")  # MLflow dataset tracking
     ctx.say(f"bounds on {mcfg['name']} ({n} nodes, {jobs[0][2].E} edges) at {len(jobs)} temperature(s)")
     res = _solve(ctx, jobs, opts)
     rows = [_row(T, target, model, b) for (T, target, model, _, _), b in zip(jobs, res)]

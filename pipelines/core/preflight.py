@@ -12,6 +12,19 @@ from pgmflow.pipelines.core.config import conf_dir, conf_keys
 from pgmflow.pipelines.core.errors import ConfigError
 from pgmflow.pipelines.core.validation import ALLOWED_MODULES_ENV, apply, boolean, choice, get, integer, optional_str, unknown_keys
 
+
+def registered_model_name(path, v):
+    """``tracking.register_model``: null, or the non-empty name of a registered model."""
+    if v is None:
+        return
+    if not isinstance(v, str) or not v.strip():
+        raise ConfigError(path, v, "must be the name of a registered model (a non-empty string) or null",
+                          f"set {path}=my_model, or {path}=null to log the model without registering it")
+    if v != v.strip() or "/" in v or ":" in v:
+        raise ConfigError(path, v, "a registered model's name has no '/', ':' or surrounding spaces (models:/NAME/"
+                          "VERSION would not resolve)", f"set {path} to a plain name like my_model")
+
+
 TOP = {
     "seed": integer(lo=0, hi=2**63 - 1),
     "backend": choice("auto", "numpy", "cupy"),
@@ -20,6 +33,7 @@ TOP = {
     "resume": optional_str,
     "tracking.uri": optional_str,
     "tracking.experiment": optional_str,
+    "tracking.register_model": registered_model_name,
 }
 
 

@@ -44,6 +44,7 @@ import numpy as np
 from pgmflow.pipelines.core import artifacts
 from pgmflow.pipelines.core.graph import Executor
 from pgmflow.pipelines.sparse_gp import data as gp_data
+from pgmflow.pipelines.sparse_gp import model as gp_model
 from pgmflow.pipelines.sparse_gp.evaluations import chunk_ranges, chunk_refs, initial_inducing, initial_params, inducing_pool
 from pgmflow.pipelines.sparse_gp.fit import fit_collapsed, fit_exact, fit_restarts, fit_svgp
 from pgmflow.tasks.gp import stats as gstats
@@ -82,8 +83,7 @@ def run(ctx) -> dict:
     fraction = float(scfg["test_fraction"])
     chunk_size = int(scfg["chunk_size"])
     m = int(scfg["m"])
-    tok = ctx.token
-    backend = ctx.backend
+    tok, backend = ctx.token, ctx.backend
     n_chunks = len(chunk_ranges(data, chunk_size))
     access = (f"memmap: each chunk task reads its rows of {data.path}" if data.memmap
               else "scattered: each chunk put on the cluster once")
@@ -92,6 +92,7 @@ def run(ctx) -> dict:
             + f"; {n_chunks} chunk(s) of <= {chunk_size} rows ({access.split(':')[0]}); backend {backend}")
     tracker.set_tags({"pgmflow.gp.method": method, "pgmflow.gp.kernel": kernel, "pgmflow.gp.source": data.source[:250],
                       "pgmflow.gp.data_access": access[:250], "pgmflow.gp.backend": backend})
+    gp_model.log_inputs(ctx, data)  # MLflow dataset tracking: the training and test rows, with digests
     t_start = time.monotonic()
     refs, train_counts = chunk_refs(ex, data, chunk_size, seed, fraction)
     ref_bytes = max(len(pickle.dumps(r)) for r in refs) if data.memmap else 0
@@ -208,7 +209,9 @@ def finish(ctx, scfg, data, method, kernel, fit, rmse, nlpd, n_test, seconds, gr
         result["objective_name"] = "negative bound per training row (no held-out rows; lower is better)"
     artifacts.log_final_metrics(tracker, result, step=max(fit["iterations"], 1), flush=False)
     tracker.flush()
-    artifacts.log_npz(tracker, "model.npz", _model_arrays(data, method, kernel, fit, rmse, nlpd), compressed=True)
+    arrays = _model_arrays(data, method, kernel, fit, rmse, nlpd)
+    artifacts.log_npz(tracker, "model.npz", arrays, compressed=True)
+    gp_model.log_model(ctx, arrays, std.invert_X(grid[1][::SLICE_POINTS // 5]))  # the pyfunc model "model"
     artifacts.log_results(tracker, result)
     if scfg.get("figures", True):
         from pgmflow.pipelines.sparse_gp import figures

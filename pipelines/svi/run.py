@@ -28,6 +28,7 @@ from pgmflow.pipelines.core import artifacts
 from pgmflow.pipelines.core.errors import ConfigError
 from pgmflow.pipelines.core.progress import Progress
 from pgmflow.pipelines.svi import corpora, report
+from pgmflow.pipelines.svi import model as lda_model
 from pgmflow.tasks.lda import shard_tasks, svi
 
 
@@ -170,6 +171,7 @@ def _first_words(ctx, su: Setup, states, start: int) -> tuple[list | None, list]
 def run(ctx) -> dict:
     scfg = ctx.cfg["svi"]
     su = _setup(ctx)
+    lda_model.log_corpus(ctx, su.info)  # MLflow dataset tracking: the corpus, with a digest
     t_prep = time.monotonic()
     states = _load_shards(ctx, su)
     state, history, start = _initial(ctx, su)
@@ -183,7 +185,9 @@ def run(ctx) -> dict:
         docs_in_run += docs
     elapsed = time.monotonic() - t_run
     ctx.tracker.flush()
-    return report.finish(ctx, su, state, history, states, heldout_cols, elapsed, docs_in_run, prepare_seconds)
+    result = report.finish(ctx, su, state, history, states, heldout_cols, elapsed, docs_in_run, prepare_seconds)
+    lda_model.log_model(ctx, su.info, state.lam, su.alpha)  # the pyfunc model "lda_model"
+    return result
 
 
 def _train(ctx, su: Setup, states, state, history, start, next_cols, heldout_cols, ckpt_every) -> tuple:

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import dask
 import numpy as np
 
-from pgmflow.pipelines.core import artifacts
+from pgmflow.pipelines.core import artifacts, datasets
 from pgmflow.pipelines.core.progress import Progress
 from pgmflow.pipelines.tempering import analysis
 from pgmflow.pipelines.tempering import reference as ref_mod
@@ -134,6 +134,12 @@ def _plan(ctx) -> Plan:
     group_exact = [reference_log_z(t) for t in group_targets]
     ctx.tracker.set_tags({"pgmflow.tempering.explorer": method, "pgmflow.tempering.exact_log_z": group_exact[0][1],
                           "pgmflow.tempering.targets": len(group_targets)})
+    for g, (t, ov) in enumerate(zip(group_targets, overrides)):  # MLflow dataset tracking: each target, with a digest
+        spec = {**mcfg, **ov}
+        datasets.log_input(ctx.tracker, f"{spec['name']} target" + (f" {g}" if len(overrides) > 1 else ""),
+                           datasets.arrays_of(t), context="training", parameters=spec,
+                           generator="pgmflow.pipelines.tempering.targets.build_target",
+                           path=spec["data"]["path"] if spec["name"] == "bayes" else None)
     group_h = [ctx.executor.scatter(t) for t in group_targets]
     return Plan(tcfg=tcfg, seed=seed, overrides=overrides, group_targets=group_targets, method=method, ladder=ladder,
                 K=K, C=C, group_of=group_of, n_rounds=int(tcfg["n_rounds"]), layout=layout, per_task=per_task,

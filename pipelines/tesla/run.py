@@ -16,6 +16,7 @@ import time
 import dask
 import numpy as np
 
+from pgmflow.pipelines.core import datasets
 from pgmflow.pipelines.core.partial import PartialResults
 from pgmflow.pipelines.core.progress import Progress
 from pgmflow.pipelines.tesla import networks, report
@@ -101,6 +102,10 @@ def run(ctx) -> dict:
             f"tasks, selection by {criterion}")
     tracker.set_tags({"pgmflow.tesla.source": data.source[:250], "pgmflow.tesla.methods": ",".join(methods),
                       "pgmflow.tesla.criterion": criterion, "pgmflow.tesla.rule": rule})
+    datasets.log_input(tracker, "network samples", {k: getattr(series, k) for k in ("X", "tix", "times", "node_names")},
+                       context="training", path=None if cfg["network"]["kind"] == "synthetic" else data.source,
+                       generator="pgmflow.tasks.tesla.synthetic.time_varying_ising",
+                       parameters={**cfg["network"], "seed": seed})  # MLflow dataset tracking, with a digest
     tracker.log_metrics({"time_points": T, "nodes": p, "samples": N, "isolated_nodes": int(data.isolated.size),
                          "path_tasks": n_fit}, step=0)
 
