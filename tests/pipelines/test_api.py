@@ -122,3 +122,51 @@ def test_progress_bar_renders_in_a_jupyter_kernel(tmp_path, mlflow_uri):
     streams = "".join(m["content"]["text"] for m in msgs if m["msg_type"] == "stream")
     assert "\r" not in streams and "\033[" not in streams
     assert "RUN " in streams and "pgmflow: finished." in streams
+
+
+def _tracker(res):
+    from pgmflow.pipelines.core.tracking import Tracker
+
+    tr = Tracker(res.tracking_uri, res.config["tracking"]["experiment"])
+    tr.run_id = res.run_id
+    return tr
+
+
+def test_run_then_load_give_the_logged_predictions_and_topic_proportions(cluster2, mlflow_uri, tmp_path,
+                                                                         monkeypatch):
+    """pgmflow.run of sparse_gp and svi (debug sizes) on a LocalCluster, pgmflow.load of both: the loaded GP's
+    predictions of the held-out rows give the test RMSE and NLPD the pipeline logged, and the loaded LDA model's
+    topic proportions of the held-out documents' observed halves give the logged held-out perplexity."""
+    import math
+
+    import numpy as np
+
+    from tests.pipelines.test_mlflow_models import _csr, _heldout, _heldout_halves, _scores
+
+    monkeypatch.chdir(tmp_path)
+    gp = pgmflow.run("pipeline=sparse_gp", "debug=default", cluster=cluster2.scheduler_address,
+                     tracking_uri=mlflow_uri, progress=False)
+    fitted = pgmflow.load(gp.run_id, tracking_uri=mlflow_uri)
+    X, y, _ = _heldout(_tracker(gp))
+    mean, var = fitted.model.predict(X)
+    rmse, nlpd = _scores(mean, var, y)
+    assert rmse == pytest.approx(gp.result["test_rmse"], rel=1e-9)
+    assert nlpd == pytest.approx(gp.result["test_nlpd"], rel=1e-9)
+    assert fitted.results["test_rmse"] == gp.result["test_rmse"]
+
+    lda_run = pgmflow.run("pipeline=svi", "debug=default", cluster=cluster2.scheduler_address,
+                          tracking_uri=mlflow_uri, progress=False)
+    lda = pgmflow.load(lda_run.run_id, tracking_uri=mlflow_uri)
+    lam = lda.arrays["lambda"]["lam"]
+    beta_hat = lam / lam.sum(axis=1, keepdims=True)  # [K, V]
+    ll, n_tok = [], []
+    for obs, test in _heldout_halves(_tracker(lda_run))[0]:
+        if test.counts.size == 0:
+            continue
+        theta = lda.model.transform(_csr(obs, lam.shape[1]))  # [D, K]
+        rows = np.repeat(np.arange(theta.shape[0]), np.diff(test.indptr))
+        p = np.einsum("ik,ki->i", theta[rows], beta_hat[:, test.indices])
+        ll.append(float(np.sum(test.counts * np.log(p))))
+        n_tok.append(float(test.counts.sum()))
+    assert math.exp(-math.fsum(ll) / math.fsum(n_tok)) == pytest.approx(lda_run.result["heldout_perplexity"],
+                                                                          rel=1e-9)
