@@ -35,7 +35,19 @@ CASES = {
 COMMON = ["progress=false"]
 # where and how a run ran, not what it computed: left out of the comparison of config.yaml
 WHERE = ("cluster", "tracking", "progress", "verbose", "resume")
-MEMORY_KEY = ("rss",)  # the driver's memory: a measurement of the run, not a result
+MEMORY_KEY = ("rss",)
+# an MLflow model's identity, not its content: when and where it was written (``uri``: the temporary folder its
+# arrays were saved from; ``model_code_path``: the temporary folder of its code file), its uuid and run
+MODEL_IDENTITY = ("utc_time_created", "model_uuid", "run_id", "artifact_path", "model_id", "uri", "model_code_path")
+
+
+def _less(obj, keys):
+    """A YAML/JSON value less the entries named ``keys``, at any depth."""
+    if isinstance(obj, dict):
+        return {k: _less(v, keys) for k, v in obj.items() if k not in keys}
+    if isinstance(obj, list):
+        return [_less(v, keys) for v in obj]
+    return obj  # the driver's memory: a measurement of the run, not a result
 
 
 @pytest.fixture(scope="module")
@@ -108,6 +120,8 @@ def artifacts(tr) -> dict:
                 out[name] = _strip(json.loads(local.read_text()))
             elif name.endswith(".csv"):
                 out[name] = _csv(local.read_text())
+            elif name.endswith("/MLmodel"):  # a logged MLflow model: less its identity (time made, uuid, run)
+                out[name] = _less(yaml.safe_load(local.read_text()), MODEL_IDENTITY)
             elif name.endswith("config.yaml"):
                 out[name] = {k: v for k, v in yaml.safe_load(local.read_text()).items() if k not in WHERE}
             elif name.endswith(".txt"):
