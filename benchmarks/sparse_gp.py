@@ -83,6 +83,99 @@ def make_data(n, n_test, d=10):
     return X[:n], y[:n], X[n:], y[n:]
 
 
+# --- the FLOPs of one evaluation, and the machine's dgemm rate ------------------------------------
+
+def evaluation_flops(n, m, d, kuf_stored=True):
+    """FLOPs of one SGPR/DTC bound-and-gradient evaluation with the RBF kernel (a multiply-add counts
+    2, an elementwise operation or an exponential 1), as ``pgmflow.tasks.gp.stats`` does it.
+
+    Statistics pass, per chunk of ``n_c`` rows: ``Kuf`` as one GEMM ``[m, d + 2] x [d + 2, n_c]``
+    (``2 m n_c (d + 2)``), a min and an exp (``2 m n_c``); ``Kuf y`` (``2 m n_c``); ``Kuf Kfu`` as a
+    SYRK (``m (m + 1) n_c``: the upper triangle). Gradient pass: ``P Kuf`` (``2 m^2 n_c``), the rank-one
+    ``a y'`` (``2 m n_c``), ``G *= Kuf`` and ``sum G`` (``2 m n_c``), ``G [x~, x~^2, 1]``
+    (``2 m n_c (2 d + 1)``); with ``Kuf`` taken from the statistics pass (``kuf_stored``) nothing
+    else, otherwise ``Kuf`` again (``2 m n_c (d + 3)``). Summed over the chunks::
+
+        F = 3 m^2 n + m n (6 d + 15)  [+ m n (2 d + 6) without the stored Kuf]  + 13 m^3
+
+    the last term the driver's m x m algebra (two Cholesky factors ``m^3 / 3`` each, four triangular
+    solves with m right-hand sides ``m^3`` each, four m x m GEMMs ``2 m^3`` each, rounded up).
+    """
+    n, m, d = float(n), float(m), float(d)
+    f = 3 * m * m * n + m * n * (6 * d + 15) + 13 * m ** 3
+    return f if kuf_stored else f + m * n * (2 * d + 6)
+
+
+def dgemm_rate(m, n_c, repeats=3):
+    """``(wall, cpu)``: GFLOP/s of this process's dgemm per second of wall time and per second of
+    its CPU time (best of ``repeats`` each): the higher of the gradient pass's own shape
+    ``[m, m] x [m, n_c]`` and a square ``1024^3`` product."""
+    rng = np.random.default_rng(0)
+    shapes = [((m, m), (m, n_c)), ((1024, 1024), (1024, 1024))]
+    wall = cpu = 0.0
+    for sa, sb in shapes:
+        A, B = rng.standard_normal(sa), rng.standard_normal(sb)
+        C = np.empty((sa[0], sb[1]))
+        np.matmul(A, B, out=C)
+        f = 2.0 * sa[0] * sa[1] * sb[1] / 1e9
+        for _ in range(repeats):
+            t0, c0 = time.perf_counter(), time.process_time()
+            np.matmul(A, B, out=C)
+            wall = max(wall, f / (time.perf_counter() - t0))
+            cpu = max(cpu, f / max(time.process_time() - c0, 1e-9))
+    return wall, cpu
+
+
+def cluster_dgemm_rate(client, m, n_c):
+    """``(wall, cpu)``: the machine's dgemm GFLOP/s as the workers see it -- :func:`dgemm_rate` run
+    as a task on every worker at once (their BLAS threads, as pinned for the chunk tasks), the wall
+    rates added up -- and the mean rate per CPU second of one worker thread."""
+    workers = sorted(client.scheduler_info()["workers"])
+    futs = [client.submit(dgemm_rate, m, n_c, pure=False, workers=[w], allow_other_workers=False) for w in workers]
+    rates = client.gather(futs)
+    return float(sum(r[0] for r in rates)), float(np.mean([r[1] for r in rates]))
+
+
+def profile_chunk(Xs, ys, Z0, params, chunk):
+    """Where one chunk's time goes: CPU milliseconds (best of 3, one BLAS thread, in this process)
+    of each step of the statistics task, the gradient task and the driver's algebra."""
+    from pgmflow.tasks import threads
+    from pgmflow.tasks.gp import bounds as gbounds
+    from pgmflow.tasks.gp import kuf_cache
+    from pgmflow.tasks.gp import stats as gstats
+
+    X, y, m = Xs[:chunk], ys[:chunk], Z0.shape[0]
+    st = gstats.chunk_stats("sgpr", "rbf", params, Z0, X, y)
+    _, adj = gbounds.objective("sgpr", "rbf", params, Z0, st)
+    K = gstats.cross_covariance("rbf", params, Z0, X)
+    P = adj.dpsi2
+    g = gstats.chunk_grad("sgpr", "rbf", params, Z0, X, y, adj, Kuf=K)
+    steps = {
+        "statistics: Kuf (GEMM [m, d+2] x [d+2, n_c], min and exp)": lambda: gstats.cross_covariance(
+            "rbf", params, Z0, X),
+        "statistics: Kuf y": lambda: K @ y,
+        "statistics: Kuf Kfu (SYRK)": lambda: gstats._gram(np, K),
+        "statistics: whole task given Kuf": lambda: gstats.chunk_stats("sgpr", "rbf", params, Z0, X, y, Kuf=K),
+        "gradient: P Kuf (GEMM)": lambda: P @ K,
+        "gradient: whole task given Kuf": lambda: gstats.chunk_grad("sgpr", "rbf", params, Z0, X, y, adj, Kuf=K),
+        "both tasks: the Kuf store's key (hash of X, Z, params)": lambda: kuf_cache.key("rbf", params, Z0, X),
+        "driver: bounds.objective (m x m algebra)": lambda: gbounds.objective("sgpr", "rbf", params, Z0, st),
+        "driver: bounds.finish_grad": lambda: gbounds.finish_grad("sgpr", "rbf", params, Z0, adj, g),
+    }
+    out = {}
+    with threads.pinned_blas(1):
+        for name, f in steps.items():
+            f()
+            best = math.inf
+            for _ in range(3):
+                c0 = time.process_time()
+                f()
+                best = min(best, time.process_time() - c0)
+            out[name] = 1e3 * best
+    out["_m"] = m
+    return out
+
+
 # --- pgmflow ------------------------------------------------------------------------------------
 
 def run_pgmflow(Xs, ys, Xts, yt, std, Z0, a):
@@ -107,15 +200,23 @@ def run_pgmflow(Xs, ys, Xts, yt, std, Z0, a):
         distributed.wait(refs)
         ev = sg.Evaluations(ex, refs, "sgpr", "rbf", d, m, Z0, True, 1e-6, 6, a.backend, "bench")
         theta0 = kern.pack(params0, Z0)
-        times = []
+        times, cpus, rates = [], [], []
         for i in range(2 + a.repeats):
             ev.records.clear()  # evaluate again, not from the cache
+            w0, c0 = client.run(time.process_time), time.process_time()
             t0 = time.perf_counter()
             f, _ = ev(theta0)
             if i >= 2:
                 times.append(time.perf_counter() - t0)
+                w1 = client.run(time.process_time)
+                cpus.append(time.process_time() - c0 + sum(w1[k] - w0[k] for k in w0))  # workers + driver
+                rates.append(cluster_dgemm_rate(client, m, a.chunk_size))  # right after: the same load
         out["eval_s"] = statistics.median(times)
         out["eval_all"] = times
+        out["eval_cpu"] = statistics.median(cpus)
+        out["dgemm"] = statistics.median([r[0] for r in rates])
+        out["dgemm_cpu"] = statistics.median([r[1] for r in rates])
+        out["dgemm_all"] = [r[0] for r in rates]
         out["bound0"] = -f
         ev.records.clear()
         import scipy.optimize
@@ -232,6 +333,12 @@ def run_gpytorch(Xs, ys, Xts, yt, std, Z0, a):
     return out
 
 
+def kern_params(d):
+    from pgmflow.tasks.gp import kernels as kern
+
+    return kern.make_params(LENGTHSCALE, VARIANCE, NOISE, d=d)
+
+
 def our_bound_at(params, Xs, ys):
     """pgmflow's SGPR bound (in-process, ``pgmflow.tasks.gp.bounds.value_and_grad``) at GPyTorch's optimum."""
     from pgmflow.tasks.gp import bounds as gbounds
@@ -257,6 +364,19 @@ def compare(a):
     ours = run_pgmflow(Xs, ys, Xts, yt, std, Z0, a)
     print(f"pgmflow: {ours['eval_s']:.3f} s per evaluation; fit {ours['iters']} iterations / {ours['evals']} "
           f"evaluations in {ours['fit_s']:.1f} s; test RMSE {ours['rmse']:.4f}, NLPD {ours['nlpd']:.4f}", flush=True)
+    flops = evaluation_flops(a.n, a.m, Xs.shape[1])
+    bound_s = flops / (ours["dgemm"] * 1e9)
+    bound_cpu = flops / (ours["dgemm_cpu"] * 1e9)
+    print(f"dgemm: {ours['dgemm']:.1f} GFLOP/s over the workers ({ours['dgemm_cpu']:.1f} per CPU second of a "
+          f"worker); {flops / 1e9:.2f} GFLOP per evaluation: {bound_s:.3f} s at dgemm speed, "
+          f"{100 * bound_s / ours['eval_s']:.0f}% reached; CPU {ours['eval_cpu']:.3f} s against {bound_cpu:.3f} s, "
+          f"{100 * bound_cpu / ours['eval_cpu']:.0f}% (load {os.getloadavg()[0]:.1f})", flush=True)
+    prof = profile_chunk(Xs, ys, Z0, kern_params(Xs.shape[1]), a.chunk_size)
+    for k, v in prof.items():
+        if not k.startswith("_"):
+            print(f"  {k}: {v:.1f} ms", flush=True)
+    if a.no_peer:
+        return ""
     peer = run_gpytorch(Xs, ys, Xts, yt, std, Z0, a)
     print(f"GPyTorch: {peer['eval_s']:.3f} s per evaluation; fit {peer['iters']} iterations / {peer['evals']} "
           f"evaluations in {peer['fit_s']:.1f} s; test RMSE {peer['rmse']:.4f}, NLPD {peer['nlpd']:.4f}", flush=True)
@@ -427,6 +547,7 @@ def main():
     ap.add_argument("--backend", choices=("numpy", "cupy"), default="numpy",
                     help="where pgmflow's chunk statistics and gradients run: numpy (CPU) or cupy (the workers' GPU)")
     ap.add_argument("--out", type=Path, default=None, help="write the report (markdown) here too")
+    ap.add_argument("--no-peer", action="store_true", help="pgmflow's timings and the dgemm bound only (no GPyTorch)")
     a = ap.parse_args()
     os.environ.update(THREADS)  # the workers inherit these (the driver's BLAS is already loaded)
     if a.quick:
