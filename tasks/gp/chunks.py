@@ -16,6 +16,7 @@ import numpy as np
 from pgmflow.tasks.gp import bounds as gbounds
 from pgmflow.tasks.gp import exact as gexact
 from pgmflow.tasks.gp import kernels as kern
+from pgmflow.tasks.gp import kuf_cache
 from pgmflow.tasks.gp import stats as gstats
 from pgmflow.tasks.gp import svgp as gsvgp
 from pgmflow.tasks.gp.data import Standardizer, heldout_rows, open_npy
@@ -82,23 +83,40 @@ def _zero_stats(method: str, m: int):
     return gstats.FITCStats(0, 0.0, 0.0, z1, z2) if method == "fitc" else gstats.Stats(0, 0.0, 0.0, z1, z2)
 
 
+def _kuf_key(kernel, params, Z, c: Chunk, backend):
+    """The :mod:`~pgmflow.tasks.gp.kuf_cache` key of this chunk's ``Kuf``, or None where the store
+    does not serve (another kernel than RBF, the GPU backend, the store turned off)."""
+    if kernel != "rbf" or backend == "cupy" or kuf_cache.budget_bytes() == 0:
+        return None
+    return kuf_cache.key(kernel, params, Z, c.X)
+
+
 def chunk_stats_task(method, kernel, params, Z, ref, jitter, backend):
-    """Statistics of one chunk's training rows (zeros when it has none)."""
+    """Statistics of one chunk's training rows (zeros when it has none); the chunk's ``Kuf`` is left
+    in this process's :mod:`~pgmflow.tasks.gp.kuf_cache` for the gradient pass."""
     c = load_chunk(ref)
     if c.X.shape[0] == 0:
         return _zero_stats(method, Z.shape[0])
     X, y = _device(backend, c.X, c.y)
-    return gstats.chunk_stats(method, kernel, params, Z, X, y, jitter)
+    k = _kuf_key(kernel, params, Z, c, backend)
+    Kuf = None
+    if k is not None:
+        Kuf = gstats.cross_covariance(kernel, params, Z, X)  # [m, n_c]
+        kuf_cache.put(k, Kuf)
+    return gstats.chunk_stats(method, kernel, params, Z, X, y, jitter, Kuf=Kuf)
 
 
 def chunk_grad_task(method, kernel, params, Z, ref, adjoints, backend):
-    """Gradient contribution of one chunk's training rows."""
+    """Gradient contribution of one chunk's training rows (with the statistics pass's ``Kuf`` when
+    this process still holds it: the same bits as computing it again)."""
     c = load_chunk(ref)
     m, d = Z.shape
     if c.X.shape[0] == 0:
         return gstats.Grad(np.zeros(d), 0.0, 0.0, np.zeros((m, d)), np.zeros((m, m)))
     X, y = _device(backend, c.X, c.y)
-    return gstats.chunk_grad(method, kernel, params, Z, X, y, adjoints)
+    k = _kuf_key(kernel, params, Z, c, backend)
+    Kuf = kuf_cache.take(k) if k is not None else None
+    return gstats.chunk_grad(method, kernel, params, Z, X, y, adjoints, Kuf=Kuf)
 
 
 class Predictor(NamedTuple):

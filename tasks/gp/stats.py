@@ -59,6 +59,7 @@ __all__ = [
     "chunk_bounds",
     "chunk_grad",
     "chunk_stats",
+    "cross_covariance",
     "sum_in_order",
 ]
 
@@ -182,12 +183,32 @@ def _inputs(xp, params: GPParams, Z, X_chunk, y_chunk):
     return Zs, Xs, y
 
 
-def _kuf(xp, kernel: str, params: GPParams, Zs, Xs, with_grad: bool):
-    """``(Kuf [m, n], dKuf/du [m, n] or None)``; for RBF ``dK/du = -K/2`` is left to the caller."""
+def _kuf(xp, kernel: str, params: GPParams, Zs, Xs, with_grad: bool, Kuf=None):
+    """``(Kuf [m, n], dKuf/du [m, n] or None)``; for RBF ``dK/du = -K/2`` is left to the caller.
+    A given ``Kuf`` (RBF only: the other kernels need ``u`` for ``dK/du``) is used as it is."""
+    if Kuf is not None:
+        if kernel != "rbf":
+            raise ValueError(f"a precomputed Kuf serves the rbf kernel only, not {kernel!r}")
+        if Kuf.shape != (Zs.shape[0], Xs.shape[0]):
+            raise ValueError(f"Kuf must have shape {(Zs.shape[0], Xs.shape[0])}; got {Kuf.shape}")
+        return Kuf, None
     if kernel == "rbf":
         return kern._rbf_log_kernel(xp, Zs, Xs, float(params.log_variance)), None
     U = kern._sqdist(xp, Zs, Xs, symmetric=False)
     return kern._profile(xp, kernel, U, math.exp(float(params.log_variance)), with_grad)
+
+
+def cross_covariance(kernel: str, params: GPParams, Z, X_chunk):
+    """``Kuf = K(Z, X_chunk)`` [m, n], bit for bit the matrix :func:`chunk_stats` and
+    :func:`chunk_grad` compute themselves; either takes it back as ``Kuf=`` (RBF) to skip that work
+    (the GEMM and ``m n`` exponentials) in the other pass of the same evaluation."""
+    kern.check_kernel(kernel)
+    xp = backend.array_module(X_chunk)
+    Z = xp.asarray(Z, dtype=xp.float64)
+    X = xp.asarray(X_chunk, dtype=xp.float64)
+    if X.ndim != 2 or Z.ndim != 2 or X.shape[1] != Z.shape[1]:
+        raise ValueError(f"X_chunk [n, d] and Z [m, d] must be matrices of equal width; got {X.shape}, {Z.shape}")
+    return _kuf(xp, kernel, params, kern._scaled(xp, Z, params), kern._scaled(xp, X, params), with_grad=False)[0]
 
 
 def _gram(xp, A):
@@ -229,19 +250,21 @@ def _h(x):
 
 
 def chunk_stats(method: str, kernel: str, params: GPParams, Z, X_chunk, y_chunk,
-                jitter: float = DEFAULT_JITTER):
+                jitter: float = DEFAULT_JITTER, Kuf=None):
     """Sufficient statistics of one chunk: :class:`Stats` (``"sgpr"``, ``"dtc"``) or
     :class:`FITCStats` (``"fitc"``; factors ``Kuu`` with ``inducing_cholesky(..., jitter)``).
 
-    Z: [m, d] inducing inputs; X_chunk: [n, d]; y_chunk: [n]. Cost: one [m, d] x [d, n] GEMM,
-    ``m n`` exponentials and one SYRK ``m^2 n`` (FITC adds a triangular solve ``m^2 n``).
+    Z: [m, d] inducing inputs; X_chunk: [n, d]; y_chunk: [n]; Kuf: None, or (RBF)
+    ``cross_covariance(kernel, params, Z, X_chunk)`` [m, n], not modified. Cost: one
+    [m, d + 2] x [d + 2, n] GEMM and ``m n`` exponentials (none with ``Kuf``), ``2 m n`` for
+    ``Kuf y`` and one SYRK ``m^2 n`` (FITC adds a triangular solve ``m^2 n``).
     """
     check_method(method)
     kern.check_kernel(kernel)
     xp = backend.array_module(X_chunk)
     Zs, Xs, y = _inputs(xp, params, Z, X_chunk, y_chunk)
     n = int(Xs.shape[0])
-    Kuf, _ = _kuf(xp, kernel, params, Zs, Xs, with_grad=False)  # [m, n]
+    Kuf, _ = _kuf(xp, kernel, params, Zs, Xs, with_grad=False, Kuf=Kuf)  # [m, n]
     if method in ("sgpr", "dtc"):
         psi1y = Kuf @ y  # [m]
         psi2 = _gram(xp, Kuf)  # [m, m]
@@ -259,9 +282,9 @@ def chunk_stats(method: str, kernel: str, params: GPParams, Z, X_chunk, y_chunk,
 # ------------------------------------------------------------------------------------------------
 
 
-def chunk_grad(method: str, kernel: str, params: GPParams, Z, X_chunk, y_chunk, adjoints) -> Grad:
+def chunk_grad(method: str, kernel: str, params: GPParams, Z, X_chunk, y_chunk, adjoints, Kuf=None) -> Grad:
     """One chunk's gradient contribution, given the driver's ``adjoints`` (a
-    ``pgmflow.tasks.gp.bounds.Adjoints`` of the same ``method``).
+    ``pgmflow.tasks.gp.bounds.Adjoints`` of the same ``method``); ``Kuf`` as in :func:`chunk_stats`.
 
     SGPR / DTC: ``dF/dKuf = 2 P Kuf + a y'`` with ``P = adjoints.dpsi2``, ``a = adjoints.dpsi1y``,
     plus ``adjoints.dpsi0`` on ``diag Kff``. FITC adds, per row, ``g = dF/dLambda`` and its paths
@@ -280,7 +303,7 @@ def chunk_grad(method: str, kernel: str, params: GPParams, Z, X_chunk, y_chunk, 
     ls = xp.exp(xp.asarray(params.log_lengthscale, dtype=xp.float64))
     P = xp.asarray(adjoints.dpsi2, dtype=xp.float64)  # [m, m]
     a = xp.asarray(adjoints.dpsi1y, dtype=xp.float64)  # [m]
-    Kuf, dKdu = _kuf(xp, kernel, params, Zs, Xs, with_grad=True)  # [m, n]
+    Kuf, dKdu = _kuf(xp, kernel, params, Zs, Xs, with_grad=True, Kuf=Kuf)  # [m, n]
 
     if method in ("sgpr", "dtc"):
         dlog_noise = 0.0
