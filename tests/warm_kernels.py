@@ -22,7 +22,8 @@ RUNS = {
           ["pipeline=bounds", "model=ising", "model.L=8", "variational.figures=false"]],
     "B": [["pipeline=svi", "debug=default", "svi.figures=false"],
           ["pipeline=svi", "corpus=synthetic", "debug=default", "svi.figures=false"],
-          ["experiment=lda_seeded", "debug=default", "svi.figures=false"]],
+          ["experiment=lda_seeded", "debug=default", "svi.figures=false"],
+          ["pipeline=sparse_gp", "debug=default", "sparse_gp.figures=false"]],  # the RBF exp kernel (tasks/gp/fastexp.py)
 }
 
 
