@@ -38,6 +38,13 @@ def test_every_source_package_is_installed():
     assert {n.split(".")[0] for n in listed} == {"pgmflow", "hydra_plugins"}
 
 
+def test_one_version():
+    import pgmflow
+    import pgmflow.pipelines
+
+    assert pgmflow.__version__ == pgmflow.pipelines.__version__ == PYPROJECT["project"]["version"]
+
+
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("wheel")
