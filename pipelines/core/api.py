@@ -345,13 +345,18 @@ def load(run_id: str, tracking_uri: str | None = None) -> LoadedRun:
 
 
 def _fitted_model(pipeline: str | None, folder: Path):
-    """The workload's fitted-model object read from the run's artifacts (None where it has none)."""
-    if pipeline == "sparse_gp" and (folder / "model.npz").is_file():
-        from pgmflow.pipelines.sparse_gp.model import load_predictor
+    """The workload's fitted model read from the run's artifacts (its ``Workload.load_model``; None where the
+    workload declares none, is not installed here, or the run logged no model)."""
+    from pgmflow.pipelines.core import registry
 
-        return load_predictor(folder)
-    if pipeline == "svi" and (folder / "lambda.npz").is_file():
-        from pgmflow.pipelines.svi.model import load_transformer
-
-        return load_transformer(folder)
-    return None
+    try:
+        workload = registry.get(pipeline) if pipeline else None
+    except Exception:
+        return None
+    reader = workload.load_model_reader() if workload is not None else None
+    if reader is None:
+        return None
+    try:
+        return reader(folder)
+    except FileNotFoundError:  # a run that logged no model (it failed first, or predates pyfunc models)
+        return None

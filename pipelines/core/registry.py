@@ -46,6 +46,9 @@ class Workload:
     flags: top-level boolean options this workload adds, ``{key: (what it does, fix)}``; such a key
         set true under another workload is refused with that sentence.
     conf_dir: a folder of Hydra configs to add to the search path (plug-in workloads).
+    load_model: ``"module:function"`` or None; the function takes a finished run's artifact folder and
+        returns its fitted model as an object (what ``pgmflow.load(run_id).model`` is), or None when the
+        run logged none.
     """
 
     name: str
@@ -55,12 +58,16 @@ class Workload:
     memory_hint: tuple[str, str] | None = None
     flags: dict = field(default_factory=dict)
     conf_dir: str | None = None
+    load_model: str | None = None
 
     def load_run(self) -> Callable:
         return _load(self.run)
 
     def load_validate(self) -> Callable:
         return _load(self.validate)
+
+    def load_model_reader(self) -> Callable | None:
+        return _load(self.load_model) if self.load_model else None
 
 
 class WorkloadError(RuntimeError):

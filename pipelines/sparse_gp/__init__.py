@@ -14,4 +14,5 @@ WORKLOAD = Workload(
     validate="pgmflow.pipelines.sparse_gp.validate:check_sparse_gp",
     summary="inducing-point Gaussian process regression (SGPR, FITC, DTC, SVGP, exact)",
     memory_hint=("gp-", "a smaller sparse_gp.chunk_size (fewer rows per task)"),
+    load_model="pgmflow.pipelines.sparse_gp.model:load_predictor",
 )

@@ -13,4 +13,5 @@ WORKLOAD = Workload(
     validate="pgmflow.pipelines.svi.validate:check_svi",
     summary="stochastic variational inference for LDA on a sharded corpus, with posterior regularization",
     memory_hint=("svi-", "a smaller corpus.docs_per_shard (fewer documents per task)"),
+    load_model="pgmflow.pipelines.svi.model:load_transformer",
 )
