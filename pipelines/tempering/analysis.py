@@ -11,6 +11,9 @@ import numpy as np
 
 from pgmflow.tasks.tempering import diagnostics, engine, estimators, schedule, variational
 
+#: Keys of counts (summed over chains, not averaged): round trips and tempered restarts, whole chain and per leg.
+COUNTS = ("round_trips", "restarts")
+
 
 def _stepping_stone(betas, loglik):
     """Stepping stone, the mean of the forward and reverse estimators (their first-order biases,
@@ -28,7 +31,9 @@ def rejection(trace: engine.RoundTrace) -> np.ndarray:
 
 def chain_estimates(betas, trace, legs=None, leg_rts=None) -> dict:
     """log Z (stepping stone, TI; with SEs) and the barrier of one chain's round; with two legs
-    (``legs``, reference=stabilized) per-leg entries ``<key>_fixed`` / ``<key>_variational`` too."""
+    (``legs``, reference=stabilized) per-leg entries ``<key>_fixed`` / ``<key>_variational`` too:
+    the leg's estimates and barrier, its number of levels, its own round trips and restarts (its
+    reference -> target -> its reference, a replica in the other leg counted as at the target)."""
     rej = rejection(trace)
     ll = trace.loglik.T  # [K, T]
     if legs is None or int(np.max(legs)) == 0:
@@ -42,8 +47,10 @@ def chain_estimates(betas, trace, legs=None, leg_rts=None) -> dict:
     for name, leg, w in zip(variational.LEG_NAMES, est["legs"], est["weights"]):
         out.update({f"{k}_{name}": v for k, v in leg.items()})
         out[f"log_z_weight_{name}"] = w
+        out[f"n_levels_{name}"] = int(np.sum(np.asarray(legs) == variational.LEG_NAMES.index(name)))
         if leg_rts is not None:
-            out[f"round_trips_{name}"] = int(leg_rts[variational.LEG_NAMES.index(name)].trips.sum())
+            st = leg_rts[variational.LEG_NAMES.index(name)]
+            out[f"round_trips_{name}"], out[f"restarts_{name}"] = int(st.trips.sum()), int(st.restarts.sum())
     return out
 
 
@@ -54,6 +61,7 @@ def round_summary(c, betas, trace, rts, target, exact_log_z, legs=None, leg_rts=
     out = {"chain": c, "barrier": float(lam), "swap_accept_mean": float(1 - rej.mean()),
            "swap_accepted_frac": float(trace.accepted[trace.proposed].mean()) if trace.proposed.any() else float("nan"),
            "local_accept_mean": float(trace.local_accept.mean()), "round_trips": int(rts.trips.sum()),
+           "restarts": int(rts.restarts.sum()),
            "log_z_ss": target.log_z_reference + float(ss), "log_z_ss_se": float(ss_se),
            "log_z_ti": target.log_z_reference + float(ti), "log_z_ti_se": float(ti_se), **est}
     if exact_log_z is not None:
@@ -86,11 +94,15 @@ def per_level_table(betas, trace, target):
 
 
 def final_results(cfg, target, betas, traces, rts, exact_log_z, exact_how, history, legs=None, leg_rts=None):
+    """The run's results from the last round of each chain. betas, traces, rts: per chain; legs,
+    leg_rts: per chain (None entries for reference=fixed), or None."""
     C = len(traces)
+    legs = [None] * C if legs is None else legs
+    leg_rts = [None] * C if leg_rts is None else leg_rts
     rows, per_level = [], []
     ss_all, ti_all, ests = [], [], []
     for c in range(C):
-        est = chain_estimates(betas[c], traces[c], legs, None if leg_rts is None else leg_rts[c])
+        est = chain_estimates(betas[c], traces[c], legs[c], leg_rts[c])
         ests.append(est)
         ss, ss_se, ti, ti_se = est["log_z_ss"], est["log_z_ss_se"], est["log_z_ti"], est["log_z_ti_se"]
         ss_all.append((target.log_z_reference + ss, ss_se))
@@ -107,7 +119,7 @@ def final_results(cfg, target, betas, traces, rts, exact_log_z, exact_how, histo
     lam = float(np.mean([e["barrier"] for e in ests]))
     trips = int(sum(int(s.trips.sum()) for s in rts))
     res = {"log_z_ss": ss, "log_z_ss_se": ss_se, "log_z_ti": ti, "log_z_ti_se": ti_se,
-           "barrier": lam, "round_trips": trips,
+           "barrier": lam, "round_trips": trips, "restarts": int(sum(int(s.restarts.sum()) for s in rts)),
            "swap_accept_mean": float(np.mean([1 - r.mean() for r in rej])),
            "local_accept_mean": float(np.mean([t.local_accept.mean() for t in traces])),
            "local_accept_per_replica": [t.replica_accept.mean(axis=0).tolist() for t in traces],
@@ -116,7 +128,7 @@ def final_results(cfg, target, betas, traces, rts, exact_log_z, exact_how, histo
            "exact_log_z_source": exact_how, "per_level": per_level, "log_z_table": rows}
     for key in sorted(set(ests[0]) - {"barrier", "log_z_ss", "log_z_ss_se", "log_z_ti", "log_z_ti_se"}):
         vals = np.array([e[key] for e in ests])
-        res[key] = (int(vals.sum()) if key.startswith("round_trips") else
+        res[key] = (int(vals.sum()) if key.startswith(COUNTS) else
                     float(np.sqrt(np.sum(vals**2)) / C) if "_se_" in key else float(vals.mean()))
     if target.kind == "ising":
         res["log_z_ss_per_site"] = ss / target.n_sites

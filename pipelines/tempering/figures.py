@@ -14,14 +14,17 @@ def _levels_to_show(K, n=6):
 
 def tempering_figures(target, betas, traces, history, results, legs=None) -> dict:
     """energy_traces, swap_acceptance (with the barrier Lambda(b)), round_trips, autocorrelation, log_z;
-    with two legs (reference=stabilized) the swap acceptance and barrier per leg, and ``legs``: each
-    leg's barrier, round trips and swap acceptance per round."""
+    with two legs (reference=stabilized; ``legs``: the leg of each level, per chain) the swap
+    acceptance and barrier per leg, and ``legs``: each leg's barrier, round trips and swap acceptance
+    per round."""
     makers = {"energy_traces": _energy_traces, "swap_acceptance": _swap_acceptance, "round_trips": _round_trips,
               "autocorrelation": _autocorrelation, "log_z": _log_z}
-    if legs is not None and int(np.max(legs)) > 0:
-        from pgmflow.pipelines.tempering.figures_legs import legs_figure, swap_acceptance_legs
+    if legs is not None and any(lg is not None and int(np.max(lg)) > 0 for lg in legs):
+        from pgmflow.pipelines.tempering.figures_legs import leg_curves, legs_figure
 
-        makers["swap_acceptance"] = lambda *a: swap_acceptance_legs(*a, legs=legs)
+        makers["swap_acceptance"] = lambda target, b, tr, h, r: swap_acceptance_figure(
+            leg_curves(b, tr, legs), "b (annealing parameter of the leg; 0 = its reference, 1 = the target)",
+            "Swap acceptance per leg")
         makers["legs"] = legs_figure
     return {name: make(target, betas, traces, history, results) for name, make in makers.items()}
 
@@ -50,28 +53,34 @@ def _energy_traces(target, betas, traces, history, results):
     return fig
 
 
-def _swap_acceptance(target, betas, traces, history, results):
-    """Swap acceptance per adjacent pair and the communication barrier Lambda(b)."""
-    ising = target.kind == "ising"
+def swap_acceptance_figure(curves, xlabel: str, title: str):
+    """Swap acceptance per adjacent pair and the cumulative barrier Lambda(b), one curve per ladder.
 
+    curves: (b [n] increasing ladder, acceptance [n-1] of each adjacent pair, label, line style).
+    """
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
-    for c, (bc, t) in enumerate(zip(betas, traces)):
-        acc = t.accept_prob.mean(axis=0)
-        mid = 0.5 * (bc[1:] + bc[:-1])
-        axes[0].plot(mid, acc, "o-", ms=3, label=f"chain {c}")
-        lam, cum = schedule.communication_barrier(bc, 1 - acc)
-        axes[1].plot(bc, cum, "o-", ms=3, label=f"chain {c}: Λ = {lam:.2f}")
-    axes[0].set_xlabel("b (annealing parameter; T = T_target / b)" if ising else "b (annealing parameter)")
+    for b, acc, label, style in curves:
+        axes[0].plot(0.5 * (b[1:] + b[:-1]), acc, style, ms=3, label=label)
+        lam, cum = schedule.communication_barrier(b, 1 - acc)
+        axes[1].plot(b, cum, style, ms=3, label=f"{label}: Λ = {lam:.2f}")
+    axes[0].set_xlabel(xlabel)
     axes[0].set_ylabel("swap acceptance of pair (k, k+1)")
     axes[0].set_ylim(0, 1.02)
-    axes[0].set_title("Swap acceptance (equalised by the adaptive ladder)")
+    axes[0].set_title(title)
     axes[1].set_xlabel("b")
     axes[1].set_ylabel("cumulative barrier Λ(b)")
-    axes[1].set_title("Communication barrier")
+    axes[1].set_title("Communication barrier" + (" per leg" if "leg" in title else ""))
     for ax in axes:
         ax.legend(fontsize=8)
     fig.tight_layout()
     return fig
+
+
+def _swap_acceptance(target, betas, traces, history, results):
+    """Swap acceptance per adjacent pair and the communication barrier Lambda(b)."""
+    curves = [(np.asarray(bc), t.accept_prob.mean(axis=0), f"chain {c}", "o-") for c, (bc, t) in enumerate(zip(betas, traces))]
+    xlabel = "b (annealing parameter; T = T_target / b)" if target.kind == "ising" else "b (annealing parameter)"
+    return swap_acceptance_figure(curves, xlabel, "Swap acceptance (equalised by the adaptive ladder)")
 
 
 def _round_trips(target, betas, traces, history, results):

@@ -6,42 +6,34 @@ from __future__ import annotations
 import numpy as np
 
 from pgmflow.pipelines.core.plotting import plt
-from pgmflow.tasks.tempering import schedule, variational
+from pgmflow.tasks.tempering import variational
 
 
-def swap_acceptance_legs(target, betas, traces, history, results, legs):
-    """Swap acceptance per adjacent pair and the cumulative barrier, each leg on its own ladder."""
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
-    for c, (bc, t) in enumerate(zip(betas, traces)):
+def leg_curves(betas, traces, legs) -> list:
+    """Each chain's legs as curves for ``figures.swap_acceptance_figure``: (b of the leg's ladder, its
+    pairs' mean swap acceptance, label, style), each leg on its own ladder (``legs``: per chain)."""
+    curves = []
+    for c, (bc, t, lg) in enumerate(zip(betas, traces, legs)):
         acc = t.accept_prob.mean(axis=0)
-        for name, lv, pairs in zip(variational.LEG_NAMES, variational.leg_levels(legs), variational.leg_pairs(legs)):
-            b = np.asarray(bc)[lv]
-            style = "o-" if name == "fixed" else "s--"
-            axes[0].plot(0.5 * (b[1:] + b[:-1]), acc[pairs], style, ms=3, label=f"chain {c}, {name} leg")
-            lam, cum = schedule.communication_barrier(b, 1 - acc[pairs])
-            axes[1].plot(b, cum, style, ms=3, label=f"chain {c}, {name} leg: Λ = {lam:.2f}")
-    axes[0].set_xlabel("b (annealing parameter of the leg; 0 = its reference, 1 = the target)")
-    axes[0].set_ylabel("swap acceptance of pair (k, k+1)")
-    axes[0].set_ylim(0, 1.02)
-    axes[0].set_title("Swap acceptance per leg")
-    axes[1].set_xlabel("b")
-    axes[1].set_ylabel("cumulative barrier Λ(b)")
-    axes[1].set_title("Communication barrier per leg")
-    for ax in axes:
-        ax.legend(fontsize=8)
-    fig.tight_layout()
-    return fig
+        for name, lv, pairs in zip(variational.LEG_NAMES, variational.leg_levels(lg), variational.leg_pairs(lg)):
+            curves.append((np.asarray(bc)[lv], acc[pairs], f"chain {c}, {name} leg ({len(lv)} levels)",
+                           "o-" if name == "fixed" else "s--"))
+    return curves
 
 
 def legs_figure(target, betas, traces, history, results):
-    """Per round: each leg's barrier, its own round trips (cumulative) and its mean swap acceptance."""
+    """Per round: each leg's barrier, its round trips (cumulative; with the whole chain's, counted as
+    Pigeons.jl does: from either reference to the target and back to either reference), its number of
+    levels (the split follows the barriers) and its mean swap acceptance."""
     rounds = [h["round"] for h in history]
-    fig, axes = plt.subplots(1, 3, figsize=(14, 4.0))
+    fig, axes = plt.subplots(1, 4, figsize=(17, 4.0))
+    keys = ("barrier", "round_trips", "n_levels", "swap_accept")
     for name, style in zip(variational.LEG_NAMES, ("o-", "s--")):
-        for ax, key in zip(axes, ("barrier", "round_trips", "swap_accept")):
-            vals = [h.get(f"{key}_{name}", np.nan) for h in history]
-            ax.plot(rounds, vals, style, ms=4, label=f"{name} leg")
-    for ax, title in zip(axes, ("barrier Λ per leg", "round trips per leg (cumulative)", "mean swap acceptance")):
+        for ax, key in zip(axes, keys):
+            ax.plot(rounds, [h.get(f"{key}_{name}", np.nan) for h in history], style, ms=4, label=f"{name} leg")
+    axes[1].plot(rounds, [h["round_trips"] for h in history], "k^:", ms=4, label="whole chain (either reference)")
+    titles = ("barrier Λ per leg", "round trips (cumulative)", "levels per leg", "mean swap acceptance")
+    for ax, title in zip(axes, titles):
         ax.set_xlabel("round")
         ax.set_title(title)
         ax.legend(fontsize=8)

@@ -18,15 +18,15 @@ REFERENCES = ("fixed", "variational", "stabilized")
 
 
 def legs_of(tcfg: dict, K: int) -> np.ndarray | None:
-    """The leg of each of the K levels: None for reference=fixed (the historical single path), zeros
-    for variational, [0]*K0 + [1]*K1 (K0 = K // 2) for stabilized."""
+    """The leg of each of the K levels at the start: None for reference=fixed (the historical single
+    path), zeros for variational, [0]*K0 + [1]*K1 (K0 = K // 2) for stabilized (the split then
+    follows the legs' barriers, :func:`adapt`, unless ``tempering.stabilized_split=half``)."""
     ref = tcfg.get("reference", "fixed")
     if ref == "fixed":
         return None
     if ref == "variational":
         return np.zeros(K, dtype=np.int64)
-    K0 = K // 2
-    return np.concatenate([np.zeros(K0, dtype=np.int64), np.ones(K - K0, dtype=np.int64)])
+    return variational.leg_sizes_to_legs(K // 2, K - K // 2)
 
 
 def initial_betas(legs, K: int, make) -> np.ndarray:
@@ -36,14 +36,27 @@ def initial_betas(legs, K: int, make) -> np.ndarray:
     return variational.stabilized_betas(make(int((legs == 0).sum())), make(int((legs == 1).sum())))
 
 
-def adapt(betas, legs, rejection) -> np.ndarray:
-    """Each leg's ladder re-spaced from its own swap rejections (the legs' shared target end stays)."""
-    if legs is None:
-        return schedule.adapt_schedule(betas, rejection)
-    new = np.array(betas, dtype=np.float64, copy=True)
-    for lv, pairs in zip(variational.leg_levels(legs), variational.leg_pairs(legs)):
-        new[lv] = schedule.adapt_schedule(new[lv], np.asarray(rejection)[pairs])
-    return new
+def adapt(betas, legs, rejection, split: str = "adaptive") -> tuple[np.ndarray, np.ndarray | None]:
+    """The next round's ladder and legs. One leg: re-spaced to equalise its swap rejections. Two legs:
+    with ``split=adaptive`` the levels are first shared between the legs in proportion to their
+    barriers (:func:`pgmflow.tasks.tempering.variational.stabilized_split`), then each leg's ladder
+    is re-spaced on its own rejections to its new number of levels; ``split=half`` keeps the split.
+    Returns ``(betas [N], legs [N] or None)``."""
+    rej = np.asarray(rejection, dtype=np.float64)
+    if legs is None or legs.max() == 0:
+        return schedule.adapt_schedule(betas, rej), legs
+    betas = np.asarray(betas, dtype=np.float64)
+    sizes = [int((legs == g).sum()) for g in (0, 1)]
+    per_leg = [(betas[lv], rej[pairs]) for lv, pairs in zip(variational.leg_levels(legs), variational.leg_pairs(legs))]
+    if split == "adaptive":
+        sizes = variational.stabilized_split([schedule.communication_barrier(b, r)[0] for b, r in per_leg], len(betas))
+    new = [schedule.adapt_schedule(b, r, n_levels=n) for (b, r), n in zip(per_leg, sizes)]
+    return variational.stabilized_betas(*new), variational.leg_sizes_to_legs(*sizes)
+
+
+def round_trip_ends(legs):
+    """The end code of each level for the whole-chain round trips (None: level 0 and K-1)."""
+    return None if legs is None else variational.round_trip_ends(legs)
 
 
 def path(target, legs, q):
@@ -79,10 +92,10 @@ def leg_round_trips_update(states, legs, level_trace):
     return out
 
 
-def to_arrays(qs, leg_rts, dim: int) -> dict:
-    """The references and per-leg round-trip counters of every chain, as checkpoint arrays."""
+def to_arrays(qs, leg_rts, legs, dim: int) -> dict:
+    """The references, legs and per-leg round-trip counters of every chain, as checkpoint arrays."""
     C = len(qs)
-    if all(q is None for q in qs) and all(r is None for r in leg_rts):
+    if all(lg is None for lg in legs):
         return {}
     kind = np.zeros(C, dtype=np.int64)
     mean, scale, inv = np.zeros((C, dim)), np.zeros((C, dim, dim)), np.zeros((C, dim, dim))
@@ -91,17 +104,18 @@ def to_arrays(qs, leg_rts, dim: int) -> dict:
             kind[c], mean[c], scale[c] = 1, q.mean, np.diag(q.std)
         elif isinstance(q, variational.FullGaussian):
             kind[c], mean[c], scale[c], inv[c] = 2, q.mean, q.chol, q.chol_inv
-    out = {"ref_kind": kind, "ref_mean": mean, "ref_scale": scale, "ref_scale_inv": inv}
+    out = {"ref_kind": kind, "ref_mean": mean, "ref_scale": scale, "ref_scale_inv": inv, "legs": np.stack(legs)}
     if leg_rts[0] is not None:
         out["leg_rt_phase"] = np.stack([[s.phase for s in r] for r in leg_rts])
         out["leg_rt_trips"] = np.stack([[s.trips for s in r] for r in leg_rts])
+        out["leg_rt_restarts"] = np.stack([[s.restarts for s in r] for r in leg_rts])
     return out
 
 
-def from_arrays(ckpt: dict, C: int):
-    """Inverse of :func:`to_arrays`: (references, per-leg round-trip counters) per chain."""
+def from_arrays(ckpt: dict, C: int, legs0):
+    """Inverse of :func:`to_arrays`: (references, per-leg round-trip counters, legs) per chain."""
     if "ref_kind" not in ckpt:
-        return [None] * C, [None] * C
+        return [None] * C, [None] * C, [legs0] * C
     qs = []
     for kind, mean, scale, inv in zip(ckpt["ref_kind"], ckpt["ref_mean"], ckpt["ref_scale"], ckpt["ref_scale_inv"]):
         if kind == 1:
@@ -110,8 +124,10 @@ def from_arrays(ckpt: dict, C: int):
             qs.append(variational.FullGaussian(mean=np.array(mean), chol=np.array(scale), chol_inv=np.array(inv)))
         else:
             qs.append(None)
+    legs = [np.array(lg, dtype=np.int64) for lg in ckpt["legs"]]
     if "leg_rt_phase" not in ckpt:
-        return qs, [None] * C
-    rts = [[diagnostics.RoundTripState(phase=np.array(p), trips=np.array(t)) for p, t in zip(ph, tr)]
-           for ph, tr in zip(ckpt["leg_rt_phase"], ckpt["leg_rt_trips"])]
-    return qs, rts
+        return qs, [None] * C, legs
+    rts = [[diagnostics.RoundTripState(phase=np.array(p), trips=np.array(t), restarts=np.array(r))
+            for p, t, r in zip(ph, tr, rs)]
+           for ph, tr, rs in zip(ckpt["leg_rt_phase"], ckpt["leg_rt_trips"], ckpt["leg_rt_restarts"])]
+    return qs, rts, legs

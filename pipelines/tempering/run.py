@@ -59,7 +59,8 @@ class Plan:
     params: list  # engine.ExploreParams per chain
     group_exact: list  # (exact log Z or None, how) per target
     target_h: list  # handle of each chain's target on the cluster
-    legs: np.ndarray | None = None  # leg of each level (None: reference=fixed)
+    legs: np.ndarray | None = None  # leg of each level at the start (None: reference=fixed)
+    split: str = "adaptive"  # stabilized: levels shared between the legs by their barriers | half
     family: str = "diagonal"  # variational family
     fit_from: int = 0  # first round run with a fitted reference
 
@@ -86,6 +87,7 @@ class Chains:
     start_round: int
     qs: list  # per chain: the fitted variational reference (None: not fitted yet)
     leg_rts: list  # per chain: per-leg round-trip counters (None unless stabilized)
+    legs: list  # per chain: the leg of each level this round (None: reference=fixed)
 
 
 def _layout(tcfg, target, K, C, n_workers, backend) -> tuple[str, int]:
@@ -146,7 +148,7 @@ def _plan(ctx) -> Plan:
                 n_blocks=n_blocks, blocks=[np.asarray(b, dtype=np.int64) for b in np.array_split(np.arange(K), n_blocks)],
                 params=params, group_exact=group_exact, target_h=[group_h[g] for g in group_of],
                 legs=ref_mod.legs_of(tcfg, K), family=tcfg.get("variational_family", "diagonal"),
-                fit_from=int(tcfg.get("variational_from_round", 0)))
+                fit_from=int(tcfg.get("variational_from_round", 0)), split=tcfg.get("stabilized_split", "adaptive"))
 
 
 def _from_checkpoint(ctx, plan: Plan, ckpt: dict) -> Chains:
@@ -156,12 +158,12 @@ def _from_checkpoint(ctx, plan: Plan, ckpt: dict) -> Chains:
               for c in range(plan.C)]
     start_round = int(ckpt["round"]) + 1
     ctx.say(f"resuming from the checkpoint after round {start_round - 1}")
-    qs, leg_rts = ref_mod.from_arrays(ckpt, plan.C)
-    return Chains(qs=qs, leg_rts=leg_rts, betas=[np.array(b) for b in ckpt["betas"]],
+    qs, leg_rts, legs = ref_mod.from_arrays(ckpt, plan.C, plan.legs)
+    return Chains(qs=qs, leg_rts=leg_rts, legs=legs, betas=[np.array(b) for b in ckpt["betas"]],
                   levels=[np.array(lv) for lv in ckpt["levels"]],
                   steps=[np.array(s) for s in ckpt["steps"]],
-                  rts=[diagnostics.RoundTripState(phase=np.array(p), trips=np.array(t))
-                       for p, t in zip(ckpt["rt_phase"], ckpt["rt_trips"])],
+                  rts=[diagnostics.RoundTripState(phase=np.array(p), trips=np.array(t), restarts=np.array(r))
+                       for p, t, r in zip(ckpt["rt_phase"], ckpt["rt_trips"], ckpt["rt_restarts"])],
                   states=states, history=json.loads(str(ckpt["history"])), start_round=start_round)
 
 
@@ -188,14 +190,15 @@ def _initial(ctx, plan: Plan) -> Chains:
     return Chains(betas=[b0.copy() for _ in range(C)], levels=[np.arange(K, dtype=np.int64) for _ in range(C)],
                   steps=[np.full(K, float(tcfg["step_size"])) for _ in range(C)],
                   rts=[diagnostics.round_trip_init(K) for _ in range(C)], states=states, history=[], start_round=1,
-                  qs=[None] * C, leg_rts=[ref_mod.leg_round_trips_init(plan.legs) for _ in range(C)])
+                  qs=[None] * C, leg_rts=[ref_mod.leg_round_trips_init(plan.legs) for _ in range(C)],
+                  legs=[None if plan.legs is None else plan.legs.copy() for _ in range(C)])
 
 
 def _chain_graph(ctx, plan: Plan, chains: Chains, c: int, scan0: int, n_scans: int, outputs: list) -> tuple:
     """Append chain c's tasks of one round to ``outputs``; returns (record slots, their scans, states)."""
     tcfg, K = plan.tcfg, plan.K
     slots, scans = [], []
-    path = ref_mod.path(plan.chain_target[c], plan.legs, chains.qs[c])
+    path = ref_mod.path(plan.chain_target[c], chains.legs[c], chains.qs[c])
     if plan.layout == "chain":
         prev = [engine.initial_record(K)._replace(levels=chains.levels[c])]
         st = chains.states[c][0]
@@ -262,16 +265,17 @@ def _reduce_round(ctx, plan: Plan, chains: Chains, rnd: int, records: list, dt: 
         trace = engine.stack_records(records[c * n_scans:(c + 1) * n_scans])
         traces.append(trace)
         chains.levels[c] = trace.levels[-1].copy()
-        chains.rts[c] = diagnostics.round_trip_update(chains.rts[c], trace.levels, plan.K)
-        chains.leg_rts[c] = ref_mod.leg_round_trips_update(chains.leg_rts[c], plan.legs, trace.levels)
+        chains.rts[c] = diagnostics.round_trip_update(chains.rts[c], trace.levels, plan.K,
+                                                      ref_mod.round_trip_ends(chains.legs[c]))
+        chains.leg_rts[c] = ref_mod.leg_round_trips_update(chains.leg_rts[c], chains.legs[c], trace.levels)
         summaries.append(analysis.round_summary(c, chains.betas[c], trace, chains.rts[c], plan.chain_target[c],
-                                                plan.group_exact[plan.group_of[c]][0], plan.legs, chains.leg_rts[c]))
+                                                plan.group_exact[plan.group_of[c]][0], chains.legs[c], chains.leg_rts[c]))
     agg = {k: float(np.mean([s[k] for s in summaries])) for k in summaries[0]
            if k != "chain" and (G == 1 or k not in LOG_Z_KEYS)}
     if G == 1:
         agg["log_z_ss_se"] = float(np.sqrt(np.sum([s["log_z_ss_se"] ** 2 for s in summaries])) / C)
         agg["log_z_ti_se"] = float(np.sqrt(np.sum([s["log_z_ti_se"] ** 2 for s in summaries])) / C)
-    for key in [k for k in summaries[0] if k.startswith("round_trips")]:
+    for key in [k for k in summaries[0] if k.startswith(analysis.COUNTS)]:
         agg[key] = float(np.sum([s[key] for s in summaries]))
     if plan.group_targets[0].kind == "ising":
         site_updates = sum(plan.K * n_scans * int(plan.tcfg["sweeps_per_scan"]) * t.n_sites for t in plan.chain_target)
@@ -304,7 +308,8 @@ def _adapt(ctx, plan: Plan, chains: Chains, traces: list, rnd: int):
     variational reference of the next round to this round's target-end draws."""
     for c in range(plan.C):
         if plan.tcfg["adapt_schedule"] and not plan.ladder:
-            chains.betas[c] = ref_mod.adapt(chains.betas[c], plan.legs, analysis.rejection(traces[c]))
+            chains.betas[c], chains.legs[c] = ref_mod.adapt(chains.betas[c], chains.legs[c], analysis.rejection(traces[c]),
+                                                            plan.split)
         if plan.legs is not None and rnd + 1 >= plan.fit_from:
             chains.qs[c], info = ref_mod.fit(traces[c], plan.family)
             ctx.tracker.log_metrics({f"reference_min_var_c{c}": info.min_var}, step=rnd)
@@ -329,8 +334,9 @@ def _checkpoint(ctx, chains: Chains, rnd: int):
     artifacts.save_checkpoint(ctx.tracker, f"round_{rnd:03d}", dict(
         round=np.int64(rnd), betas=np.stack(chains.betas), levels=np.stack(chains.levels),
         steps=np.stack(chains.steps), x=np.stack(xs), rt_phase=np.stack([s.phase for s in chains.rts]),
-        rt_trips=np.stack([s.trips for s in chains.rts]), history=np.array(json.dumps(chains.history)),
-        **ref_mod.to_arrays(chains.qs, chains.leg_rts, xs[0].shape[-1] if xs[0].ndim == 2 else 1)))
+        rt_trips=np.stack([s.trips for s in chains.rts]), rt_restarts=np.stack([s.restarts for s in chains.rts]),
+        history=np.array(json.dumps(chains.history)),
+        **ref_mod.to_arrays(chains.qs, chains.leg_rts, chains.legs, xs[0].shape[-1] if xs[0].ndim == 2 else 1)))
 
 
 def run(ctx) -> dict:
@@ -366,8 +372,8 @@ def _finish(ctx, plan: Plan, chains: Chains, last_traces: list, t_start: float) 
         cs = [c for c in range(plan.C) if plan.group_of[c] == g]
         res_g = analysis.final_results(ctx.cfg, plan.group_targets[g], [final_betas[c] for c in cs],
                                        [last_traces[c] for c in cs], [chains.rts[c] for c in cs],
-                                       *plan.group_exact[g], history, plan.legs,
-                                       None if plan.legs is None else [chains.leg_rts[c] for c in cs])
+                                       *plan.group_exact[g], history, [chains.legs[c] for c in cs],
+                                       [chains.leg_rts[c] for c in cs])
         res_g["chains"] = cs
         res_g["model_overrides"] = plan.overrides[g]
         per_group.append(res_g)
@@ -388,7 +394,7 @@ def _finish(ctx, plan: Plan, chains: Chains, last_traces: list, t_start: float) 
     artifacts.log_results(ctx.tracker, results, exclude=("per_level",))
     _log_tables_and_state(ctx, plan, chains, per_group, final_betas)
     if plan.tcfg["figures"]:
-        _log_figures(ctx, plan, per_group, final_betas, last_traces, history)
+        _log_figures(ctx, plan, chains, per_group, final_betas, last_traces, history)
     for g, res_g in enumerate(per_group):
         analysis.print_summary(ctx.say, res_g, f"target {g} {res_g['model_overrides']}: " if G > 1 else "")
         res_g.pop("per_level", None)
@@ -408,12 +414,12 @@ def _log_tables_and_state(ctx, plan, chains, per_group, final_betas):
                                                        x=np.stack(xs)))
 
 
-def _log_figures(ctx, plan, per_group, final_betas, last_traces, history):
+def _log_figures(ctx, plan, chains, per_group, final_betas, last_traces, history):
     from pgmflow.pipelines.tempering import figures
 
     for g, res_g in enumerate(per_group):
         cs = res_g["chains"]
         hist_g = [{**h, **h["groups"][g]} for h in history]
         figs = figures.tempering_figures(plan.group_targets[g], [final_betas[c] for c in cs],
-                                         [last_traces[c] for c in cs], hist_g, res_g, plan.legs)
+                                         [last_traces[c] for c in cs], hist_g, res_g, [chains.legs[c] for c in cs])
         artifacts.log_figures(ctx.tracker, figs, f"_target{g}" if plan.G > 1 else "")

@@ -27,6 +27,7 @@ TEMPERING = {
     "reference": choice("fixed", "variational", "stabilized"),
     "variational_family": choice("diagonal", "full"),
     "variational_from_round": integer(lo=2, hi=24),
+    "stabilized_split": choice("adaptive", "half"),
 }
 TEMPERING_OPTIONAL = {"ladder", "chain_overrides"}
 SHAPE_FIELDS = {"ising": ("L",), "gaussian_mixture": ("dim",), "custom": ("dim",), "gaussian": ("dim",),

@@ -14,9 +14,10 @@ from typing import NamedTuple
 import numpy as np
 
 from pgmflow.tasks.tempering.priors import PriorReference
-from pgmflow.tasks.tempering.targets import load_callable
+from pgmflow.tasks.tempering.targets import continuous_target, load_callable
 
 
+@continuous_target
 class BayesTarget(NamedTuple):
     """reference: the prior (PriorReference); data: dict of arrays (X [N, p], y [N]); log_likelihood,
     grad_log_likelihood: import paths ("" for none); options: keyword arguments of the likelihood."""
@@ -26,18 +27,6 @@ class BayesTarget(NamedTuple):
     log_likelihood: str
     grad_log_likelihood: str
     options: dict
-
-    @property
-    def kind(self) -> str:
-        return "continuous"
-
-    @property
-    def dim(self) -> int:
-        return self.reference.dim
-
-    @property
-    def log_z_reference(self) -> float:
-        return 0.0
 
     @property
     def exact_log_z(self):

@@ -10,7 +10,9 @@ Contents
   version of Vehtari, Gelman, Simpson, Carpenter, Buerkner (2021, Bayesian Analysis).
 - :func:`round_trip_init` / :func:`round_trip_update`: streaming count of round trips of replicas
   through the ladder (Syed, Bouchard-Cote, Deligiannidis, Doucet 2021, JRSSB: a round
-  trip is a walk of a replica's level index from 0 to K-1 and back to 0).
+  trip is a walk of a replica's level index from 0 to K-1 and back to 0; with two references,
+  Pigeons.jl's: from either reference to the target and back to either reference) and of
+  tempered restarts (reference -> target).
 - :func:`swap_rejection_from_acceptance`: mean swap rejection probability of each adjacent pair,
   the ``r(b_k, b_{k+1})`` that Syed et al. (2021) use to estimate the communication
   barrier (see :mod:`pgmflow.tasks.tempering.schedule`).
@@ -36,6 +38,7 @@ __all__ = [
     "RoundTripState",
     "round_trip_init",
     "round_trip_update",
+    "end_levels",
     "swap_rejection_from_acceptance",
 ]
 
@@ -230,49 +233,78 @@ def split_rhat(chains, rank_normalize: bool = False) -> np.ndarray:
 
 
 class RoundTripState(NamedTuple):
-    """Streaming round-trip counter for R replicas (Syed et al. 2021).
+    """Streaming round-trip counter for R replicas (Syed et al. 2021; Pigeons.jl's ``RoundTripRecorder``).
+
+    A replica's walk over the levels is reduced to its visits to the *reference* levels and the
+    *target* levels (by default level 0 and level K-1; a two-leg chain has two of each, see
+    :func:`round_trip_update`).
 
     Fields:
         phase: int64 [R], where each replica is in its current trip:
-            0 = has not visited level 0 yet (a trip must start at level 0, so visits to the
-                top level K-1 before that are ignored);
-            1 = its last visit to an end of the ladder was level 0 (on the way up);
-            2 = has reached level K-1 since its last visit to level 0 (on the way down).
-        trips: int64 [R], completed round trips 0 -> K-1 -> 0 of each replica so far.
+            0 = has not visited a reference level yet (a trip must start at a reference, so visits
+                to a target level before that are ignored);
+            1 = its last visit to an end was a reference level (on the way to the target);
+            2 = has reached a target level since its last visit to a reference (on the way back).
+        trips: int64 [R], completed round trips reference -> target -> reference of each replica.
+        restarts: int64 [R], *tempered restarts* of each replica: arrivals at a target level
+            coming from a reference (the 1 -> 2 transitions; Surjanovic et al. 2022, Pigeons'
+            ``n_tempered_restarts``). ``trips <= restarts <= trips + 1``.
     """
 
     phase: np.ndarray
     trips: np.ndarray
+    restarts: np.ndarray | None = None
 
 
 def round_trip_init(n_replicas: int) -> RoundTripState:
-    """Empty round-trip state: every replica in phase 0 with 0 trips.
+    """Empty round-trip state: every replica in phase 0 with 0 trips and 0 restarts.
 
     Returns:
-        RoundTripState with ``phase`` and ``trips`` int64 [n_replicas] of zeros.
+        RoundTripState with ``phase``, ``trips`` and ``restarts`` int64 [n_replicas] of zeros.
     """
     n_replicas = int(n_replicas)
     if n_replicas < 1:
         raise ValueError(f"n_replicas must be >= 1; got {n_replicas}")
-    return RoundTripState(
-        phase=np.zeros(n_replicas, dtype=np.int64), trips=np.zeros(n_replicas, dtype=np.int64)
-    )
+    z = np.zeros(n_replicas, dtype=np.int64)
+    return RoundTripState(phase=z, trips=z.copy(), restarts=z.copy())
 
 
-def round_trip_update(state: RoundTripState, level_trace, n_levels: int) -> RoundTripState:
+def end_levels(n_levels: int, references=(0,), targets=None) -> np.ndarray:
+    """The end code of each level for :func:`round_trip_update`: int8 [K] with 0 at the reference
+    levels, 1 at the target levels (default: the last level) and -1 elsewhere.
+
+    A one-leg ladder: references (0,), targets (K-1,). A two-leg (stabilized) chain of Pigeons.jl's
+    ``VariationalDEO``: references (0, K-1) (the fixed and the variational reference) and targets the
+    two levels at b = 1 where the legs join.
+    """
+    K = int(n_levels)
+    ends = np.full(K, -1, dtype=np.int8)
+    ends[np.asarray(targets if targets is not None else (K - 1,), dtype=np.int64)] = 1
+    ref = np.asarray(references, dtype=np.int64)
+    if np.any(ends[ref] == 1):
+        raise ValueError(f"a level cannot be both a reference and a target: references {ref.tolist()}, "
+                         f"targets {np.flatnonzero(ends == 1).tolist()}")
+    ends[ref] = 0
+    return ends
+
+
+def round_trip_update(state: RoundTripState, level_trace, n_levels: int, ends=None) -> RoundTripState:
     """Advance the round-trip counter over a chunk of scans.
 
-    A round trip of a replica is completed at the first scan at which it is at level 0 after
-    having been at level K-1 after having been at level 0. Only visits to the two ends matter,
-    so the count is the number of "top -> bottom" transitions in each replica's sequence of end
-    visits (top visits before its first bottom visit ignored). Streaming: updating on
-    consecutive chunks gives exactly the counts of one update on their concatenation.
+    A round trip of a replica is completed at the first scan at which it is at a reference level
+    after having been at a target level after having been at a reference level (Pigeons.jl's
+    definition; with the default ends: 0 -> K-1 -> 0). Only visits to the ends matter, so the count
+    is the number of "target -> reference" transitions in each replica's sequence of end visits
+    (target visits before its first reference visit ignored), and the restarts are the
+    "reference -> target" transitions. Streaming: updating on consecutive chunks gives exactly the
+    counts of one update on their concatenation.
 
     Args:
         state: RoundTripState for R replicas (not modified).
         level_trace: int [T, R], the level (0..K-1) of each replica at each scan, in time order.
             T may be 0.
         n_levels: K >= 2.
+        ends: int8 [K] from :func:`end_levels` (default: reference level 0, target level K-1).
 
     Returns:
         a new RoundTripState.
@@ -280,9 +312,13 @@ def round_trip_update(state: RoundTripState, level_trace, n_levels: int) -> Roun
     K = int(n_levels)
     if K < 2:
         raise ValueError(f"n_levels must be >= 2 for round trips; got {n_levels}")
+    code = end_levels(K) if ends is None else np.asarray(ends, dtype=np.int8)
+    if code.shape != (K,):
+        raise ValueError(f"ends must have shape [n_levels] = [{K}]; got {code.shape}")
     phase = np.asarray(state.phase, dtype=np.int64)
     trips = np.asarray(state.trips, dtype=np.int64)
     R = phase.shape[0]
+    restarts = np.zeros(R, dtype=np.int64) if state.restarts is None else np.asarray(state.restarts, dtype=np.int64)
     levels = np.asarray(level_trace)
     if levels.ndim != 2 or levels.shape[1] != R:
         raise ValueError(
@@ -301,25 +337,25 @@ def round_trip_update(state: RoundTripState, level_trace, n_levels: int) -> Roun
         raise ValueError("state.phase must hold values in {0, 1, 2}")
     T = levels.shape[0]
     if T == 0:
-        return RoundTripState(phase=phase.copy(), trips=trips.copy())
+        return RoundTripState(phase=phase.copy(), trips=trips.copy(), restarts=restarts.copy())
 
-    # end visits: -1 = interior level, 0 = bottom (level 0), 1 = top (level K-1)
-    ends = np.full((T, R), -1, dtype=np.int8)
-    ends[levels == K - 1] = 1
-    ends[levels == 0] = 0
-    # tops before the first bottom of a replica still in phase 0 do not start a trip
-    seen_bottom = np.logical_or.accumulate(ends == 0, axis=0) | (phase != 0)[None, :]
-    ends[(ends == 1) & ~seen_bottom] = -1
+    # end visits: -1 = interior level, 0 = a reference level, 1 = a target level
+    ends_v = code[levels]  # [T, R]
+    # targets before the first reference visit of a replica still in phase 0 do not start a trip
+    seen_bottom = np.logical_or.accumulate(ends_v == 0, axis=0) | (phase != 0)[None, :]
+    ends_v = np.where((ends_v == 1) & ~seen_bottom, np.int8(-1), ends_v)
 
     # forward-fill the last end visited, seeded by the state (-1, 0, 1 for phase 0, 1, 2)
-    ext = np.concatenate([(phase - 1).astype(np.int8)[None, :], ends], axis=0)  # [T+1, R]
+    ext = np.concatenate([(phase - 1).astype(np.int8)[None, :], ends_v], axis=0)  # [T+1, R]
     idx = np.where(ext >= 0, np.arange(T + 1)[:, None], 0)
     idx = np.maximum.accumulate(idx, axis=0)
     last_end = np.take_along_axis(ext, idx, axis=0)  # [T+1, R], last end up to each row
-    completed = (ends == 0) & (last_end[:-1] == 1)  # [T, R]
+    completed = (ends_v == 0) & (last_end[:-1] == 1)  # [T, R]
+    restarted = (ends_v == 1) & (last_end[:-1] == 0)  # [T, R]
     return RoundTripState(
         phase=last_end[-1].astype(np.int64) + 1,
         trips=trips + np.sum(completed, axis=0, dtype=np.int64),
+        restarts=restarts + np.sum(restarted, axis=0, dtype=np.int64),
     )
 
 

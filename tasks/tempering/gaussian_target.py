@@ -15,9 +15,10 @@ from typing import NamedTuple
 
 import numpy as np
 
-from pgmflow.tasks.tempering.targets import GaussianReference
+from pgmflow.tasks.tempering.targets import GaussianReference, continuous_target
 
 
+@continuous_target
 class CorrelatedGaussianTarget(NamedTuple):
     """mean [d]; chol [d, d] lower triangular; chol_inv = L^-1 [d, d]; reference: the fixed reference."""
 
@@ -25,18 +26,6 @@ class CorrelatedGaussianTarget(NamedTuple):
     chol: np.ndarray
     chol_inv: np.ndarray
     reference: GaussianReference
-
-    @property
-    def kind(self) -> str:
-        return "continuous"
-
-    @property
-    def dim(self) -> int:
-        return int(self.mean.shape[0])
-
-    @property
-    def log_z_reference(self) -> float:
-        return 0.0
 
     @property
     def exact_log_z(self) -> float:

@@ -82,6 +82,17 @@ def make_ising(L: int, T: float, J: float = 1.0, h: float = 0.0, couplings: str 
                        bonds_h=bonds_h, bonds_v=bonds_v, couplings=couplings)
 
 
+def continuous_target(cls):
+    """Class decorator of the continuous targets: NamedTuples with a normalised ``reference`` field
+    (``log_density``, ``dim``) and ``log_gamma``. Adds the properties every such target shares:
+    ``kind`` ("continuous"), ``dim`` (the reference's) and ``log_z_reference`` (0: the reference is
+    normalised, so ``log Z`` of the target is ``log (Z_1 / Z_0)`` of the path)."""
+    cls.kind = property(lambda self: "continuous", doc="continuous state space R^d")
+    cls.dim = property(lambda self: int(self.reference.dim), doc="dimension d (the reference's)")
+    cls.log_z_reference = property(lambda self: 0.0, doc="log Z of the normalised reference: 0")
+    return cls
+
+
 class GaussianReference(NamedTuple):
     """Normalised isotropic Gaussian reference N(0, scale^2 I_d)."""
 
@@ -105,6 +116,7 @@ class GaussianReference(NamedTuple):
         return self.scale * z
 
 
+@continuous_target
 class GaussianMixtureTarget(NamedTuple):
     """Unnormalised mixture ``gamma(x) = sum_k w_k exp(-|x - mu_k|^2 / (2 sigma_k^2))``.
 
@@ -118,18 +130,6 @@ class GaussianMixtureTarget(NamedTuple):
     sigmas: np.ndarray
     weights: np.ndarray
     reference: GaussianReference
-
-    @property
-    def kind(self) -> str:
-        return "continuous"
-
-    @property
-    def dim(self) -> int:
-        return int(self.means.shape[1])
-
-    @property
-    def log_z_reference(self) -> float:
-        return 0.0
 
     @property
     def exact_log_z(self) -> float:
@@ -189,6 +189,7 @@ def load_callable(path: str) -> Callable:
     return obj
 
 
+@continuous_target
 class CustomTarget(NamedTuple):
     """A user log-density given as an importable callable ``f(x [n, d]) -> [n]`` (unnormalised).
 
@@ -199,18 +200,6 @@ class CustomTarget(NamedTuple):
     log_density: str
     grad_log_density: str
     reference: GaussianReference
-
-    @property
-    def kind(self) -> str:
-        return "continuous"
-
-    @property
-    def dim(self) -> int:
-        return self.reference.dim
-
-    @property
-    def log_z_reference(self) -> float:
-        return 0.0
 
     @property
     def exact_log_z(self):

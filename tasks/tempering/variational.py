@@ -20,6 +20,8 @@ levels; levels ``0 .. K0-1`` are the fixed leg (``b`` from 0 to 1, reference ``r
 ``K0 .. N-1`` the variational leg (``b`` from 1 back to 0, reference ``refs[1]``). Levels ``K0-1``
 and ``K0`` both sample the target, so their swap is always accepted: the legs are joined at the
 target end. A single-leg chain has ``legs = 0`` everywhere (``reference=fixed`` or ``variational``).
+The split ``K0 : K1`` may change between rounds (:func:`stabilized_split`); round trips of a two-leg
+chain are counted as Pigeons does (:func:`round_trip_ends`).
 """
 
 from __future__ import annotations
@@ -174,6 +176,57 @@ def stabilized_betas(b_fixed, b_var) -> np.ndarray:
     """The global ladder [K0 + K1] of a two-leg chain: the fixed leg's b ascending, then the
     variational leg's b descending (both legs' ladders run from 0 to 1)."""
     return np.concatenate([np.asarray(b_fixed, dtype=np.float64), np.asarray(b_var, dtype=np.float64)[::-1]])
+
+
+def stabilized_split(barriers, n_levels: int) -> tuple[int, int]:
+    """Levels of each leg of a two-leg chain of ``n_levels`` levels, from the legs' barriers.
+
+    The two legs form one path from the fixed reference through the target to the variational
+    reference, whose barrier is ``Λ_0 + Λ_1`` (the pair joining the legs never rejects). The
+    ladder that equalises the swap rejection along that whole path (Syed et al. 2021's optimal
+    schedule, applied to the joined path) gives each leg a number of pairs proportional to its
+    barrier: ``(K_0 - 1) : (K_1 - 1) = Λ_0 : Λ_1`` with ``K_0 + K_1 = N`` (N - 2 pairs to share; the
+    joining pair is free). This is also Pigeons.jl's advice (``n_chains`` about 2 Λ and
+    ``n_chains_variational`` about 2 Λ_var) under a fixed total. Each leg keeps at least 2 levels
+    (its reference and the target).
+
+    barriers: [Λ_0, Λ_1] (fixed leg, variational leg), >= 0; n_levels: N >= 4. Returns (K_0, K_1).
+    """
+    N = int(n_levels)
+    if N < 4:
+        raise ValueError(f"a two-leg chain needs n_levels >= 4 (2 per leg); got {n_levels}")
+    lam = np.maximum(np.asarray(barriers, dtype=np.float64), 0.0)
+    if lam.shape != (2,) or not np.all(np.isfinite(lam)):
+        raise ValueError(f"barriers must be two finite numbers >= 0; got {barriers!r}")
+    share = 0.5 if lam.sum() == 0 else float(lam[0] / lam.sum())
+    k0 = 1 + int(np.floor((N - 2) * share + 0.5))
+    k0 = min(max(k0, 2), N - 2)
+    return k0, N - k0
+
+
+def leg_sizes_to_legs(k0: int, k1: int) -> np.ndarray:
+    """The leg of each level of a two-leg chain with K_0 fixed-leg and K_1 variational-leg levels:
+    int64 [K_0 + K_1], ``[0] * K_0 + [1] * K_1``."""
+    return np.concatenate([np.zeros(int(k0), dtype=np.int64), np.ones(int(k1), dtype=np.int64)])
+
+
+def round_trip_ends(legs) -> np.ndarray:
+    """The reference and target levels of a chain for ``diagnostics.round_trip_update``: int8 [N].
+
+    One leg: reference level 0, target level N-1. Two legs (Pigeons.jl's ``VariationalDEO``): both
+    ends of the chain are references (level 0, the fixed reference; level N-1, the variational
+    one), and the target levels are the two levels at b = 1 where the legs join (K_0 - 1 and K_0).
+    So a round trip is a walk from either reference to the target and back to either reference, and
+    a tempered restart is an arrival at the target from either reference.
+    """
+    from pgmflow.tasks.tempering.diagnostics import end_levels
+
+    legs = np.asarray(legs, dtype=np.int64)
+    N = legs.shape[0]
+    if legs.max() == 0:
+        return end_levels(N)
+    k0 = int((legs == 0).sum())
+    return end_levels(N, references=(0, N - 1), targets=(k0 - 1, k0))
 
 
 def leg_level_map(legs, leg: int) -> np.ndarray:
