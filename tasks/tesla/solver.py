@@ -480,6 +480,14 @@ def solve_path(design: Design, node: int, lam1: float, lam2: float = 0.0, q: int
                       int(flops), int(n_solves))
 
 
+def objective(design: Design, node: int, theta, lam1: float, lam2: float = 0.0, q: int = 1) -> float:
+    """F(theta) of node ``node``'s path problem: the weighted data term plus the penalties."""
+    _kernels()
+    theta = np.ascontiguousarray(theta, dtype=np.float64)
+    loss = float(_loss_value(design.X, int(node), design.lo, design.hi, design.woff, design.w, theta))
+    return loss + penalty(theta, node, lam1, lam2, q)
+
+
 def row_loglik(X, tix, node: int, theta) -> np.ndarray:
     """log P(x_{d,node} | x_{d,-node}; theta^{t_d}) for every row d (float64 [N])."""
     _kernels()
