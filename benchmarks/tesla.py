@@ -41,7 +41,7 @@ sys.path.insert(0, str(REPO))
 
 import numpy as np  # noqa: E402
 
-from _machine import cpu_name, emit  # noqa: E402
+from _machine import blas_rates_1core, cpu_name, emit  # noqa: E402
 from pgmflow.tasks.tesla import data as tdata  # noqa: E402
 from pgmflow.tasks.tesla import synthetic  # noqa: E402
 
@@ -55,7 +55,9 @@ def make_data(a):
     return net, tdata.from_array(net.X)
 
 
-def run_pgmflow(series, n_workers, methods, a):
+def run_pgmflow(series, n_workers, methods, a, screen=True, grid=False, nodes=None):
+    """Time the pipeline's graph (``build_fits``) per method on a fresh cluster; with ``grid``, also
+    time the grid-check graph (:func:`grid_summary` per node and lambda2) for TESLA."""
     from distributed import Client, LocalCluster
 
     from pgmflow.pipelines.core.graph import Executor
@@ -71,13 +73,43 @@ def run_pgmflow(series, n_workers, methods, a):
         for method in methods:
             heldout = np.zeros(series.X.shape[0], bool)
             t0 = time.perf_counter()
-            graph = build_fits(ex, f"bench{n_workers}", series, [method], LAM1, LAM2, [2.0], 1, "bic", heldout,
-                               np.zeros(0, np.int64), 5000, 1e-6)
+            graph = build_fits(ex, f"bench{n_workers}{screen}", series, [method], LAM1, LAM2, [2.0], 1, "bic",
+                               heldout, np.zeros(0, np.int64), 5000, 1e-6, screen=screen)
             choices = ex.gather(ex.compute(graph[method]))
             out[method] = (time.perf_counter() - t0, np.stack([c.theta for c in choices]),
-                           sum(c.n_iter for c in choices), all(c.all_converged for c in choices))
+                           sum(c.n_iter for c in choices), all(c.all_converged for c in choices),
+                           sum(c.flops for c in choices))
             client.cancel(list(client.futures))
+        if grid:
+            out["grid"] = run_grid(ex, series, screen, nodes)
     return out
+
+
+def grid_summary(design, node, lam2, screen):
+    """Node ``node``'s lambda1 path at ``lam2`` (``fit_node``) reduced to what the check compares:
+    F at every grid point [L1], the non-zero pattern (bits of bool [L1, T, p]), iterations, FLOPs."""
+    from pgmflow.tasks.tesla import path_tasks, solver
+
+    f = path_tasks.fit_node(design, node, np.asarray(LAM1), lam2, screen=screen)
+    obj = np.array([solver.objective(design, node, f.thetas[k], LAM1[k], lam2) for k in range(len(LAM1))])
+    return obj, np.packbits(f.thetas != 0.0), int(f.n_iter.sum()), int(f.flops.sum())
+
+
+def run_grid(ex, series, screen, nodes=None):
+    """The 5 x 5 TESLA grid as one task per (node, lambda2), each returning :func:`grid_summary`
+    (``nodes``: these nodes only; default all)."""
+    import dask
+
+    from pgmflow.tasks.tesla import solver
+
+    design = ex.scatter(solver.tesla_design(series.X, series.tix, len(series.n_per_time)))
+    nodes = range(series.X.shape[1]) if nodes is None else nodes
+    tasks = [dask.delayed(grid_summary, pure=True)(design, i, l2, screen, dask_key_name=f"grid-{screen}-{i}-{a}")
+             for i in nodes for a, l2 in enumerate(LAM2)]
+    t0 = time.perf_counter()
+    res = ex.gather(ex.compute(tasks))
+    return (time.perf_counter() - t0, np.stack([r[0] for r in res]), np.stack([r[1] for r in res]),
+            sum(r[2] for r in res), sum(r[3] for r in res))
 
 
 def _warm():
@@ -122,6 +154,54 @@ def run_sklearn(series, a, solver="liblinear", problems=None):
     return time.perf_counter() - t0, fits, skipped, coefs
 
 
+def limits_section(res, ref, rates, p, T, n_rows):
+    """The solver comparison (screened vs full update) and the machine limit, as markdown."""
+    from pgmflow.tasks.tesla import evaluate
+
+    g_s, obj_s, nz_s, it_s, fl_s = res[2]["grid"]
+    w2 = 2
+    lines = ["", "## Active sets against the full-update solver, and the machine limit", ""]
+    if ref is not None:
+        g_r, obj_r, nz_r, it_r, fl_r = ref["grid"]
+        rel = float(np.max(np.abs(obj_s - obj_r) / np.abs(obj_r)))
+        n_diff = int(np.unpackbits(nz_s ^ nz_r).sum())
+        same_static = "static" in ref and all(np.array_equal(evaluate.edge_sets(res[2]["static"][1], r),
+                                                             evaluate.edge_sets(ref["static"][1], r))
+                                              for r in ("and", "or"))
+        nan = float("nan")
+        lines += [
+            "The grid check graph: one task per (node, lambda2) solving the lambda1 path (``fit_node``) and "
+            "returning F at every grid point and the non-zero pattern; the same graph for both solvers.", "",
+            "| solver, 2 workers | TESLA grid check graph (s) | static, pipeline graph (s) | FISTA iterations (TESLA) | "
+            "mat-vec GFLOP (TESLA) |", "| --- | --- | --- | --- | --- |",
+            f"| full update (reference, `screen=False`) | {g_r:.1f} | {ref['static'][0] if 'static' in ref else nan:.1f} | "
+            f"{it_r} | {fl_r / 1e9:.1f} |",
+            f"| active sets (`screen=True`, the default) | {g_s:.1f} | "
+            f"{res[2]['static'][0] if 'static' in res[2] else nan:.1f} | {it_s} | {fl_s / 1e9:.1f} |", "",
+            f"- Speed-up of the active sets, same run and machine: TESLA grid **{g_r / g_s:.2f}x** (FLOPs "
+            f"{fl_r / fl_s:.2f}x fewer, iterations {it_r / it_s:.2f}x fewer: load-independent), static "
+            f"{(ref['static'][0] / res[2]['static'][0]) if 'static' in ref else nan:.2f}x. Target of issue 18: 4x "
+            "on the TESLA grid.",
+            f"- Same optimum on all {obj_s.size} (node, lambda1, lambda2) grid points: max relative difference of F "
+            f"**{rel:.1e}** (target 1e-9); coefficients zero in one solution and not in the other, over every grid "
+            f"point (the edges of every grid point): **{n_diff}** of {obj_s.size * T * p}.",
+        ]
+        if "static" in ref:
+            lines.append(f"- Static, selected (BIC) edge sets (AND and OR rules) equal to the reference's: "
+                         f"**{same_static}** (with 10 samples and {p - 1} candidates per time point the L1 optimum "
+                         "need not be unique).")
+    per_core = fl_s / g_s / w2 / 1e9
+    lines += [
+        f"- Machine limit: FLOPs counted per FISTA iteration as 4 R k (the margin and the gradient accumulation: "
+        f"one multiply-add each per weighted row and active column; R = {n_rows} rows, k active columns) plus 4 R p per KKT check; the TV prox, exps and vector updates are not counted. Active-set grid: "
+        f"{fl_s / 1e9:.1f} GFLOP in {g_s:.1f} s on {w2} workers = **{per_core:.2f} GFLOP/s per core**, "
+        f"{100 * per_core / rates['dgemv']:.0f} % of this machine's 1-core dgemv ({rates['dgemv']:.1f} GFLOP/s on "
+        f"[1000 x 100]; A^T y {rates['dgemv_t']:.1f}) and {100 * per_core / rates['dgemm']:.0f} % of its 1-core "
+        f"dgemm ({rates['dgemm']:.1f} GFLOP/s), measured in the same run.",
+    ]
+    return "\n".join(lines) + "\n"
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--p", type=int, default=100)
@@ -130,6 +210,12 @@ def main():
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--quick", action="store_true", help="p=30: a smoke test of the script")
     ap.add_argument("--out", type=Path, default=None, help="write the report (markdown) here too")
+    ap.add_argument("--no-reference", dest="reference", action="store_false",
+                    help="skip the full-update solver (screen=False) on 2 workers")
+    ap.add_argument("--no-peer", dest="peer", action="store_false", help="skip scikit-learn")
+    ap.add_argument("--sample-nodes", type=int, default=0,
+                    help="only the grid check graph (1 and 2 workers, and the reference), on this many nodes spread "
+                         "over 0..p-1: the whole 5 x 5 grid of each, for a machine too loaded for the full run")
     a = ap.parse_args()
     if a.quick:
         a.p = 30
@@ -140,22 +226,56 @@ def main():
     print(f"data: p={p}, T={T}, {a.n} samples per time point, {net.edges.sum() / 2 / T:.1f} true edges per time "
           f"point on average (generated in {gen_s:.1f} s)", flush=True)
 
+    rates = blas_rates_1core()
+    print(f"machine: 1-core dgemv {rates['dgemv']:.1f} GFLOP/s ([1000 x 100] A x), dgemm {rates['dgemm']:.1f} GFLOP/s; "
+          f"load average {os.getloadavg()[0]:.1f}", flush=True)
     res = {}
+    nodes = None
+    if a.sample_nodes:
+        nodes = sorted(set(np.linspace(0, p - 1, a.sample_nodes).round().astype(int).tolist()))
+        print(f"sampled nodes: {nodes}", flush=True)
+    methods = [] if nodes else ["tesla", "static"]
     for w in (1, 2):
-        res[w] = run_pgmflow(series, w, ["tesla", "static"], a)
-        print(f"pgmflow, {w} worker(s): TESLA grid {res[w]['tesla'][0]:.1f} s, static {res[w]['static'][0]:.1f} s",
-              flush=True)
-    identical = all(np.array_equal(res[1][m][1], res[2][m][1]) for m in ("tesla", "static"))
+        res[w] = run_pgmflow(series, w, methods, a, grid=w == 2 or bool(nodes), nodes=nodes)
+        if nodes:
+            print(f"pgmflow, {w} worker(s): TESLA grid check graph on {len(nodes)} nodes {res[w]['grid'][0]:.1f} s; "
+                  f"load average {os.getloadavg()[0]:.1f}", flush=True)
+        else:
+            print(f"pgmflow, {w} worker(s): TESLA grid {res[w]['tesla'][0]:.1f} s, static {res[w]['static'][0]:.1f} s; "
+                  f"load average {os.getloadavg()[0]:.1f}", flush=True)
+    if nodes:
+        identical = all(np.array_equal(res[1]["grid"][k], res[2]["grid"][k]) for k in (1, 2, 3, 4))
+    else:
+        identical = all(np.array_equal(res[1][m][1], res[2][m][1]) for m in ("tesla", "static"))
+    ref = None
+    if a.reference:
+        ref = run_pgmflow(series, 2, [] if nodes else ["static"], a, screen=False, grid=True, nodes=nodes)
+        print(f"reference (full-update solver), 2 workers: TESLA grid check graph {ref['grid'][0]:.1f} s; "
+              f"load average {os.getloadavg()[0]:.1f}", flush=True)
+    if nodes:
+        text = (f"# TESLA grid, active sets against the full-update solver: p={p}, T={T}, {a.n} samples per time "
+                f"point, 5 x 5 lambda grid, {len(nodes)} of the {p} nodes\n\nMachine: {cpu_name()}, "
+                f"{os.cpu_count()} cores, Python {platform.python_version()}; command: `.venv/bin/python "
+                f"benchmarks/tesla.py --sample-nodes {a.sample_nodes} --no-peer`; load average at the end "
+                f"{os.getloadavg()[0]:.1f} (the machine is shared with other work).\n\nNodes: {nodes}.\n\n"
+                f"- Results (F at every grid point, non-zero patterns, iterations, FLOPs) on 1 and 2 workers "
+                f"bit-identical: **{identical}**; 1 worker {res[1]['grid'][0]:.1f} s, 2 workers "
+                f"{res[2]['grid'][0]:.1f} s.\n" + limits_section(res, ref, rates, p, T, series.X.shape[0]))
+        emit(text, a.out)
+        return
 
-    sk_s, sk_fits, sk_skipped, _ = run_sklearn(series, a)
-    print(f"scikit-learn liblinear: {sk_fits} fits ({sk_skipped} skipped: constant node) in {sk_s:.1f} s", flush=True)
+    sk_s, sk_fits, sk_skipped = float("nan"), 0, 0
+    if a.peer:
+        sk_s, sk_fits, sk_skipped, _ = run_sklearn(series, a)
+        print(f"scikit-learn liblinear: {sk_fits} fits ({sk_skipped} skipped: constant node) in {sk_s:.1f} s",
+              flush=True)
 
     # same objective check: our static solutions against scikit-learn's saga on a sample of problems
     from pgmflow.tasks.tesla import solver as S
 
     rng = np.random.default_rng(1)
     sample = [(int(rng.integers(p)), int(rng.integers(T))) for _ in range(20)]
-    _, _, _, coefs = run_sklearn(series, a, solver="saga", problems=sample)
+    coefs = run_sklearn(series, a, solver="saga", problems=sample)[3] if a.peer else {}
     worst_obj, worst_coef = -np.inf, 0.0
     for (i, t, lam), (coef, icpt) in coefs.items():
         rows = series.tix == t
@@ -180,11 +300,11 @@ def main():
     out.write("| what | problems | wall time (s) | ratio to scikit-learn |\n| --- | --- | --- | --- |\n")
     out.write(f"| scikit-learn liblinear, static per time point (peer) | {sk_fits} fits | {sk_s:.1f} | 1.00 |\n")
     for w in (1, 2):
-        ts, th, it_s, conv_s = res[w]["static"]
+        ts, th, it_s, conv_s, _ = res[w]["static"]
         out.write(f"| pgmflow static per time point, {w} worker(s) | {p} x {T} x {len(LAM1)} | {ts:.1f} | "
                   f"{sk_s / ts:.2f}x faster |\n")
     for w in (1, 2):
-        tt, th, it_t, conv_t = res[w]["tesla"]
+        tt, th, it_t, conv_t, _ = res[w]["tesla"]
         out.write(f"| pgmflow TESLA whole grid (25 points, BIC), {w} worker(s) | {p} x 25 paths | {tt:.1f} | "
                   f"{sk_s / tt:.2f}x |\n")
     t2 = res[2]["tesla"][0]
@@ -192,6 +312,7 @@ def main():
               f"{'met' if t2 < TARGET_SECONDS else 'NOT met'}**; speed-up 1 -> 2 workers "
               f"{res[1]['tesla'][0] / t2:.2f}x.\n")
     out.write(f"- Results on 1 and 2 workers bit-identical: **{identical}**.\n")
+    out.write(limits_section(res, ref, rates, p, T, series.X.shape[0]))
     out.write(f"- FISTA iterations over the TESLA grid: {res[2]['tesla'][2]}; all converged to tol 1e-6: "
               f"{res[2]['tesla'][3]}.\n")
     out.write(f"- Same objective as scikit-learn (saga, intercept not penalised, tol 1e-10) on {len(coefs)} "

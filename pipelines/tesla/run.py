@@ -31,9 +31,10 @@ def _grids(tcfg, T):
 
 
 def build_fits(ex, tok, series, methods, lam1, lam2, bandwidths, q, criterion, heldout, isolated, max_iter, tol,
-               gamma=0.5, skip=frozenset()):
+               gamma=0.5, skip=frozenset(), screen=True):
     """Delayed selection tasks: ``{method: [NodeChoice delayed per node]}`` (None for the ``(method,
-    node)`` pairs in ``skip``: finished before a resume)."""
+    node)`` pairs in ``skip``: finished before a resume). ``screen=False`` runs the full solver (no
+    strong rule / active set; the benchmark's reference)."""
     X, tix, T = series.X, series.tix, len(series.n_per_time)
     train = ~heldout
     full = solver.tesla_design(X, tix, T)
@@ -69,10 +70,10 @@ def build_fits(ex, tok, series, methods, lam1, lam2, bandwidths, q, criterion, h
                 bw = bandwidths[a] if m == "keller" else 0.0
                 fits.append(dask.delayed(path_tasks.fit_node, pure=True)(
                     dfit, i, np.asarray(lam1), l2, method=m, q=q, train=train, bandwidth=bw, isolated=i in iso,
-                    max_iter=max_iter, tol=tol, dask_key_name=f"tesla-fit-{tok}-{m}-n{i}-a{a}"))
+                    max_iter=max_iter, tol=tol, screen=screen, dask_key_name=f"tesla-fit-{tok}-{m}-n{i}-a{a}"))
             refits = [designs[(m, a)][1] for a in range(n_a)] if criterion == "heldout" else None
             choices.append(dask.delayed(path_tasks.select_node, pure=True)(
-                fits, criterion, refit_designs=refits, q=q, max_iter=max_iter, tol=tol, gamma=gamma,
+                fits, criterion, refit_designs=refits, q=q, max_iter=max_iter, tol=tol, gamma=gamma, screen=screen,
                 dask_key_name=f"tesla-select-{tok}-{m}-n{i}"))
         out[m] = choices
     return out

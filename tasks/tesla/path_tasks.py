@@ -39,6 +39,7 @@ class NodeFit(NamedTuple):
     isolated: bool  # the node never changes value: not fitted, no neighbours
     n_train: int  # training samples (the BIC's sample size)
     seconds: float  # wall time (a timing: recorded, never compared)
+    flops: np.ndarray  # int64 [L1] mat-vec FLOPs of the solves (solver.PathResult.flops)
 
 
 class NodeChoice(NamedTuple):
@@ -57,6 +58,7 @@ class NodeChoice(NamedTuple):
     n_iter: int  # FISTA iterations over the node's whole grid (and the refit)
     all_converged: bool
     isolated: bool
+    flops: int  # mat-vec FLOPs over the node's whole grid (and the refit)
 
 
 def heldout_rows(n_rows: int, seed: int, fraction: float) -> np.ndarray:
@@ -69,11 +71,12 @@ def heldout_rows(n_rows: int, seed: int, fraction: float) -> np.ndarray:
 
 def fit_node(design: _solver.Design, node: int, lam1s, lam2: float = 0.0, *, method: str = "tesla", q: int = 1,
              train=None, bandwidth: float = 0.0, isolated: bool = False, max_iter: int = 5000,
-             tol: float = 1e-6) -> NodeFit:
+             tol: float = 1e-6, screen: bool = True) -> NodeFit:
     """Solve node ``node``'s path for every lambda1 in ``lam1s`` at one lambda2, warm-starting downwards.
 
     ``train`` (bool [N]) marks the samples the design was built from; the others are scored as
     held-out. ``isolated`` skips the solve (a node that never changes value has no finite fit).
+    ``screen``: active sets predicted from the previous lambda1's solution (``solver.solve_path``).
     """
     t0 = time.perf_counter()
     lam1s = np.asarray(lam1s, dtype=np.float64)
@@ -85,12 +88,13 @@ def fit_node(design: _solver.Design, node: int, lam1s, lam2: float = 0.0, *, met
     df = np.zeros(n1, np.int64)
     n_iter = np.zeros(n1, np.int64)
     converged = np.ones(n1, bool)
+    flops = np.zeros(n1, np.int64)
     train = np.ones(design.X.shape[0], bool) if train is None else np.asarray(train, bool)
     if not isolated:
         theta = None
         for k in np.argsort(-lam1s, kind="stable"):  # largest lambda1 first: a warm-started path
             res = _solver.solve_path(design, node, float(lam1s[k]), float(lam2), q, theta0=theta,
-                                     max_iter=max_iter, tol=tol)
+                                     max_iter=max_iter, tol=tol, screen=screen)
             theta = res.theta
             thetas[k] = theta
             ll = _solver.row_loglik(design.X, design.tix, node, theta)
@@ -100,19 +104,21 @@ def fit_node(design: _solver.Design, node: int, lam1s, lam2: float = 0.0, *, met
             df[k] = _evaluate.path_df(theta, node)
             n_iter[k] = res.n_iter
             converged[k] = res.converged
+            flops[k] = res.flops
     return NodeFit(int(node), method, lam1s, float(lam2), float(bandwidth), thetas, loglik, held, df, n_iter,
-                   converged, bool(isolated), int(train.sum()), time.perf_counter() - t0)
+                   converged, bool(isolated), int(train.sum()), time.perf_counter() - t0, flops)
 
 
 def select_node(fits, criterion: str = "bic", *, refit_designs=None, q: int = 1,
-                max_iter: int = 5000, tol: float = 1e-6, gamma: float = 0.5) -> NodeChoice:
+                max_iter: int = 5000, tol: float = 1e-6, gamma: float = 0.5, screen: bool = True) -> NodeChoice:
     """Choose one grid point for a node from its fits (one per lambda2 / bandwidth, in grid order).
 
     ``bic``: smallest ``-2 loglik + log(N_train) df``. ``ebic``: the extended BIC with
     ``gamma`` and the node's p - 1 candidate neighbours (``evaluate.ebic``). ``heldout``: largest held-out
     log-likelihood, then the path is refitted on all samples at that point with
     ``refit_designs[a]`` (the all-samples design of the chosen fit ``a``), warm-started from the
-    chosen solution. Ties keep the first grid point in (lambda2, lambda1) order.
+    chosen solution (``screen`` as in :func:`fit_node`). Ties keep the first grid point in
+    (lambda2, lambda1) order.
     """
     if criterion not in CRITERIA:
         raise ValueError(f"criterion must be one of {CRITERIA}, got {criterion!r}")
@@ -122,7 +128,7 @@ def select_node(fits, criterion: str = "bic", *, refit_designs=None, q: int = 1,
     if first.isolated:
         T, p = first.thetas.shape[1:]
         return NodeChoice(first.node, first.method, criterion, 0, 0, float(first.lam1[0]), first.lam2,
-                          first.bandwidth, np.zeros((T, p)), np.full((n2, n1), np.nan), 0, True, True)
+                          first.bandwidth, np.zeros((T, p)), np.full((n2, n1), np.nan), 0, True, True, 0)
     scores = np.empty((n2, n1))
     for a, f in enumerate(fits):
         if criterion == "bic":
@@ -140,14 +146,16 @@ def select_node(fits, criterion: str = "bic", *, refit_designs=None, q: int = 1,
     theta = chosen.thetas[k].copy()
     n_iter = int(sum(int(f.n_iter.sum()) for f in fits))
     all_conv = all(bool(f.converged.all()) for f in fits)
+    flops = int(sum(int(f.flops.sum()) for f in fits))
     if criterion == "heldout":
         if refit_designs is None or len(refit_designs) != n2:
             raise ValueError("criterion 'heldout' needs refit_designs: one all-samples design per fit")
         res = _solver.solve_path(refit_designs[a], chosen.node, float(chosen.lam1[k]), chosen.lam2, q, theta0=theta,
-                                 max_iter=max_iter, tol=tol)
+                                 max_iter=max_iter, tol=tol, screen=screen)
         theta = res.theta
         n_iter += res.n_iter
+        flops += res.flops
         all_conv = all_conv and res.converged
     return NodeChoice(chosen.node, chosen.method, criterion, a, k, float(chosen.lam1[k]), chosen.lam2,
-                      chosen.bandwidth, theta, scores, n_iter, all_conv, False)
+                      chosen.bandwidth, theta, scores, n_iter, all_conv, False, flops)
 

@@ -287,6 +287,16 @@ def _kernels() -> Kernels:
         T = Y.shape[0]
         for j in range(p):
             col = out[:, j]
+            if penalized[j] and lam1 > 0.0:
+                # tv(y) lies within [min y, max y]: if every |y_t| <= lam1 the result is exactly 0
+                big = 0.0
+                for t in range(T):
+                    if abs(Y[t, j]) > big:
+                        big = abs(Y[t, j])
+                if big <= lam1:
+                    for t in range(T):
+                        col[t] = 0.0
+                    continue
             _tv1d(Y[:, j], lam2, col)
             if penalized[j] and lam1 > 0.0:
                 for t in range(T):

@@ -82,6 +82,8 @@ class PathResult(NamedTuple):
     converged: bool  # gradient-mapping norm fell below tol within max_iter
     loss: float  # the weighted data term at theta (what FISTA minimised, without penalties)
     objective: float  # F(theta), penalties included
+    flops: int  # mat-vec floating-point operations spent (see ``solve_path``: 4 per weighted row and column)
+    n_solves: int  # FISTA runs: 1 without screening, more when the KKT check added columns
 
 
 def _time_rows(tix: np.ndarray, T: int) -> tuple[np.ndarray, np.ndarray]:
@@ -165,9 +167,10 @@ def keller_design(X, tix, T: int, bandwidth: float, truncate: float = 3.0, train
 @functools.lru_cache(maxsize=None)
 def _kernels():
     # Callees bound to module globals (numba's disk cache hashes closure cells; see tasks/lda/estep.py).
-    global _signed_margin, _softplus_neg, _grad_loss, _fista, _loglik_rows, _loss_value, _pfl
+    global _signed_margin, _softplus_neg, _grad_loss, _fista, _loglik_rows, _loss_value, _pfl, _tv, _kkt_stat
     nb = backend.numba()
     _pfl = _prox._kernels().prox_fused_lasso
+    _tv = _prox._kernels().tv1d
 
     @nb.njit(cache=True, nogil=True)
     def _signed_margin(X, node, theta, t, d):
@@ -189,17 +192,31 @@ def _kernels():
 
     @nb.njit(cache=True, nogil=True)
     def _grad_loss(X, node, lo, hi, woff, w, theta, grad):
-        """grad[t] = sum_d w l'(y m) y z_d at theta; returns the weighted loss."""
+        """grad[t] = sum_d w l'(y m) y z_d at theta; returns the weighted loss.
+
+        The margins sum only the non-zero entries of theta^t (listed once per time point), in
+        column order: the same numbers as the full sum (adding a zero product leaves a sum as it is).
+        """
         T, p = theta.shape
         total = 0.0
+        nz = np.empty(p, np.int64)
         for t in range(T):
+            nnz = 0
             for j in range(p):
                 grad[t, j] = 0.0
+                if theta[t, j] != 0.0:
+                    nz[nnz] = j
+                    nnz += 1
             for d in range(lo[t], hi[t]):
                 wd = w[woff[t] + d - lo[t]]
                 if wd == 0.0:
                     continue
-                u, yd = _signed_margin(X, node, theta, t, d)
+                m = 0.0
+                for k in range(nnz):
+                    m += theta[t, nz[k]] * X[d, nz[k]]
+                yd = float(X[d, node])
+                m += theta[t, node] * (1.0 - yd)  # z_d[node] = 1, not x_d[node]
+                u = 2.0 * yd * m
                 # l(m y) = log(1 + exp(-u)); its derivative in m is -2 y sigmoid(-u)
                 if u > 0:
                     e = math.exp(-u)
@@ -229,6 +246,33 @@ def _kernels():
         """out[d] = log P(x_{d,node} | x_{d,-node}; theta^{t_d}) for every row."""
         for d in range(X.shape[0]):
             out[d] = -_softplus_neg(_signed_margin(X, node, theta, tix[d], d)[0])
+
+    @nb.njit(cache=True, nogil=True)
+    def _kkt_stat(g, lam2, q, c):
+        """c[j] = max_t |tv(-g[:, j], lam2)_t| for q = 1 (else max_t |g[t, j]|) for g [T, p].
+
+        A zero column j is optimal (the others fixed) iff ``c[j] <= lambda1``: 0 is the prox of the
+        positively homogeneous fused-lasso penalty at ``-g_j`` iff the soft-thresholding at lambda1
+        of ``tv(-g_j, lambda2)`` is zero (prox.py); then the full solver's prox-gradient step leaves
+        the column at zero. With q = 2 the smoothing has zero gradient at a zero column.
+        """
+        T, p = g.shape
+        v = np.empty(T)
+        r = np.empty(T)
+        for j in range(p):
+            m = 0.0
+            if q == 1 and lam2 > 0.0:
+                for t in range(T):
+                    v[t] = -g[t, j]
+                _tv(v, lam2, r)
+                for t in range(T):
+                    if abs(r[t]) > m:
+                        m = abs(r[t])
+            else:
+                for t in range(T):
+                    if abs(g[t, j]) > m:
+                        m = abs(g[t, j])
+            c[j] = m
 
     @nb.njit(cache=True, nogil=True)
     def _fista(X, node, lo, hi, woff, w, lam1, lam2, q, L, penalized, theta, max_iter, tol):
@@ -308,12 +352,85 @@ def penalty(theta, node: int, lam1: float, lam2: float, q: int) -> float:
     return lam1 * l1 + lam2 * smooth
 
 
+def _weighted_rows(design: Design, sl: slice) -> int:
+    """Rows with a non-zero weight, summed over the windows of the time points ``sl`` (the R of the
+    FLOP count)."""
+    return sum(int(np.count_nonzero(design.w[int(design.woff[t]): int(design.woff[t]) + int(design.hi[t] - design.lo[t])]))
+               for t in range(*sl.indices(design.T)))
+
+
+def _solve_block(design: Design, sl: slice, node: int, lam1: float, lam2: float, q: int, L: float, theta,
+                 max_iter: int, tol: float, screen: bool):
+    """FISTA on the time points ``sl`` of ``theta`` [T', p] (overwritten), with or without screening.
+
+    Without screening every coefficient is updated at every iteration (the full solver). With it,
+    FISTA runs on an active set of columns A (a column's whole path enters or leaves at once: the
+    TV term couples it over time; per time point when lambda2 = 0, where ``sl`` is one time point),
+    on the column subset ``X[:, A]`` with the same kernel, the other columns held at exactly 0:
+
+    * start (the predicted support): the node's field, the columns non-zero in the warm start
+      (the previous, larger lambda1 of the path) and the columns that violate the KKT conditions
+      there at the new lambda1 (``c_j > lambda1``, :func:`_kkt_stat`). The sequential strong rule
+      (Tibshirani et al. 2012: keep ``c_j >= 2 lambda1 - lambda1_prev``) keeps every column on a
+      grid that halves lambda1 (threshold 0), so it is not used.
+    * KKT check: after a converged solve, a held column j violates iff ``c_j > lambda1`` at the
+      solution, i.e. iff the full solver's prox-gradient step would move it off zero; violators
+      join A and FISTA re-solves, warm-started, until there is none. Then the full solver's
+      stopping test holds at the solution (the held columns' gradient mapping is 0).
+
+    ``max_iter`` bounds the FISTA iterations of all solves together. Returns ``(n_iter, converged,
+    flops, n_solves)`` with ``flops = 4 R k`` per iteration (a margin and a gradient accumulation,
+    one multiply-add each per weighted row and active column; R rows, k columns) and ``4 R p`` per
+    KKT check.
+    """
+    fista = _kernels()
+    X, T, p = design.X, theta.shape[0], theta.shape[1]
+    lo, hi, woff = design.lo[sl], design.hi[sl], design.woff[sl]
+    R = _weighted_rows(design, sl)
+    penalized = np.ones(p, np.bool_)
+    penalized[node] = False
+    if not screen:
+        n_iter, conv = fista(X, node, lo, hi, woff, design.w, lam1, lam2, q, L, penalized, theta, max_iter, tol)
+        return n_iter, conv, 4 * R * p * n_iter, 1
+    g = np.empty((T, p))
+    c = np.empty(p)
+
+    def violations():
+        _grad_loss(X, node, lo, hi, woff, design.w, theta, g)
+        _kkt_stat(g, lam2, q, c)
+        return c > lam1
+
+    active = ~penalized | np.any(theta != 0.0, axis=0) | violations()  # [p]
+    flops = 4 * R * p
+    n_iter, n_solves, conv = 0, 0, False
+    while True:
+        A = np.flatnonzero(active)  # [k] active columns, increasing (the node among them)
+        XA = np.ascontiguousarray(X[:, A])  # int8 [N, k]
+        th = np.ascontiguousarray(theta[:, A])  # [T', k]
+        k, conv = fista(XA, int(np.searchsorted(A, node)), lo, hi, woff, design.w, lam1, lam2, q, L,
+                        penalized[A], th, max_iter - n_iter, tol)
+        theta[:, A] = th
+        n_iter, n_solves, flops = n_iter + k, n_solves + 1, flops + 4 * R * A.size * k
+        if not conv:
+            break
+        violators = ~active & violations()
+        flops += 4 * R * p
+        if not violators.any():
+            break
+        active |= violators
+    return n_iter, conv, flops, n_solves
+
+
 def solve_path(design: Design, node: int, lam1: float, lam2: float = 0.0, q: int = 1, theta0=None,
-               max_iter: int = 5000, tol: float = 1e-6) -> PathResult:
+               max_iter: int = 5000, tol: float = 1e-6, screen: bool = True) -> PathResult:
     """Solve node ``node``'s whole path over time for one (lambda1, lambda2) (DESIGN.md's TESLA contract).
 
     ``theta0`` ([T, p], optional) warm-starts the solver (e.g. the solution at the previous,
     larger lambda1 of a path). ``tol`` bounds the gradient-mapping norm ``L ||y - prox(y)||_inf``.
+    ``screen`` runs FISTA on active sets of columns predicted from the warm start, with a KKT check
+    on the rest and re-solves (:func:`_solve_block`); ``screen=False`` is the full
+    solver, which updates every coefficient at every iteration. Both stop on the same test and
+    reach the same optimum; ``PathResult.flops`` counts the mat-vec work of either.
     """
     if q not in (1, 2):
         raise ValueError(f"q must be 1 or 2, got {q}")
@@ -322,17 +439,15 @@ def solve_path(design: Design, node: int, lam1: float, lam2: float = 0.0, q: int
     T, p = design.T, design.p
     if not 0 <= node < p:
         raise ValueError(f"node {node} out of range for p={p}")
-    fista = _kernels()
+    _kernels()
     theta = np.zeros((T, p)) if theta0 is None else np.array(theta0, dtype=np.float64, order="C", copy=True)
     if theta.shape != (T, p):
         raise ValueError(f"theta0 must be [{T}, {p}], got {theta.shape}")
-    penalized = np.ones(p, np.bool_)
-    penalized[node] = False
-    args = (design.X, int(node))
+    opts = (int(max_iter), float(tol), bool(screen))
+    n_iter, converged, flops, n_solves = 0, True, 0, 0
     if lam2 == 0.0:
         # no coupling across time: T independent problems, each with its own step 1/L_t and its own
         # stopping test (the slowest time point no longer sets the pace of the others)
-        n_iter, converged = 0, True
         for t in range(T):
             if design.L[t] <= 0.0:  # no data at t: the penalty alone is minimised by zero
                 theta[t] = 0.0
@@ -347,23 +462,30 @@ def solve_path(design: Design, node: int, lam1: float, lam2: float = 0.0, q: int
                 theta[t] = 0.0
                 theta[t, node] = FIELD_CAP * float(y_t[0])
                 continue
-            sl = slice(t, t + 1)
-            th_t = theta[sl].copy()
-            k, c = fista(*args, design.lo[sl], design.hi[sl], design.woff[sl], design.w, float(lam1), 0.0, int(q),
-                         float(design.L[t]), penalized, th_t, int(max_iter), float(tol))
+            th_t = theta[t:t + 1].copy()
+            k, c, f, s = _solve_block(design, slice(t, t + 1), int(node), float(lam1), 0.0, int(q),
+                                      float(design.L[t]), th_t, *opts)
             theta[t] = th_t[0]
-            n_iter += k
-            converged = converged and c
+            n_iter, converged, flops, n_solves = n_iter + k, converged and c, flops + f, n_solves + s
     else:
         L = float(design.L.max()) if T else 0.0
         if q == 2:
             L += 8.0 * lam2
         if L <= 0.0:  # no data anywhere: the penalties alone are minimised by zero
-            return PathResult(np.zeros((T, p)), 0, True, 0.0, 0.0)
-        n_iter, converged = fista(*args, design.lo, design.hi, design.woff, design.w, float(lam1), float(lam2),
-                                  int(q), L, penalized, theta, int(max_iter), float(tol))
+            return PathResult(np.zeros((T, p)), 0, True, 0.0, 0.0, 0, 0)
+        n_iter, converged, flops, n_solves = _solve_block(design, slice(0, T), int(node), float(lam1), float(lam2),
+                                                          int(q), L, theta, *opts)
     loss = float(_loss_value(design.X, int(node), design.lo, design.hi, design.woff, design.w, theta))
-    return PathResult(theta, int(n_iter), bool(converged), loss, loss + penalty(theta, node, lam1, lam2, q))
+    return PathResult(theta, int(n_iter), bool(converged), loss, loss + penalty(theta, node, lam1, lam2, q),
+                      int(flops), int(n_solves))
+
+
+def objective(design: Design, node: int, theta, lam1: float, lam2: float = 0.0, q: int = 1) -> float:
+    """F(theta) of node ``node``'s path problem: the weighted data term plus the penalties."""
+    _kernels()
+    theta = np.ascontiguousarray(theta, dtype=np.float64)
+    loss = float(_loss_value(design.X, int(node), design.lo, design.hi, design.woff, design.w, theta))
+    return loss + penalty(theta, node, lam1, lam2, q)
 
 
 def row_loglik(X, tix, node: int, theta) -> np.ndarray:

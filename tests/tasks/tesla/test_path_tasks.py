@@ -150,7 +150,8 @@ def _hand_fit(loglik, df, n_train, lam2, thetas=None, heldout=None, n_iter=None,
     return P.NodeFit(1, "tesla", np.array([0.3, 0.2, 0.1]), lam2, 0.0, thetas, np.asarray(loglik, float),
                      np.full(n1, np.nan) if heldout is None else np.asarray(heldout, float),
                      np.asarray(df, np.int64), np.full(n1, 10, np.int64) if n_iter is None else np.asarray(n_iter),
-                     np.ones(n1, bool) if converged is None else np.asarray(converged, bool), False, n_train, 0.0)
+                     np.ones(n1, bool) if converged is None else np.asarray(converged, bool), False, n_train, 0.0,
+                     np.zeros(n1, np.int64))
 
 
 def test_select_bic_argmin_on_a_2x3_grid():
@@ -291,6 +292,6 @@ def test_ebic_adds_the_candidate_charge_and_picks_sparser_points():
     thetas = np.zeros((2, T, p))
     fit = P.NodeFit(0, "tesla", np.array([0.2, 0.1]), 0.5, 0.0, thetas, np.array([-60.0, -50.0]),
                              np.full(2, np.nan), np.array([2, 4], np.int64), np.zeros(2, np.int64), np.ones(2, bool),
-                             False, 100, 0.0)
+                             False, 100, 0.0, np.zeros(2, np.int64))
     assert P.select_node([fit], "bic").i_lam1 == 1  # BIC 129.2 vs 118.4
     assert P.select_node([fit], "ebic", gamma=1.0).i_lam1 == 0  # EBIC 141.0 vs 142.0
