@@ -176,7 +176,7 @@ def limits_section(res, ref, rates, p, T, n_rows):
             "mat-vec GFLOP (TESLA) |", "| --- | --- | --- | --- | --- |",
             f"| full update (reference, `screen=False`) | {g_r:.1f} | {ref['static'][0] if 'static' in ref else nan:.1f} | "
             f"{it_r} | {fl_r / 1e9:.1f} |",
-            f"| active sets (`screen=True`, the default) | {g_s:.1f} | "
+            f"| active sets (`screen=True`; the pipeline's `tesla.active_sets=true`) | {g_s:.1f} | "
             f"{res[2]['static'][0] if 'static' in res[2] else nan:.1f} | {it_s} | {fl_s / 1e9:.1f} |", "",
             f"- Speed-up of the active sets, same run and machine: TESLA grid **{g_r / g_s:.2f}x** (FLOPs "
             f"{fl_r / fl_s:.2f}x fewer, iterations {it_r / it_s:.2f}x fewer: load-independent), static "

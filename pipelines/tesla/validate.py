@@ -8,13 +8,14 @@ from pgmflow.pipelines.core.errors import ConfigError
 from pgmflow.pipelines.core.validation import apply, boolean, choice, get, integer, number_list, real, unknown_keys
 
 TESLA_KEYS = {"methods", "lambda1", "lambda2", "bandwidth", "criterion", "ebic_gamma", "heldout_fraction", "rule",
-              "max_iter", "tol", "snapshot_times", "figures", "checkpoint_seconds"}
+              "max_iter", "tol", "active_sets", "snapshot_times", "figures", "checkpoint_seconds"}
 TESLA = {
     "criterion": choice("bic", "ebic", "heldout"),
     "ebic_gamma": real(ge=0),
     "rule": choice("and", "or"),
     "max_iter": integer(lo=1),
     "tol": real(gt=0),
+    "active_sets": boolean,
     "figures": boolean,
     "checkpoint_seconds": real(ge=0),
 }
