@@ -2,6 +2,14 @@
 :mod:`pgmflow.tasks.tempering.ising_kernels`, whose :func:`~pgmflow.tasks.tempering.ising_kernels.ising_sweep` calls
 :func:`_sweep_numba` here).
 
+Per chunk of rows, a loop over Philox counters that vectorises writes the high 16 bits of every
+word (all four words of each block: one block serves four sites) to a small buffer, then a site
+loop that vectorises 16 sites per AVX2 register compares them with the high 16 bits of the integer
+thresholds: that decides every site except one whose high bits equal its threshold's (about one
+site in 2**16), and a row holding such a tie is restored and redone with the full 32-bit words
+and the int64 thresholds. The result is the spec's, bit for bit, with twice as many sites per
+register as a comparison of 32-bit words (and half the buffer traffic).
+
 Internal layout: spins live in padded planes ``S[r, c, i, 1 + q]`` (int8 [R, 2, L, H + 2],
 H = L // 2) with halo columns ``S[..., 0] = S[..., H]`` and ``S[..., H + 1] = S[..., 1]`` so that the
 horizontal neighbour that wraps around needs no special case; bonds in ``B[c, i, k, q]`` (int8
@@ -25,8 +33,8 @@ from pgmflow.tasks import backend
 from pgmflow.tasks.philox import numba_philox4x32
 
 _MASK32 = 0xFFFFFFFF
-_U_MAX = _MASK32  # u values >= this go through the exact int64 path (see _update_rows_fast)
-_CHUNK_GROUPS = 1024  # Philox groups per chunk of rows: 16 KiB of uniforms, stays in L1
+_SHIFT = 16  # the update compares u >> _SHIFT with the thresholds' high bits (see _update_rows_high)
+_CHUNK_GROUPS = 1024  # Philox groups per chunk of rows: 8 KiB of high halves, stays in L1
 
 # Bound by kernels() before anything compiles: numba's prange, and the Philox-4x32-10 device
 # function. As plain Python (before kernels()), prange is range.
@@ -45,8 +53,8 @@ def kernels() -> dict:
     k = backend.compile_kernels(sys.modules[__name__])
     return {"to_planes": k["to_planes"], "plane_bonds": k["plane_bonds"], "from_planes": k["from_planes"],
             "sweep_by_replica": k["sweep_by_replica"], "sweep_by_rows": k["sweep_by_rows"],
-            "fill_uniforms": k["_fill_uniforms"], "update_rows_fast": k["_update_rows_fast"],
-            "update_rows_exact": k["_update_rows_exact"]}
+            "fill_uniforms": k["_fill_uniforms"], "fill_high": k["_fill_high"],
+            "update_rows_high": k["_update_rows_high"], "update_row_exact": k["_update_row_exact"]}
 
 
 @backend.kernel(cache=True, parallel=True, fastmath=False, nogil=True)
@@ -129,13 +137,9 @@ def plane_bonds(bonds_h, bonds_v, B):
     return bad
 
 @backend.kernel(cache=True, fastmath=False, nogil=True)
-def _fill_uniforms(ubuf, m0, m1, ctr1, ctr2, ctr3, k0, k1, u_special):
-    """Philox words of counters (m, ctr1, ctr2, ctr3), m in [m0, m1), into ubuf.
-
-    ubuf uint32 [>= 4 (m1 - m0)]: ``ubuf[4 (m - m0) + w]`` = word w. Vectorises over m.
-    Returns True iff some word is >= u_special (uint64).
-    """
-    big = False
+def _fill_uniforms(ubuf, m0, m1, ctr1, ctr2, ctr3, k0, k1):
+    """Philox words of counters (m, ctr1, ctr2, ctr3), m in [m0, m1), into ubuf (uint32
+    [>= 4 (m1 - m0)]): ``ubuf[4 (m - m0) + w]`` = word w. Vectorises over m."""
     for m in range(m0, m1):
         x0, x1, x2, x3 = _philox(m, ctr1, ctr2, ctr3, k0, k1)
         o = 4 * (m - m0)
@@ -143,21 +147,40 @@ def _fill_uniforms(ubuf, m0, m1, ctr1, ctr2, ctr3, k0, k1, u_special):
         ubuf[o + 1] = np.uint32(x1)
         ubuf[o + 2] = np.uint32(x2)
         ubuf[o + 3] = np.uint32(x3)
-        big |= (x0 >= u_special) | (x1 >= u_special) | (x2 >= u_special) | (x3 >= u_special)
-    return big
 
 @backend.kernel(cache=True, fastmath=False, nogil=True)
-def _update_rows_fast(Sm, So, Bc, ubuf, X, c, i0, i1):
-    """Update rows i0..i1-1 of colour c; returns #changed spins.
+def _fill_high(hbuf, m0, m1, ctr1, ctr2, ctr3, k0, k1, shift):
+    """As _fill_uniforms, but keeps only the high bits of each word, order-preserving as int16:
+    ``hbuf[4 (m - m0) + w] = (word_w >> shift) - 2**15`` (shift in [16, 32); int16 [>= 4 (m1 - m0)]).
+    Vectorises over m."""
+    sh = np.uint64(shift)
+    bias = np.uint64(0x8000)  # (v ^ 2**15) read as int16 is v - 2**15 for v in [0, 2**16)
+    for m in range(m0, m1):
+        x0, x1, x2, x3 = _philox(m, ctr1, ctr2, ctr3, k0, k1)
+        o = 4 * (m - m0)
+        hbuf[o] = np.int16((x0 >> sh) ^ bias)
+        hbuf[o + 1] = np.int16((x1 >> sh) ^ bias)
+        hbuf[o + 2] = np.int16((x2 >> sh) ^ bias)
+        hbuf[o + 3] = np.int16((x3 >> sh) ^ bias)
+
+@backend.kernel(cache=True, fastmath=False, nogil=True)
+def _update_rows_high(Sm, So, Bc, hbuf, X, tie, acc, c, i0, i1):
+    """Update rows i0..i1-1 of colour c from the high bits of their uniforms.
 
     Sm, So int8 [L, H+2]: padded planes of colour c (updated) and 1-c; Bc int8 [L, 4, H];
-    ubuf uint32 [(i1-i0) * 4G]: the rows' Philox words; X uint32 [10]: thresholds clipped
-    to 2**32 - 1. ``u < X`` equals the spec's ``u < thr`` for every u < 2**32 - 1; callers
-    route chunks containing u == 2**32 - 1 to update_rows_exact.
+    hbuf int16 [(i1-i0) 4G]: ``(u >> shift) - 2**15`` (from _fill_high); X int16 [10]:
+    ``min(T >> shift, 2**16 - 1) - 2**15``; tie int8 [(i1-i0) H] (out): ``2 [uh == xh] +
+    [spin changed]`` per site (the change bit lets the caller restore a row); acc int16 [H]
+    (in/out): per-column counts of changed spins, incremented here. (Slices are taken here, not
+    by the caller: slicing for a call costs reference counting per row.)
 
-    The loop is written for the auto-vectoriser: the number n of satisfied bonds is
-    built from the four equality bits with adder logic, the threshold is picked by a tree
-    of selects on (s, n bits), all in <= 32-bit lanes.
+    With xh = X[2n + (s+1)//2]: ``uh < xh`` implies ``u < T`` and ``uh > xh`` implies ``u >= T``
+    (as u >> shift < 2**16 and T < ((T >> shift) + 1) << shift); a tie decides nothing, so the
+    caller redoes a row with a tie exactly. A pure map, written for the auto-vectoriser (16
+    sites per AVX2 register; a reduction in the loop would halve that, so changes are counted
+    per site in acc and summed once per chunk of rows): n = e0 + e1 + e2 + e3 is
+    built from the four equality bits with adder logic, the threshold is picked by a tree of
+    selects on (s, n bits).
     """
     L = Sm.shape[0]
     H = Sm.shape[1] - 2
@@ -172,13 +195,13 @@ def _update_rows_fast(Sm, So, Bc, ubuf, X, c, i0, i1):
     x7 = X[7]
     x8 = X[8]
     x9 = X[9]
-    cnt = 0
     for i in range(i0, i1):
         o = 0 if ((i + c) & 1) == 0 else 2  # side neighbour: q-1 (p == 0) or q+1 (p == 1)
         im = i - 1 if i > 0 else L - 1
         ip = i + 1 if i < L - 1 else 0
-        ub = (i - i0) * G4
-        ur = ubuf[ub:ub + H]
+        k = i - i0
+        uh = hbuf[k * G4:k * G4 + H]
+        tr = tie[k * H:(k + 1) * H]
         me = Sm[i, 1:H + 1]
         oth = So[i, 1:H + 1]
         side = So[i, o:o + H]
@@ -188,7 +211,6 @@ def _update_rows_fast(Sm, So, Bc, ubuf, X, c, i0, i1):
         bd = Bc[i, 1]
         bs = Bc[i, 2]
         bx = Bc[i, 3]
-        rc = np.int32(0)
         for q in range(H):
             s = me[q]
             e0 = bu[q] == up[q]  # bond satisfied: bond_k * s_k > 0
@@ -213,62 +235,90 @@ def _update_rows_fast(Sm, So, Bc, ubuf, X, c, i0, i1):
             t23 = t3 if n0 else t2
             t03 = t23 if n1 else t01
             t = t4 if n2 else t03
-            new = np.int8(1) if ur[q] < t else np.int8(-1)
-            rc = np.int32(rc + (new != s))  # int32 accumulator keeps the loop in 32-bit lanes
+            u = uh[q]
+            new = np.int8(1) if u < t else np.int8(-1)
             me[q] = new
-        cnt += rc
+            ch = new != s
+            tr[q] = np.int8(((u == t) << 1) | ch)
+            acc[q] = np.int16(acc[q] + ch)
         Sm[i, 0] = Sm[i, H]
         Sm[i, H + 1] = Sm[i, 1]
-    return cnt
 
 @backend.kernel(cache=True, fastmath=False, nogil=True)
-def _update_rows_exact(Sm, So, Bc, ubuf, T, c, i0, i1):
-    """Same as update_rows_fast with the spec's int64 comparison ``u < T[2n + (s+1)//2]``
-    (T int64 [10]); a plain loop, used for the (rare) chunks that contain a large u."""
-    L = Sm.shape[0]
-    H = Sm.shape[1] - 2
-    G4 = 4 * ((H + 3) >> 2)
+def _update_row_exact(me, oth, side, up, dn, bu, bd, bs, bx, u32, T):
+    """Same as _update_rows_high (one row) with the spec's int64 comparison ``u < T[2n + (s+1)//2]``
+    (u32 uint32 [>= H]: the full words, T int64 [10]); a plain loop, for rows with a tie.
+    Returns #changed."""
     cnt = 0
-    for i in range(i0, i1):
-        o = 0 if ((i + c) & 1) == 0 else 2
-        im = i - 1 if i > 0 else L - 1
-        ip = i + 1 if i < L - 1 else 0
-        ub = (i - i0) * G4
-        for q in range(H):
-            s = Sm[i, q + 1]
-            n = (
-                (Bc[i, 0, q] == So[im, q + 1])
-                + (Bc[i, 1, q] == So[ip, q + 1])
-                + (Bc[i, 2, q] == So[i, q + 1])
-                + (Bc[i, 3, q] == So[i, q + o])
-            )
-            u = np.int64(ubuf[ub + q])
-            new = np.int8(1) if u < T[2 * n + (1 if s > 0 else 0)] else np.int8(-1)
-            cnt += new != s
-            Sm[i, q + 1] = new
-        Sm[i, 0] = Sm[i, H]
-        Sm[i, H + 1] = Sm[i, 1]
+    for q in range(me.shape[0]):
+        s = me[q]
+        n = (bu[q] == up[q]) + (bd[q] == dn[q]) + (bs[q] == oth[q]) + (bx[q] == side[q])
+        new = np.int8(1) if np.int64(u32[q]) < T[2 * n + (1 if s > 0 else 0)] else np.int8(-1)
+        cnt += new != s
+        me[q] = new
     return cnt
 
 @backend.kernel(cache=True, fastmath=False, nogil=True)
-def _sweep_chunk(S, B, X, T, r, c, i0, i1, ubuf, ctr1, rid, chain, k0, k1, u_special):
-    """Philox words for rows i0..i1-1 of colour c of replica r, then their updates."""
+def _sweep_chunk(S, B, X, T, r, c, i0, i1, hbuf, ubuf, tie, acc, ctr1, rid, chain, k0, k1, shift):
+    """Rows i0..i1-1 of colour c of replica r: the high bits of their Philox words, then their
+    updates; a row where the high bits tie with a site's threshold (probability about
+    H 2**(shift - 32)) is restored and redone exactly from its full words. Returns #changed.
+
+    X int16 [10], T int64 [10]: replica r's thresholds. Scratch: hbuf int16 [>= (i1-i0) 4G],
+    ubuf uint32 [4G], tie int8 [>= (i1-i0) H], acc int16 [H] (zero on entry and on return).
+    """
+    L = S.shape[2]
     H = S.shape[3] - 2
     G = (H + 3) >> 2
-    big = _fill_uniforms(ubuf, i0 * G, i1 * G, ctr1, rid, chain, k0, k1, u_special)
-    if big:
-        return _update_rows_exact(S[r, c], S[r, 1 - c], B[c], ubuf, T[r], c, i0, i1)
-    return _update_rows_fast(S[r, c], S[r, 1 - c], B[c], ubuf, X[r], c, i0, i1)
+    Sm = S[r, c]
+    So = S[r, 1 - c]
+    Bc = B[c]
+    _fill_high(hbuf, i0 * G, i1 * G, ctr1, rid, chain, k0, k1, shift)
+    _update_rows_high(Sm, So, Bc, hbuf, X, tie, acc, c, i0, i1)
+    cnt = 0
+    for q in range(H):
+        cnt += acc[q]
+        acc[q] = 0
+    nt = (i1 - i0) * H
+    any_tie = np.uint64(0)
+    tw = tie.view(np.uint64)  # 8 flags per word
+    for w in range(nt >> 3):
+        any_tie |= tw[w]
+    for q in range(nt & ~7, nt):
+        any_tie |= np.uint64(tie[q])
+    if any_tie & np.uint64(0x0202020202020202) == 0:
+        return cnt
+    for i in range(i0, i1):  # rare: redo the rows with a tie from their full words
+        k = i - i0
+        fl = tie[k * H:(k + 1) * H]
+        if np.any(fl & 2):
+            me = Sm[i, 1:H + 1]
+            for q in range(H):
+                if fl[q] & 1:  # changed: restore
+                    me[q] = -me[q]
+                    cnt -= 1
+            o = 0 if ((i + c) & 1) == 0 else 2
+            im = i - 1 if i > 0 else L - 1
+            ip = i + 1 if i < L - 1 else 0
+            _fill_uniforms(ubuf, i * G, (i + 1) * G, ctr1, rid, chain, k0, k1)
+            cnt += _update_row_exact(me, So[i, 1:H + 1], So[i, o:o + H], So[im, 1:H + 1], So[ip, 1:H + 1],
+                                     Bc[i, 0], Bc[i, 1], Bc[i, 2], Bc[i, 3], ubuf, T)
+            Sm[i, 0] = Sm[i, H]
+            Sm[i, H + 1] = Sm[i, 1]
+    return cnt
 
 @backend.kernel(cache=True, parallel=True, fastmath=False, nogil=True)
-def sweep_by_replica(S, B, X, T, k0, k1, rids, chain, sweep0, n_sweeps, rows_per_chunk, u_special, changed):
+def sweep_by_replica(S, B, X, T, k0, k1, rids, chain, sweep0, n_sweeps, rows_per_chunk, shift, changed):
     """Parallel over replicas; each replica runs all its sweeps (no barrier needed)."""
     R = S.shape[0]
     L = S.shape[2]
     H = S.shape[3] - 2
     G = (H + 3) >> 2
     for r in prange(R):
-        ubuf = np.empty(4 * G * rows_per_chunk, np.uint32)
+        hbuf = np.empty(4 * G * rows_per_chunk, np.int16)
+        ubuf = np.empty(4 * G, np.uint32)
+        tie = np.empty(8 * ((H * rows_per_chunk + 7) // 8), np.int8)
+        acc = np.zeros(H, np.int16)
         rid = rids[r]
         cnt = 0
         for t in range(n_sweeps):
@@ -276,11 +326,12 @@ def sweep_by_replica(S, B, X, T, k0, k1, rids, chain, sweep0, n_sweeps, rows_per
                 ctr1 = 2 * (sweep0 + t) + c
                 for i0 in range(0, L, rows_per_chunk):
                     i1 = min(i0 + rows_per_chunk, L)
-                    cnt += _sweep_chunk(S, B, X, T, r, c, i0, i1, ubuf, ctr1, rid, chain, k0, k1, u_special)
+                    cnt += _sweep_chunk(S, B, X[r], T[r], r, c, i0, i1, hbuf, ubuf, tie, acc, ctr1, rid, chain,
+                                        k0, k1, shift)
         changed[r] = cnt
 
 @backend.kernel(cache=True, parallel=True, fastmath=False, nogil=True)
-def sweep_by_rows(S, B, X, T, k0, k1, rids, chain, sweep0, n_sweeps, rows_per_chunk, u_special, changed_blk):
+def sweep_by_rows(S, B, X, T, k0, k1, rids, chain, sweep0, n_sweeps, rows_per_chunk, shift, changed_blk):
     """Parallel over chunks of rows within each colour (for few, large replicas); one
     parallel region per colour of each sweep."""
     R = S.shape[0]
@@ -295,10 +346,12 @@ def sweep_by_rows(S, B, X, T, k0, k1, rids, chain, sweep0, n_sweeps, rows_per_ch
                 r = b // nbpr
                 i0 = (b - r * nbpr) * rows_per_chunk
                 i1 = min(i0 + rows_per_chunk, L)
-                ubuf = np.empty(4 * G * rows_per_chunk, np.uint32)
-                changed_blk[b] += _sweep_chunk(
-                    S, B, X, T, r, c, i0, i1, ubuf, ctr1, rids[r], chain, k0, k1, u_special
-                )
+                hbuf = np.empty(4 * G * rows_per_chunk, np.int16)
+                ubuf = np.empty(4 * G, np.uint32)
+                tie = np.empty(8 * ((H * rows_per_chunk + 7) // 8), np.int8)
+                acc = np.zeros(H, np.int16)
+                changed_blk[b] += _sweep_chunk(S, B, X[r], T[r], r, c, i0, i1, hbuf, ubuf, tie, acc, ctr1,
+                                               rids[r], chain, k0, k1, shift)
 
 
 def _choose_by_replica(R: int, n_threads: int) -> bool:
@@ -312,12 +365,13 @@ def _choose_by_replica(R: int, n_threads: int) -> bool:
 
 
 def _sweep_numba(spins, bonds_h, bonds_v, thr, key, replica_ids, chain, sweep0, n_sweeps,
-                 mode=None, u_special=_U_MAX):
+                 mode=None, shift=_SHIFT):
     """numba path of :func:`ising_sweep` (arguments already validated, host arrays).
 
-    ``mode`` ("replica" | "rows" | None = automatic) and ``u_special`` (uniforms >= it send
-    their chunk of rows through the exact path; the default is the only value the fast path
-    needs) are for tests: every choice gives the same bits.
+    ``mode`` ("replica" | "rows" | None = automatic) and ``shift`` (the fast path compares
+    ``u >> shift`` with the thresholds' high bits and redoes a row exactly where they tie; 16,
+    the default, ties in one site in 2**16, larger values in most rows) are for tests: every
+    choice gives the same bits.
     """
     nb = backend.numba()
     k = kernels()
@@ -333,18 +387,17 @@ def _sweep_numba(spins, bonds_h, bonds_v, thr, key, replica_ids, chain, sweep0, 
     if k["plane_bonds"](bonds_h, bonds_v, B):
         raise ValueError("bonds_h and bonds_v must contain only -1 and +1")
     T = np.ascontiguousarray(thr.reshape(R, 10), dtype=np.int64)
-    X = np.minimum(T, _MASK32).astype(np.uint32)
+    X = (np.minimum(T >> shift, 0xFFFF) - 0x8000).astype(np.int16)  # [R, 10], see _update_rows_high
     k0, k1 = int(key[0]), int(key[1])
     chain32 = int(chain) & _MASK32
     rids = np.ascontiguousarray(replica_ids, dtype=np.int64) & _MASK32
     rows_per_chunk = max(1, min(L, _CHUNK_GROUPS // G))
-    us = np.uint64(u_special)
     if mode is None:
         mode = "replica" if _choose_by_replica(R, nb.get_num_threads()) else "rows"
     if mode == "replica":
         changed = np.zeros(R, dtype=np.int64)
         k["sweep_by_replica"](S, B, X, T, k0, k1, rids, chain32, int(sweep0), int(n_sweeps),
-                              rows_per_chunk, us, changed)
+                              rows_per_chunk, int(shift), changed)
     elif mode == "rows":
         # enough chunks for every thread: at least ~4 per thread in total
         want = 4 * nb.get_num_threads()
@@ -353,7 +406,7 @@ def _sweep_numba(spins, bonds_h, bonds_v, thr, key, replica_ids, chain, sweep0, 
         nbpr = -(-L // rows_per_chunk)
         changed_blk = np.zeros(R * nbpr, dtype=np.int64)
         k["sweep_by_rows"](S, B, X, T, k0, k1, rids, chain32, int(sweep0), int(n_sweeps),
-                           rows_per_chunk, us, changed_blk)
+                           rows_per_chunk, int(shift), changed_blk)
         changed = changed_blk.reshape(R, nbpr).sum(axis=1)
     else:
         raise ValueError(f"unknown mode {mode!r}")

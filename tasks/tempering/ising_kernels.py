@@ -38,10 +38,11 @@ split between calls: it depends only on ``(key, chain, replica_ids, sweep0 + t)`
 CPU kernel (numba): the lattice is copied into padded per-colour planes ``[R, 2, L, L//2 + 2]``
 (colour, row, ``1 + q``, with one halo column on each side), where every neighbour is a
 unit-stride load. Per chunk of rows, a loop over counters that vectorises fills a buffer with
-the rows' Philox words, then a site loop that vectorises in byte and 32-bit lanes updates them:
-it compares ``u`` with the thresholds clipped to uint32, which agrees with the int64 rule for
-every ``u`` except ``2**32 - 1``, so a chunk that draws that value is done by an exact int64 loop
-instead. The copies in and out cost ~0.1-0.3 ns per site, a fraction of one sweep. Threads run
+the high 16 bits of the rows' Philox words (every word of every block), then a site loop that
+vectorises in byte and 16-bit lanes updates them: it compares ``u >> 16`` with ``thr >> 16``
+(clipped to 16 bits), which decides the int64 rule unless the two are equal -- about one site in
+2**16 -- and a row holding such a tie is restored and redone by an exact int64 loop on the full
+words. The copies in and out cost ~0.1-0.3 ns per site, a fraction of one sweep. Threads run
 over replicas when there are enough, else over chunks of rows within each colour.
 """
 

@@ -168,10 +168,11 @@ def test_numba_matches_reference(L, method):
 
 
 @pytest.mark.parametrize("mode", ["replica", "rows"])
-@pytest.mark.parametrize("u_special", [0, 0xC0000000])
-def test_parallel_modes_and_exact_path_match_reference(mode, u_special):
-    """Both parallel layouts, and the exact int64 path that chunks containing a uniform
-    >= u_special take (u_special = 0: every chunk; default 2**32 - 1: practically none)."""
+@pytest.mark.parametrize("shift", [16, 28, 31])
+def test_parallel_modes_and_exact_path_match_reference(mode, shift):
+    """Both parallel layouts, and the exact int64 path that a row takes when the high bits
+    ``u >> shift`` of some site's uniform equal its threshold's (default shift 16: a site in
+    2**16; shift 28 and 31: most rows, so the fallback and its restore of the row are exercised)."""
     rng = np.random.default_rng(7)
     R, L = 3, 6
     spins, bh, bv = random_problem(rng, R, L)
@@ -179,8 +180,26 @@ def test_parallel_modes_and_exact_path_match_reference(mode, u_special):
         thr = K.ising_thresholds(np.array([0.2, 1.0, 40.0]), 1.0, -0.6, method)
         rids = np.array([9, 1, 4])
         a, b = spins.copy(), spins.copy()
-        ca = K._sweep_numba(a, bh, bv, thr, KEY, rids, 2**32 + 5, 4, 2, mode=mode, u_special=u_special)
+        ca = K._sweep_numba(a, bh, bv, thr, KEY, rids, 2**32 + 5, 4, 2, mode=mode, shift=shift)
         cb = reference_sweep(b, bh, bv, thr, KEY, rids, 2**32 + 5, 4, 2)
+        np.testing.assert_array_equal(a, b)
+        np.testing.assert_array_equal(ca, cb)
+
+
+@pytest.mark.parametrize("shift", [16, 27])
+def test_vectorised_rows_with_ties_match_reference(shift):
+    """Rows long enough for the 16-lane site loop plus a remainder (L = 40: 20 sites per row and
+    colour), with a field and a glass; shift 27 makes ties (a row redone from its full words) occur
+    in about one site in 32, so restored rows sit next to rows kept from the fast path."""
+    rng = np.random.default_rng(40 + shift)
+    R, L = 2, 40
+    spins, bh, bv = random_problem(rng, R, L)
+    for method in K.METHODS:
+        thr = K.ising_thresholds(np.array([0.35, 0.8]), 1.0, 0.2, method)
+        rids = np.array([3, 8])
+        a, b = spins.copy(), spins.copy()
+        ca = K._sweep_numba(a, bh, bv, thr, KEY, rids, 1, 6, 2, mode="replica", shift=shift)
+        cb = reference_sweep(b, bh, bv, thr, KEY, rids, 1, 6, 2)
         np.testing.assert_array_equal(a, b)
         np.testing.assert_array_equal(ca, cb)
 
