@@ -16,11 +16,13 @@ after a warm-up call that compiles -- of
 on the same lattices, and, when CuPy sees a GPU, the CUDA kernel on a batch of 1024 x 1024
 lattices. Each figure is the best of several repeats (the machine may be shared).
 
-The machine's own limit, measured in the same run: the kernel draws every uniform from its own
-Philox4x32-10 generator, one block (four 32-bit words) per four sites, so it can never update
-sites faster than 4 x (Philox blocks per ns). The script times the kernel's own counter loop
-(``_fill_high``, the loop the sweep runs, into the same L1-sized buffer) on the same threads and
-prints that ceiling and the fraction of it each figure reaches.
+The machine's own limit, measured in the same run: the kernel draws its random bits from its own
+Philox4x32-10 generator, at least four blocks (the top eight bits of every uniform) per word of 64
+sites, so it can never update sites faster than 16 x (Philox blocks per ns) (the few words with a
+site still undecided after eight bits draw more; see tasks/tempering/ising_cpu.py). The script
+times the kernel's own counter loop (``_fill_planes``, the loop the sweep runs, into a buffer of
+the sweep's chunk size) on the same threads and prints that ceiling and the fraction of it each
+figure reaches.
 
 ``--before REV`` also times ``tasks/tempering/ising_cpu.py`` as it was at git revision REV (same
 entry point ``_sweep_numba``, compiled into a temporary module), in the same run: a before/after
@@ -57,7 +59,7 @@ METHOD = "metropolis"
 TARGET_FLIPS_PER_NS = 2.0  # issue 18, at the lattices below
 TARGET_LATTICES = ((16, 256), (1, 1024))
 TARGET_RATIO = 15.0
-SITES_PER_BLOCK = 4  # one Philox4x32 block serves four sites
+SITES_PER_BLOCK = 16  # the vectorised pass draws four Philox4x32 blocks per word of 64 sites
 TARGET_GPU_FLIPS_PER_NS = 100.0
 KEY = np.array([0x243F6A88, 0x85A308D3], dtype=np.uint32)
 
@@ -106,34 +108,35 @@ _philox_loop = None
 def philox_blocks_per_ns(repeats: int, clock=time.perf_counter) -> float:
     """Philox4x32-10 blocks per ns of the kernel's own counter loop on all numba threads.
 
-    Each thread runs ``_fill_high`` (the loop the sweep runs: counters m, high halves of the four
-    words into an int16 buffer of the sweep's chunk size) over its own counters, keyed like a
-    sweep; a checksum of the buffers is kept so that no work can be dropped.
+    Each thread runs ``_fill_planes`` (the loop the sweep runs: four blocks per word, as 64-bit
+    planes, into a buffer of the sweep's chunk size) over its own counters, keyed like a sweep; a
+    checksum of the buffers is kept so that no work can be dropped.
     """
     global _philox_loop
     import numba
 
     if _philox_loop is None:
-        fill = C.kernels()["fill_high"]
-        chunk = C._CHUNK_GROUPS
+        fill = C.kernels()["fill_planes"]
+        words = C._CHUNK_WORDS
+        nblk = C._FAST_BLOCKS
 
         @numba.njit(parallel=True, nogil=True)
         def loop(n_threads, chunks_per_thread, k0, k1, out):
             for th in numba.prange(n_threads):
-                buf = np.empty(4 * chunk, np.int16)
-                acc = 0
+                buf = np.empty((2 * nblk, words), np.uint64)
+                acc = np.uint64(0)
                 for j in range(chunks_per_thread):
-                    fill(buf, j * chunk, (j + 1) * chunk, 1, th, 0, k0, k1, C._SHIFT)
-                    acc += buf[j & 1023]
+                    fill(buf, 0, j * words, words, nblk, 1, th, 0, k0, k1)
+                    acc ^= buf[j & (2 * nblk - 1), j & (words - 1)]
                 out[th] = acc
 
-        _philox_loop = (loop, chunk)
+        _philox_loop = (loop, words * nblk)
     loop, chunk = _philox_loop
     threads = numba.get_num_threads()
-    out = np.zeros(threads, dtype=np.int64)
+    out = np.zeros(threads, dtype=np.uint64)
     k0, k1 = int(KEY[0]), int(KEY[1])
     loop(threads, 1, k0, k1, out)  # compile
-    per_thread = 1024  # 1M blocks per thread: ~2-5 ms
+    per_thread = 1024  # 1M blocks per thread: ~4-10 ms
     t = best_time(lambda: loop(threads, per_thread, k0, k1, out), repeats, clock)
     return threads * per_thread * chunk / (t * 1e9)
 
@@ -256,7 +259,8 @@ def main(argv=None) -> int:
                      f"{100 * r['fraction_of_ceiling']:.0f}% | {r['ours_one_thread']:.3f} | "
                      f"{100 * r['fraction_of_ceiling_one_thread']:.0f}% |")
     limit = (f"Machine limit (same run): Philox4x32-10 makes {blocks:.3f} blocks/ns on {threads} threads "
-             f"({blocks_1t:.3f} on 1); at {SITES_PER_BLOCK} sites per block no sweep can pass "
+             f"({blocks_1t:.3f} on 1); at {SITES_PER_BLOCK} sites per block (four blocks per 64-site word) no "
+             f"sweep can pass "
              f"{ceiling:.2f} flips/ns ({ceiling_1t:.2f} on 1 thread). 'of the Philox ceiling' is the better of "
              f"our two call patterns over that.")
     # the targets are for all cores; the 1-thread column is context (immune to time slicing)

@@ -42,14 +42,33 @@ __device__ __forceinline__ void pgm_philox4x32_10(pgm_u32 c[4], pgm_u32 k0, pgm_
     }
 }
 
-/* One colour of one checkerboard sweep. One thread per (replica r, row i, group g of 4 sites
-   of this colour in row i): grid.y runs over replicas r0 .. r0 + gridDim.y - 1, grid.x * block.x
-   over the L * G (row, group) pairs of a replica, G = (L/2 + 3) / 4.
+/* One colour of one checkerboard sweep. One thread per (replica r, row i, word w of 64 sites of
+   this colour in row i): grid.y runs over replicas r0 .. r0 + gridDim.y - 1, grid.x * block.x
+   over the L * W (row, word) pairs of a replica, W = (L/2 + 63) / 64.
    spins  int8  [R, L, L]  (in place)
    bonds_h, bonds_v int8 [L, L]
    thr    int64 [R, 10]    (index 2n + (s+1)/2)
    rid32  uint32 [R]       (replica_id & 0xffffffff)
-   counts uint32 [R, L, G] (per-thread count of changed spins, accumulated over launches) */
+   counts uint32 [R, L, W] (per-thread count of changed spins, accumulated over launches)
+
+   The uniform u of site q = 64 w + b is the 32-bit integer whose bit 31 - k is bit b of plane k,
+   plane k being words 2 (k & 1) (lanes 0..31) and 2 (k & 1) + 1 (lanes 32..63) of the Philox block
+   with counter ((i W + w) 16 + (k >> 1), ctr1, rid32[r], chain32); the new spin is +1 iff u < thr.
+   The first four blocks give the eight top bits of every u, which decide a site unless they equal
+   its threshold's; the other blocks are drawn only when some site of the word needs them. */
+__device__ __forceinline__ void pgm_block(pgm_u32 f, pgm_u32 g, pgm_u32 ctr1, pgm_u32 rid, pgm_u32 chain32,
+                                          pgm_u32 key0, pgm_u32 key1, pgm_u64* pa, pgm_u64* pb)
+{
+    pgm_u32 u[4];
+    u[0] = f * 16u + g;
+    u[1] = ctr1;
+    u[2] = rid;
+    u[3] = chain32;
+    pgm_philox4x32_10(u, key0, key1);
+    *pa = (pgm_u64)u[0] | ((pgm_u64)u[1] << 32);
+    *pb = (pgm_u64)u[2] | ((pgm_u64)u[3] << 32);
+}
+
 extern "C" __global__ void pgm_ising_colour(
     signed char* __restrict__ spins,
     const signed char* __restrict__ bonds_h,
@@ -61,20 +80,18 @@ extern "C" __global__ void pgm_ising_colour(
     const pgm_u32 ctr1, const pgm_u32 chain32, const pgm_u32 key0, const pgm_u32 key1)
 {
     const int H = L >> 1;
-    const int G = (H + 3) >> 2;
+    const int W = (H + 63) >> 6;
     const int tx = (int)(blockIdx.x * blockDim.x + threadIdx.x);
-    if (tx >= L * G) return;
+    if (tx >= L * W) return;
     const int r = r0 + (int)blockIdx.y;
-    const int g = tx % G;
-    const int i = tx / G;
-    const pgm_i64 tid = (pgm_i64)r * (pgm_i64)(L * G) + tx;
+    const int w = tx % W;
+    const int i = tx / W;
+    const pgm_i64 tid = (pgm_i64)r * (pgm_i64)(L * W) + tx;
+    const pgm_u32 rid = rid32[r];
 
-    pgm_u32 u[4];
-    u[0] = (pgm_u32)i * (pgm_u32)G + (pgm_u32)g;
-    u[1] = ctr1;
-    u[2] = rid32[r];
-    u[3] = chain32;
-    pgm_philox4x32_10(u, key0, key1);
+    pgm_u64 pl[8];
+    for (int g = 0; g < 4; ++g)
+        pgm_block((pgm_u32)tx, (pgm_u32)g, ctr1, rid, chain32, key0, key1, &pl[2 * g], &pl[2 * g + 1]);
 
     signed char* S = spins + (pgm_i64)r * L * L;
     const pgm_i64* T = thr + (pgm_i64)r * 10;
@@ -88,21 +105,42 @@ extern "C" __global__ void pgm_ising_colour(
     const signed char* bvd = bonds_v + (pgm_i64)i * L;
     const signed char* bvu = bonds_v + (pgm_i64)im * L;
 
-    pgm_u32 cnt = 0;
-    #pragma unroll
-    for (int w = 0; w < 4; ++w) {
-        const int q = 4 * g + w;
-        if (q < H) {
-            const int j = 2 * q + p;
-            const int jm = (j == 0) ? L - 1 : j - 1;
-            const int jp = (j == L - 1) ? 0 : j + 1;
-            const int s = row[j];
-            const int f = bh[j] * row[jp] + bh[jm] * row[jm] + bvd[j] * rowp[j] + bvu[j] * rowm[j];
-            const pgm_i64 t = T[f + 4 + ((s + 1) >> 1)];
-            const int ns = ((pgm_i64)u[w] < t) ? 1 : -1;
-            cnt += (ns != s);
-            S[(pgm_i64)i * L + j] = (signed char)ns;
+    const int nl = (H - 64 * w < 64) ? H - 64 * w : 64;
+    pgm_u64 plus = 0, und = 0;
+    pgm_i64 tl[64];
+    for (int b = 0; b < nl; ++b) {
+        const int j = 2 * (64 * w + b) + p;
+        const int jm = (j == 0) ? L - 1 : j - 1;
+        const int jp = (j == L - 1) ? 0 : j + 1;
+        const int s = row[j];
+        const int f = bh[j] * row[jp] + bh[jm] * row[jm] + bvd[j] * rowp[j] + bvu[j] * rowm[j];
+        const pgm_i64 t = T[f + 4 + ((s + 1) >> 1)];
+        tl[b] = t;
+        pgm_u32 hi = 0;  /* the top 8 bits of u */
+        for (int k = 0; k < 8; ++k) hi = (hi << 1) | (pgm_u32)((pl[k] >> b) & 1ull);
+        const pgm_i64 th = t >> 24;  /* 256 for t = 2**32 */
+        if ((pgm_i64)hi < th) plus |= 1ull << b;
+        else if ((pgm_i64)hi == th) und |= 1ull << b;
+    }
+    if (und) {  /* rare: the remaining 24 bits of u for the undecided sites */
+        pgm_u64 lo[24];
+        for (int g = 4; g < 16; ++g)
+            pgm_block((pgm_u32)tx, (pgm_u32)g, ctr1, rid, chain32, key0, key1, &lo[2 * g - 8], &lo[2 * g - 7]);
+        for (int b = 0; b < nl; ++b) {
+            if ((und >> b) & 1ull) {
+                pgm_u32 u = 0;
+                for (int k = 0; k < 8; ++k) u = (u << 1) | (pgm_u32)((pl[k] >> b) & 1ull);
+                for (int k = 0; k < 24; ++k) u = (u << 1) | (pgm_u32)((lo[k] >> b) & 1ull);
+                if ((pgm_i64)u < tl[b]) plus |= 1ull << b;
+            }
         }
+    }
+    pgm_u32 cnt = 0;
+    for (int b = 0; b < nl; ++b) {
+        const int j = 2 * (64 * w + b) + p;
+        const int ns = ((plus >> b) & 1ull) ? 1 : -1;
+        cnt += (ns != row[j]);
+        S[(pgm_i64)i * L + j] = (signed char)ns;
     }
     if (cnt) counts[tid] += cnt;
 }
@@ -111,8 +149,9 @@ extern "C" __global__ void pgm_ising_colour(
 _CUDA_KERNEL_NAME = "pgm_ising_colour"
 _CUDA_BLOCK = 256
 _CUDA_MAX_GRID_Y = 65535  # replicas per launch (CUDA's limit on gridDim.y)
-# counts are uint32 and grow by at most 4 per launch; flush them to int64 well before overflow
-_CUDA_MAX_SWEEPS_PER_FLUSH = 1 << 28
+# counts are uint32 and grow by at most 64 per launch (two per sweep); flush them to int64 well before
+# overflow
+_CUDA_MAX_SWEEPS_PER_FLUSH = 1 << 24
 
 
 @functools.lru_cache(maxsize=None)
@@ -131,7 +170,7 @@ def _sweep_cuda(spins, bonds_h, bonds_v, thr, key, replica_ids, chain, sweep0, n
     CPU, so this code is exercised without a GPU too). Returns int64 [R] on the host.
     """
     R, L, _ = spins.shape
-    G = (L // 2 + 3) // 4
+    W = (L // 2 + 63) // 64
     work = spins if spins.flags.c_contiguous else xp.ascontiguousarray(spins)
     if bool(((work != 1) & (work != -1)).any()):
         raise ValueError("spins must contain only -1 and +1")
@@ -141,10 +180,10 @@ def _sweep_cuda(spins, bonds_h, bonds_v, thr, key, replica_ids, chain, sweep0, n
         raise ValueError("bonds_h and bonds_v must contain only -1 and +1")
     thr_d = xp.ascontiguousarray(xp.asarray(thr, dtype=xp.int64).reshape(R, 10))
     rid32 = xp.asarray((np.asarray(backend.to_numpy(replica_ids), dtype=np.int64) & _MASK32).astype(np.uint32))
-    counts = xp.zeros(R * L * G, dtype=xp.uint32)  # [R, L, G] per-thread counts
+    counts = xp.zeros(R * L * W, dtype=xp.uint32)  # [R, L, W] per-thread counts
     changed = np.zeros(R, dtype=np.int64)
     block = (_CUDA_BLOCK, 1)
-    gx = (L * G + _CUDA_BLOCK - 1) // _CUDA_BLOCK
+    gx = (L * W + _CUDA_BLOCK - 1) // _CUDA_BLOCK
     batches = [(r0, min(R - r0, _CUDA_MAX_GRID_Y)) for r0 in range(0, R, _CUDA_MAX_GRID_Y)]
     k0, k1 = np.uint32(int(key[0])), np.uint32(int(key[1]))
     chain32 = np.uint32(int(chain) & _MASK32)

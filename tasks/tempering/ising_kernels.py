@@ -26,24 +26,41 @@ Sweep and random numbers
 ------------------------
 A sweep updates all sites of colour 0 (``(i + j) % 2 == 0``) from the current state, then all
 sites of colour 1. For global sweep ``t``, colour ``c``, row ``i`` and the site ``(i, j)`` of
-colour ``c`` let ``q = j // 2`` and ``G = (L // 2 + 3) // 4``; its ``u`` is word ``q & 3`` of::
+colour ``c`` let ``q = j // 2`` (its index among the ``H = L // 2`` sites of its colour in the row),
+``W = (H + 63) // 64`` (words of 64 sites per row and colour), ``w = q >> 6`` and ``b = q & 63``.
+Block ``g`` (0..15) of word ``(i, w)`` is::
 
-    philox4x32_10(counter=(i * G + (q >> 2), 2 * t + c, replica_id & 0xffffffff, chain & 0xffffffff),
+    philox4x32_10(counter=((i * W + w) * 16 + g, 2 * t + c, replica_id & 0xffffffff, chain & 0xffffffff),
                   key=(key[0], key[1]))
 
-(counter words taken mod 2**32). Same-colour sites do not interact, so the result does not
-depend on the order in which sites, rows or replicas are processed, nor on how replicas are
-split between calls: it depends only on ``(key, chain, replica_ids, sweep0 + t)``.
+(counter words taken mod 2**32), and its *planes* ``2g`` and ``2g + 1`` are the 64-bit words
+``x0 | x1 << 32`` and ``x2 | x3 << 32`` of its output words ``x0..x3``. The site's ``u`` is the
+32-bit integer whose bit ``31 - k`` is bit ``b`` of plane ``k``: plane 0 holds the most significant
+bit of the uniforms of all 64 sites of the word, plane 31 the least. Same-colour sites do not
+interact, so the result does not depend on the order in which sites, rows or replicas are
+processed, nor on how replicas are split between calls: it depends only on ``(key, chain,
+replica_ids, sweep0 + t)``.
 
-CPU kernel (numba): the lattice is copied into padded per-colour planes ``[R, 2, L, L//2 + 2]``
-(colour, row, ``1 + q``, with one halo column on each side), where every neighbour is a
-unit-stride load. Per chunk of rows, a loop over counters that vectorises fills a buffer with
-the high 16 bits of the rows' Philox words (every word of every block), then a site loop that
-vectorises in byte and 16-bit lanes updates them: it compares ``u >> 16`` with ``thr >> 16``
-(clipped to 16 bits), which decides the int64 rule unless the two are equal -- about one site in
-2**16 -- and a row holding such a tie is restored and redone by an exact int64 loop on the full
-words. The copies in and out cost ~0.1-0.3 ns per site, a fraction of one sweep. Threads run
-over replicas when there are enough, else over chunks of rows within each colour.
+Why this layout (multi-spin coding): a kernel holding 64 sites per machine word compares all 64
+uniforms with their thresholds bit-serially, most significant bit first, with a handful of bitwise
+operations per plane, and a site is decided at the first plane where the bits of ``u`` and of its
+threshold differ -- after two planes on average, so the first four blocks (eight planes) decide all
+but about one site in 256 and the rest draw the next blocks only where needed. The rule is still
+exactly ``u < thr`` for a uniform 32-bit ``u``; only which Philox bits make up ``u`` is defined so
+that the bits a kernel needs first come first. (Changed once, in issue 18: ``u`` used to be word
+``q & 3`` of the block with counter ``i * G + (q >> 2)``, ``G = (H + 3) // 4``; every sampled
+trajectory changed then, the distribution did not.)
+
+CPU kernel (numba, :mod:`~pgmflow.tasks.tempering.ising_cpu`): the lattice is packed into bit planes
+per colour (64 sites per ``uint64``, halo rows above and below); per chunk of rows, a loop that
+vectorises over words draws the first four Philox blocks of every word, a second one -- four words
+(256 sites) per AVX2 register -- builds each site's class ``(n, s)`` from the neighbour bits with a
+bit-sliced adder and runs the eight planes of the comparison, and the words with a site still
+undecided (about one in six) are gathered and given further blocks, again in a loop that vectorises.
+Threads run over replicas when there are enough, else over chunks of rows within each colour. The
+GPU kernel (:mod:`~pgmflow.tasks.tempering.ising_cuda`) runs one thread per word of 64 sites on the
+int8 lattice and builds the same ``u`` lane by lane; tests compile its CUDA source as C++ and
+compare it with the numba kernel bit for bit.
 """
 
 from __future__ import annotations
