@@ -66,6 +66,7 @@ def test_the_wheel_holds_one_namespace_and_the_configs(wheel):
         assert f in names, f
 
 
+@pytest.mark.slow
 def test_installed_wheel_runs_and_provides_no_tasks_or_pipelines(wheel, tmp_path):
     """pip install (not editable) of the wheel: ``import tasks`` and ``import pipelines`` fail, ``import pgmflow``
     is the installed copy, and ``python -m pgmflow`` runs a pipeline from it."""
@@ -98,6 +99,7 @@ def test_installed_wheel_runs_and_provides_no_tasks_or_pipelines(wheel, tmp_path
 POISON = "open({marker!r}, 'a').write(__name__ + '\\n')\nraise ImportError('the user\\'s own {name} was imported')\n"
 
 
+@pytest.mark.slow
 def test_users_tasks_and_pipelines_modules_change_nothing(tmp_path, mlflow_uri):
     """A ``tasks.py`` and a ``pipelines/`` package in the working directory (which pgmflow puts on its local
     workers' PYTHONPATH, for users' allow-listed modules) are never imported: a run on a LocalCluster of 2

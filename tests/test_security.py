@@ -29,6 +29,7 @@ def test_a_module_off_the_allow_list_is_refused_before_import(tmp_path, spec):
     assert "tempering run" not in r.stdout
 
 
+@pytest.mark.slow
 def test_only_the_environment_widens_the_allow_list(tmp_path, monkeypatch):
     marker = _evil_module(tmp_path)  # importable: pgmflow runs in tmp_path, which is on sys.path
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"

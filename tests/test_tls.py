@@ -192,6 +192,7 @@ def test_servers_pgmflow_starts_listen_on_this_machine_only():
     assert local and all(str(p.get("dashboard_address", "")).startswith("127.0.0.1:") for p in local.values()), local
 
 
+@pytest.mark.slow
 def test_a_sweep_over_the_local_tls_profile(certs, tmp_path):
     """``pgmflow -m`` on a local profile with a tls: block: the sweep's LocalCluster speaks TLS, each
     job's own tasks reach it with the profile's certificates, every child run FINISHES, and each job's

@@ -99,6 +99,7 @@ def _results(tr):
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
+@pytest.mark.slow
 def test_killed_driver_resumes_running_only_unsaved_work(tmp_path, name):
     from distributed import LocalCluster
     from distributed.diagnostics.plugin import SchedulerPlugin

@@ -7,6 +7,7 @@ import json
 import logging
 
 import numpy as np
+import pytest
 
 from tests.conftest import REPO
 from tests.faults.test_driver_kill import _kill_after_saves, _TaskCounter
@@ -27,6 +28,7 @@ def _checkpointed(root, run_id) -> dict:
     return best
 
 
+@pytest.mark.slow
 def test_killed_sparse_gp_fit_continues_from_its_last_iteration(tmp_path):
     from distributed import LocalCluster
     from distributed.diagnostics.plugin import SchedulerPlugin

@@ -11,6 +11,7 @@ import logging
 import re
 
 import dask
+import pytest
 
 from tests.bad_input.helpers import pgmflow, run_statuses
 from tests.conftest import REPO
@@ -19,6 +20,7 @@ OVERSIZED = ["model=gaussian_mixture", "model.dim=10000", "tempering.n_replicas=
              "tempering.sweeps_per_scan=1", "tempering.figures=false", "progress=false"]
 
 
+@pytest.mark.slow
 def test_a_worker_out_of_memory_names_the_setting_to_change(tmp_path):
     from distributed import Client, LocalCluster
 

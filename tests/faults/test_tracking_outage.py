@@ -14,6 +14,8 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from tests.conftest import REPO
 
 N_ROUNDS = 10
@@ -35,6 +37,7 @@ def _wait_for_run_id(proc) -> str:
     raise AssertionError(f"the run did not start: {proc.stderr.read()[-3000:]}")
 
 
+@pytest.mark.slow
 def test_tracking_server_outage_mid_run(tmp_path, mlflow_server):
     (tmp_path / "a").mkdir()
     (tmp_path / "b").mkdir()

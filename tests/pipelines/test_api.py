@@ -94,6 +94,7 @@ print("RUN", r.run_id)
 """
 
 
+@pytest.mark.slow
 def test_progress_bar_renders_in_a_jupyter_kernel(tmp_path, mlflow_uri):
     """A real IPython kernel runs pgmflow.run: the bar is one HTML display updated in place (display id),
     with no terminal control characters on its streams."""

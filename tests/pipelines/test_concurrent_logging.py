@@ -74,9 +74,11 @@ def _log_32_jobs_and_count(uri: str, cluster, experiment="concurrent-logging"):
             assert {h.step: h.value for h in hist} == {s: job + s / 1000 + k for s in range(N_STEPS)}
 
 
+@pytest.mark.slow
 def test_32_jobs_log_concurrently_to_sqlite(tmp_path, busy_cluster):
     _log_32_jobs_and_count(f"sqlite:///{tmp_path / 'mlflow.db'}", busy_cluster)
 
 
+@pytest.mark.slow
 def test_32_jobs_log_concurrently_to_a_tracking_server(mlflow_server, busy_cluster):
     _log_32_jobs_and_count(mlflow_server.uri, busy_cluster)

@@ -35,6 +35,7 @@ def test_small_lattices_against_transfer_matrix(mlflow_uri, cluster2, extra):
 @pytest.mark.slow
 @pytest.mark.parametrize("L,T,K", [(16, 1.8, 20), (16, TC, 20), (16, 3.0, 16),
                                    (32, 1.8, 32), (32, TC, 32), (32, 3.0, 28)])
+@pytest.mark.slow
 def test_kaufman_lattices(mlflow_uri, cluster2, L, T, K):
     res, _ = run([f"model.L={L}", f"model.T={T}", f"tempering.n_replicas={K}", "tempering.n_rounds=11",
                   "tempering.n_chains=2", "tempering.sweeps_per_scan=8", "tempering.figures=false", "progress=false"],

@@ -118,6 +118,7 @@ def test_gp_pyfunc_of_every_method(store, method):
     _check_gp(store, tr, res)
 
 
+@pytest.mark.slow
 def test_gp_model_served_over_http(store, gp_run):
     """``mlflow models serve --env-manager local`` on 127.0.0.1: the same predictions over HTTP."""
     import pandas as pd

@@ -61,6 +61,7 @@ def test_a_workload_module_without_workload_is_refused(monkeypatch):
         registry.workloads()
 
 
+@pytest.mark.slow
 def test_toy_workload_runs_end_to_end_from_the_command_line(tmp_path):
     """pgmflow pipeline=toy: composed from the toy's own conf/ (its data group and debug shrinking), validated
     by the toy's rules, run on a real LocalCluster, logged to MLflow -- no pgmflow file edited."""

@@ -26,6 +26,7 @@ def test_ising_identical_across_workers_schedulers_and_layouts(mlflow_uri, clust
     assert res["scans_total"] == sum(2**r for r in range(1, 6))
 
 
+@pytest.mark.slow
 def test_different_seeds_differ(mlflow_uri):
     _, a = run(SMALL_ISING + ["seed=1"], mlflow_uri)
     _, b = run(SMALL_ISING + ["seed=2"], mlflow_uri)
@@ -40,6 +41,7 @@ def test_continuous_identical_across_workers_and_layouts(mlflow_uri, cluster_fac
     assert_same_results(ref, tr)
 
 
+@pytest.mark.slow
 def test_farming_several_targets_matches_single_runs(mlflow_uri):
     """Targets farmed in one run: the first target's chain is bit-identical to running it alone
     (same chain identity), and each target is compared with its own exact log Z."""

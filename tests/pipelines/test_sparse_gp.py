@@ -68,6 +68,7 @@ def test_sgpr_on_diabetes_logs_metrics_figures_and_model(diabetes_sgpr):
     assert tr.client.get_metric_history(tr.run_id, "final_test_rmse")[0].value == res["test_rmse"]
 
 
+@pytest.mark.slow
 def test_results_are_bit_identical_on_1_2_and_4_workers(store, cluster_factory):
     ov = BASE + NO_FIGS + ["gp_data.n=500", "sparse_gp.m=12", "sparse_gp.max_iter=5", "sparse_gp.chunk_size=128",
                            "sparse_gp.in_process=false"]

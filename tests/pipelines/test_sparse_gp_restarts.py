@@ -5,6 +5,7 @@ restart's bound is logged, and the result is the same bits on the workers as in 
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from tests.pipelines.helpers import run
 
@@ -18,6 +19,7 @@ def _wiggle(path):
             "progress=false"]
 
 
+@pytest.mark.slow
 def test_restarts_find_the_higher_optimum_the_single_start_misses(tmp_path, mlflow_uri, cluster2):
     base = _wiggle(tmp_path / "wiggle.csv")
     single, _ = run(base, mlflow_uri)

@@ -46,6 +46,7 @@ def test_synthetic_topics_are_recovered(synth_corpus, mlflow_uri, cluster2):
     assert tr.client.get_run(tr.run_id).info.status == "FINISHED"
 
 
+@pytest.mark.slow
 def test_lambda_is_bit_identical_across_worker_counts(synth_corpus, mlflow_uri, cluster_factory):
     ov = _synth(synth_corpus, "svi.max_steps=12", "svi.eval_every=6", "svi.figures=false")
     lams, results = [], []
@@ -78,6 +79,7 @@ def test_seed_words_move_their_topic(synth_corpus, mlflow_uri, cluster2):
     assert assign[5] == 0
 
 
+@pytest.mark.slow
 def test_topic_cap_makes_documents_use_fewer_topics(synth_corpus, mlflow_uri, cluster2):
     ov = _synth(synth_corpus, "svi.max_steps=10", "svi.eval_every=0", "svi.figures=false", "pr.topic_cap=1.5")
     res, _ = run(ov, mlflow_uri, cluster2)

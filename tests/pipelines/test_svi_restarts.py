@@ -4,11 +4,14 @@ number of workers."""
 
 from __future__ import annotations
 
+import pytest
+
 from tests.pipelines.helpers import run
 
 BASE = ["pipeline=svi", "debug=default", "svi.figures=false", "progress=false"]
 
 
+@pytest.mark.slow
 def test_restarts_keep_the_lowest_heldout_perplexity(mlflow_uri, cluster2):
     single, _ = run(BASE, mlflow_uri)
     multi, tr = run(BASE + ["svi.restarts=2"], mlflow_uri)

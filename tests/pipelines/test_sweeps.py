@@ -50,6 +50,7 @@ def summary_rows(tr, parent_id):
     return list(csv.DictReader(io.StringIO(tr.read_text("sweep_summary.csv"))))
 
 
+@pytest.mark.slow
 def test_failed_jobs_do_not_stop_the_sweep(tmp_path):
     """Criterion 2: 8 jobs, 2 with a bad config: 6 FINISHED and 2 FAILED child runs under one
     parent, each FAILED run holding its error, exit code 2 (= the failed count); the summary CSV
@@ -96,6 +97,7 @@ def test_failed_jobs_do_not_stop_the_sweep(tmp_path):
     assert "resuming" in r2.stdout
 
 
+@pytest.mark.slow
 def test_killed_sweep_resumes_only_missing_jobs(tmp_path):
     """Criteria 1 and 3: a 12-job sweep on a 2-worker LocalCluster is killed (SIGKILL to the whole
     process group) once a few jobs have finished; the same command again runs only the missing
@@ -148,6 +150,7 @@ def test_killed_sweep_resumes_only_missing_jobs(tmp_path):
     assert "12 FINISHED, 0 FAILED" in r.stdout
 
 
+@pytest.mark.slow
 def test_optuna_sweeper_through_the_dask_launcher(tmp_path):
     """Criterion 4: 10 Optuna trials through the Dask launcher finish; the best trial is reported
     and its objective is the smallest of the 10 child runs."""

@@ -20,6 +20,7 @@ SMALL = ["model=gaussian", "model.dim=4", "tempering.n_replicas=6", "tempering.n
 
 
 @pytest.mark.parametrize("reference", ["variational", "stabilized"])
+@pytest.mark.slow
 def test_identical_across_workers_and_layouts(reference, mlflow_uri, cluster_factory):
     ov = SMALL + [f"tempering.reference={reference}"]
     res, ref = run(ov + ["tempering.layout=chain", "tempering.scans_per_task=3", "tempering.figures=false"], mlflow_uri)
@@ -58,6 +59,7 @@ def test_stabilized_split_follows_the_barriers(mlflow_uri):
     assert half["n_levels_fixed"] == 5 and half["n_levels_variational"] == 5
 
 
+@pytest.mark.slow
 def test_stabilized_figures_show_both_legs(mlflow_uri):
     res, tr = run(SMALL + ["tempering.reference=stabilized"], mlflow_uri)
     arts = set(tr.list_artifacts("figures"))

@@ -34,6 +34,7 @@ def test_tesla_beats_keller_and_static_on_the_synthetic_protocol(mlflow_uri, clu
     assert tr.client.get_run(tr.run_id).info.status == "FINISHED"
 
 
+@pytest.mark.slow
 def test_estimates_are_bit_identical_across_worker_counts(mlflow_uri, cluster_factory):
     ov = SMALL + ["tesla.figures=false"]
     outs = []

@@ -7,6 +7,7 @@ import yaml
 from tests.pipelines.helpers import SMALL_ISING, run
 
 
+@pytest.mark.slow
 def test_run_records_everything(mlflow_uri, cluster2):
     res, tr = run(SMALL_ISING + ["tempering.n_chains=2"], mlflow_uri, cluster2)
     r = tr.client.get_run(tr.run_id)

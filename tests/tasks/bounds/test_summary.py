@@ -50,6 +50,7 @@ def _random_models(seed, count):
 CASES = _random_models(11, 200)
 
 
+@pytest.mark.slow
 def test_mf_below_exact_below_trw_on_200_models():
     for name, model in CASES:
         b = summary.compute_bounds(model, damping=0.5, max_iter=50_000, tol=1e-11)

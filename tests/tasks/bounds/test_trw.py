@@ -56,6 +56,7 @@ def random_models(seed=12345):
     return models
 
 
+@pytest.mark.slow
 def test_trw_is_an_upper_bound_on_random_models():
     models = random_models()
     assert len(models) >= 200

@@ -107,6 +107,7 @@ def test_topic_term_bound_is_zero_at_the_prior():
     assert svi.topic_term_bound(lam * 5, 0.3) < 0
 
 
+@pytest.mark.slow
 def test_serial_and_parallel_kernels_give_the_same_bits():
     """Workers with one numba thread run the serial kernel, others the parallel one: same bits."""
     X, lam = _corpus(D=80, seed=5)

@@ -75,6 +75,7 @@ def test_chain_layout_equals_blocks_layout(kind):
     np.testing.assert_array_equal(np.concatenate([b.x for b in blocks]), st_chain.x)
 
 
+@pytest.mark.slow
 def test_every_level_samples_its_boltzmann_distribution():
     """4x4 Ising with a field, 5 levels: the mean energy at each level matches enumeration."""
     target = targets.make_ising(4, 1.6, h=0.2)

@@ -401,6 +401,7 @@ def _batch_means(x, n_batches):
 
 
 @pytest.mark.parametrize("glass", [False, True])
+@pytest.mark.slow
 def test_kernel_samples_the_boltzmann_distribution(glass):
     L, J = 4, 1.0
     rng = np.random.default_rng(17 + glass)

@@ -272,6 +272,7 @@ def test_fused_lasso_is_soft_thresholded_tv_and_respects_penalized():
                                   prox.prox_fused_lasso(Y, lam1, lam2, np.ones(9, bool)))
 
 
+@pytest.mark.slow
 def test_fused_lasso_layouts_and_in_place():
     rng = np.random.default_rng(7)
     Y = np.cumsum(rng.standard_normal((60, 5)), axis=0)
