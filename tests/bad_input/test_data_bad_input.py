@@ -184,10 +184,7 @@ CASES.update({
                                            ["corpus.docword='docword.txt'", "wordID 9 is outside 1..W = 4"]),
     "uci_empty_vocabulary": lambda p: (_uci(p, "2\n4\n2\n1 1 1\n2 2 1\n", vocab=""),
                                        ["corpus.docword='docword.txt'", "vocabulary-size mismatch: 0 lines"]),
-    "uci_empty_docword": pytest.param(
-        lambda p: (_uci(p, ""), ["corpus.docword='docword.txt'", "the header ends after 0 lines"]),
-        marks=pytest.mark.xfail(strict=True, reason="the line holds two '; fix:' parts (the CorpusError's own fix "
-                                "is repeated inside the problem): pipelines/svi/corpora.py, tasks/lda/corpus/uci.py")),
+    "uci_empty_docword": lambda p: (_uci(p, ""), ["corpus.docword='docword.txt'", "the header ends after 0 lines"]),
 })
 
 

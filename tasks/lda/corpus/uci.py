@@ -39,6 +39,8 @@ def from_uci(docword_path, vocab_path, out_dir, docs_per_shard=10000) -> CorpusI
                     raise CorpusError(src, f"the header ends after {len(header)} lines", fix_fmt)
                 if line.strip():
                     header.append(int(line.strip()))
+        except CorpusError:  # (a ValueError too): already says what is wrong and how to fix it
+            raise
         except (ValueError, UnicodeDecodeError, OSError, EOFError) as exc:
             raise CorpusError(src, f"unreadable header ({type(exc).__name__}: {exc})", fix_fmt) from None
     D, W, NNZ = header
