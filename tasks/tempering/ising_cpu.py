@@ -196,50 +196,44 @@ def unpack_planes(P, spins, table):
 
 
 @backend.kernel(cache=True, parallel=True, fastmath=False, nogil=True)
-def plane_bonds(bonds_h, bonds_v, BB):
-    """Bonds as bit planes: bonds_h, bonds_v int8 [L, L] -> BB uint64 [2, 4, L W]; returns the
-    number of bonds that are not -1/+1.
+def plane_bonds(PH, PV, BB):
+    """Bonds as bit planes, from the bond lattices packed like spins (``PH``, ``PV`` uint64
+    [1, 2, (L + 2) W]: :func:`pack_planes` of ``bonds_h[None]`` and ``bonds_v[None]``, bit set for
+    +1) -> BB uint64 [2, 4, L W].
 
     Bit b of ``BB[c, k, i W + w]`` is bond k of site ``(i, j = 2 q + p)``, ``q = 64 w + b``,
-    ``p = (i + c) & 1``, set for +1, with k = 0: up (to ``(i-1, j)``), 1: down (to ``(i+1, j)``),
-    2: the horizontal neighbour found at the same ``q`` in the other colour's row (``(i, j+1)`` if
-    ``p == 0`` else ``(i, j-1)``), 3: the one at the "side" index (``q-1`` if ``p == 0`` else
-    ``q+1``).
+    ``p = (i + c) & 1``, set for +1, with k = 0: up (to ``(i-1, j)``: bonds_v[i-1, j], a site of
+    colour 1 - c in row i - 1), 1: down (to ``(i+1, j)``: bonds_v[i, j]), 2: the horizontal
+    neighbour found at the same ``q`` in the other colour's row (``(i, j+1)`` if ``p == 0``:
+    bonds_h[i, j], colour c; else ``(i, j-1)``: bonds_h[i, j-1], colour 1 - c, index q), 3: the one
+    at the "side" index (``q-1`` if ``p == 0``: bonds_h[i, j-1], colour 1 - c, index q - 1 around
+    the row; else ``q+1``: bonds_h[i, j], colour c). Lanes past H may hold any bits (no site
+    reads them).
     """
-    L = bonds_h.shape[0]
+    W = (PH.shape[2] - BB.shape[2]) // 2  # (L + 2) W - L W
+    L = BB.shape[2] // W
     H = L // 2
-    W = (H + 63) >> 6
-    bad = 0
+    hb = np.uint64((H - 1) & 63)
     for ci in prange(2 * L):
         c = ci // L
         i = ci - c * L
         p = (i + c) & 1
-        im = i - 1 if i > 0 else L - 1
-        nbad = 0
+        own_h = PH[0, c]
+        oth_h = PH[0, 1 - c]
+        o = (i + 1) * W
         for w in range(W):
-            b0 = np.uint64(0)
-            b1 = np.uint64(0)
-            b2 = np.uint64(0)
-            b3 = np.uint64(0)
-            for b in range(min(64, H - 64 * w)):
-                j = 2 * (64 * w + b) + p
-                jm = j - 1 if j > 0 else L - 1
-                right = bonds_h[i, j]
-                left = bonds_h[i, jm]
-                sh = np.uint64(b)
-                b0 |= np.uint64(bonds_v[im, j] > 0) << sh
-                b1 |= np.uint64(bonds_v[i, j] > 0) << sh
-                b2 |= np.uint64((right if p == 0 else left) > 0) << sh
-                b3 |= np.uint64((left if p == 0 else right) > 0) << sh
-                nbad += (right * right != 1) + (bonds_v[i, j] * bonds_v[i, j] != 1)
-            BB[c, 0, i * W + w] = b0
-            BB[c, 1, i * W + w] = b1
-            BB[c, 2, i * W + w] = b2
-            BB[c, 3, i * W + w] = b3
-        bad += nbad
-    return bad
-
-
+            f = i * W + w
+            BB[c, 0, f] = PV[0, 1 - c, i * W + w]
+            BB[c, 1, f] = PV[0, c, o + w]
+            if p == 0:
+                BB[c, 2, f] = own_h[o + w]
+                if w == 0:
+                    BB[c, 3, f] = (oth_h[o] << _U1) | ((oth_h[o + W - 1] >> hb) & _U1)
+                else:
+                    BB[c, 3, f] = (oth_h[o + w] << _U1) | (oth_h[o + w - 1] >> _U63)
+            else:
+                BB[c, 2, f] = oth_h[o + w]
+                BB[c, 3, f] = own_h[o + w]
 @backend.kernel(cache=True, fastmath=False, nogil=True)
 def _fill_planes(IN, row0, f0, nf, nblk, ctr1, ctr2, ctr3, k0, k1):
     """The first ``nblk`` Philox blocks of the words f0 .. f0 + nf - 1 (flat word index ``i W + w``)
@@ -525,9 +519,12 @@ def _sweep_numba(spins, bonds_h, bonds_v, thr, key, replica_ids, chain, sweep0, 
     bad = k["pack_planes"](work, P)
     if bad:
         raise ValueError(f"spins must contain only -1 and +1; {bad} sites hold other values")
-    BB = np.zeros((2, 4, L * W), dtype=np.uint64)
-    if k["plane_bonds"](bonds_h, bonds_v, BB):
+    PH = np.zeros((1, 2, (L + 2) * W), dtype=np.uint64)
+    PV = np.zeros((1, 2, (L + 2) * W), dtype=np.uint64)
+    if k["pack_planes"](bonds_h.reshape(1, L, L), PH) or k["pack_planes"](bonds_v.reshape(1, L, L), PV):
         raise ValueError("bonds_h and bonds_v must contain only -1 and +1")
+    BB = np.empty((2, 4, L * W), dtype=np.uint64)
+    k["plane_bonds"](PH, PV, BB)
     T = np.ascontiguousarray(np.reshape(thr, (R, 10)), dtype=np.int64)
     k0, k1 = int(key[0]), int(key[1])
     chain32 = int(chain) & _MASK32
