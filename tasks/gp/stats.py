@@ -135,7 +135,8 @@ class Grad(NamedTuple):
     log_noise: float (non-zero for FITC only: SGPR and DTC meet the noise on the driver).
     Z: float64 [m, d], through ``Kuf``.
     Kuu: float64 [m, m], the adjoint w.r.t. ``Kuu`` collected in the chunk (FITC, through
-        ``Lambda``; zeros for SGPR and DTC); ``finish_grad`` pushes it through the kernel once.
+        ``Lambda``); the scalar 0.0 for SGPR and DTC (adding it changes no bit of the driver's
+        ``dKuu``); ``finish_grad`` pushes it through the kernel once.
     """
 
     log_lengthscale: np.ndarray
@@ -307,7 +308,7 @@ def chunk_grad(method: str, kernel: str, params: GPParams, Z, X_chunk, y_chunk, 
 
     if method in ("sgpr", "dtc"):
         dlog_noise = 0.0
-        dKuu = np.zeros((m, m))
+        dKuu = 0.0  # (no Kuu path here: a scalar, not an m x m block of zeros to ship and add per chunk)
         d_diag = float(adjoints.dpsi0) * n  # through psi0 = n s
         if kernel == "rbf":
             # G = dF/dKuf * dK/du = -(1/2) K * (2 P Kuf + a y'), formed in place
