@@ -69,6 +69,21 @@ __device__ __forceinline__ void pgm_block(pgm_u32 f, pgm_u32 g, pgm_u32 ctr1, pg
     *pb = (pgm_u64)u[2] | ((pgm_u64)u[3] << 32);
 }
 
+/* The threshold of site j of a row: thr[2n + (s+1)/2] with n the satisfied bonds (as a local field
+   f = 2n - 4 of the bond-weighted neighbour spins). Recomputed for the rare undecided sites rather
+   than kept per lane (64 int64 per thread would live in local memory). */
+__device__ __forceinline__ pgm_i64 pgm_site_threshold(const signed char* row, const signed char* rowm,
+                                                      const signed char* rowp, const signed char* bh,
+                                                      const signed char* bvd, const signed char* bvu,
+                                                      const pgm_i64* T, const int L, const int j)
+{
+    const int jm = (j == 0) ? L - 1 : j - 1;
+    const int jp = (j == L - 1) ? 0 : j + 1;
+    const int s = row[j];
+    const int f = bh[j] * row[jp] + bh[jm] * row[jm] + bvd[j] * rowp[j] + bvu[j] * rowm[j];
+    return T[f + 4 + ((s + 1) >> 1)];
+}
+
 extern "C" __global__ void pgm_ising_colour(
     signed char* __restrict__ spins,
     const signed char* __restrict__ bonds_h,
@@ -107,15 +122,8 @@ extern "C" __global__ void pgm_ising_colour(
 
     const int nl = (H - 64 * w < 64) ? H - 64 * w : 64;
     pgm_u64 plus = 0, und = 0;
-    pgm_i64 tl[64];
     for (int b = 0; b < nl; ++b) {
-        const int j = 2 * (64 * w + b) + p;
-        const int jm = (j == 0) ? L - 1 : j - 1;
-        const int jp = (j == L - 1) ? 0 : j + 1;
-        const int s = row[j];
-        const int f = bh[j] * row[jp] + bh[jm] * row[jm] + bvd[j] * rowp[j] + bvu[j] * rowm[j];
-        const pgm_i64 t = T[f + 4 + ((s + 1) >> 1)];
-        tl[b] = t;
+        const pgm_i64 t = pgm_site_threshold(row, rowm, rowp, bh, bvd, bvu, T, L, 2 * (64 * w + b) + p);
         pgm_u32 hi = 0;  /* the top 8 bits of u */
         for (int k = 0; k < 8; ++k) hi = (hi << 1) | (pgm_u32)((pl[k] >> b) & 1ull);
         const pgm_i64 th = t >> 24;  /* 256 for t = 2**32 */
@@ -131,7 +139,8 @@ extern "C" __global__ void pgm_ising_colour(
                 pgm_u32 u = 0;
                 for (int k = 0; k < 8; ++k) u = (u << 1) | (pgm_u32)((pl[k] >> b) & 1ull);
                 for (int k = 0; k < 24; ++k) u = (u << 1) | (pgm_u32)((lo[k] >> b) & 1ull);
-                if ((pgm_i64)u < tl[b]) plus |= 1ull << b;
+                if ((pgm_i64)u < pgm_site_threshold(row, rowm, rowp, bh, bvd, bvu, T, L, 2 * (64 * w + b) + p))
+                    plus |= 1ull << b;
             }
         }
     }
