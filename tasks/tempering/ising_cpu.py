@@ -79,6 +79,14 @@ def kernels() -> dict:
             "sweep_by_rows": k["sweep_by_rows"], "fill_planes": k["_fill_planes"]}
 
 
+@backend.kernel(cache=True, fastmath=False, nogil=True)
+def _refresh_halos(pl, L, W):
+    """Halo rows of one plane (flat [(L + 2) W]): row 0 = row L, row L + 1 = row 1."""
+    for w in range(W):
+        pl[w] = pl[L * W + w]
+        pl[(L + 1) * W + w] = pl[W + w]
+
+
 _GATHER4 = np.uint64((1 << 45) | (1 << 30) | (1 << 15) | 1)  # bits 0, 16, 32, 48 -> bits 45..48
 _EVEN_SIGNS = np.uint64(0x0001000100010001)
 _BYTE_ONES = np.uint64(0x0101010101010101)
@@ -157,12 +165,7 @@ def pack_planes(spins, P):
                 po[w] = od
         bad += nbad
     for rc in prange(2 * R):
-        r = rc >> 1
-        c = rc & 1
-        pl = P[r, c]
-        for w in range(W):
-            pl[w] = pl[L * W + w]
-            pl[(L + 1) * W + w] = pl[W + w]
+        _refresh_halos(P[rc >> 1, rc & 1], L, W)
     return bad
 
 
@@ -428,13 +431,6 @@ def _sweep_chunk(Pm, Po, Bc, Tr, L, H, W, c, i0, i1, IN, OUT, G, IDX, ctr1, rid,
         cnt += np.int64(_popcount(new ^ Pm[f0 + W + k]))
         Pm[f0 + W + k] = new
     return cnt
-
-
-@backend.kernel(cache=True, fastmath=False, nogil=True)
-def _refresh_halos(pl, L, W):
-    for w in range(W):
-        pl[w] = pl[L * W + w]
-        pl[(L + 1) * W + w] = pl[W + w]
 
 
 @backend.kernel(cache=True, parallel=True, fastmath=False, nogil=True)
