@@ -23,7 +23,7 @@ RUNS = {
     "B": [["pipeline=svi", "debug=default", "svi.figures=false"],
           ["pipeline=svi", "corpus=synthetic", "debug=default", "svi.figures=false"],
           ["experiment=lda_seeded", "debug=default", "svi.figures=false"],
-          ["pipeline=sparse_gp", "debug=default", "sparse_gp.figures=false"]],  # the RBF exp kernel (tasks/gp/fastexp.py)
+          ["pipeline=sparse_gp", "debug=default", "sparse_gp.figures=false"]],  # the RBF exp kernel (tasks/fastexp.py)
 }
 
 

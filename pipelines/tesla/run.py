@@ -134,7 +134,7 @@ def _solve(ctx, tcfg, series, methods, lam1, lam2, bandwidths, q, criterion, hel
         ctx.say(saved.describe(len(units), "node selections"))
     graph = build_fits(ctx.executor, ctx.token, series, methods, lam1, lam2, bandwidths, q, criterion, heldout,
                        isolated, max_iter, tol, float(tcfg.get("ebic_gamma", 0.5)), skip=done,
-                       screen=bool(tcfg.get("active_sets", False)))
+                       screen=bool(tcfg.get("active_sets", True)))
     todo = [u for u in units if u not in done]
     flat = [graph[m][i] for m, i in todo]
     bar = Progress(len(units), "tesla", "node fits", enabled=ctx.progress)

@@ -20,7 +20,7 @@ With lengthscale-scaled inputs ``x~ = x / ell`` and ``u = ||x~ - z~||^2 = r^2``:
 ``u`` is computed with the ``||x~||^2 + ||z~||^2 - 2 x~ z~^T`` identity (one GEMM) and clipped
 at 0; for RBF cross matrices the norms and ``log s`` ride in two extra columns of that GEMM, so
 ``K = exp(min(log s - u/2, log s))`` costs one GEMM and one pass of ``min`` and ``exp`` (on the
-CPU :func:`pgmflow.tasks.gp.fastexp.capped_exp`, a vectorised exp with the same bits on every
+CPU :func:`pgmflow.tasks.fastexp.capped_exp`, a vectorised exp with the same bits on every
 machine). All three kernels are written as functions of ``u``; their derivatives ``dk/du``::
 
     rbf       -k / 2
@@ -62,7 +62,7 @@ import numpy as np
 import scipy.linalg
 
 from pgmflow.tasks import backend
-from pgmflow.tasks.gp import fastexp
+from pgmflow.tasks import fastexp
 
 __all__ = [
     "DEFAULT_JITTER",

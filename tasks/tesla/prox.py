@@ -34,15 +34,21 @@ column of a ``[T, p]`` matrix (time down the rows, one coefficient path per colu
 l1 part only on the columns marked ``penalized``.
 
 Numba kernels (for use inside other numba code): ``k = prox._kernels()`` returns a
-:class:`Kernels` named tuple ``(tv1d, prox_fused_lasso)`` and also binds the module globals
-``prox._tv1d`` and ``prox._prox_fused_lasso`` to the same dispatchers:
+:class:`Kernels` named tuple ``(tv1d, prox_fused_lasso, fused_zero, tv1d_warm)`` and also binds
+the module globals ``prox._tv1d``, ``prox._prox_fused_lasso``, ``prox._fused_zero`` and
+``prox._tv1d_warm`` to the same dispatchers:
 
 - ``_tv1d(y, lam, x)``: y [n] float64, x [n] float64 (output), lam float >= 0. Any strides
   (e.g. ``Y[:, j]`` of a C-ordered matrix); ``x`` may be ``y`` itself, no other overlap.
 - ``_prox_fused_lasso(Y, lam1, lam2, penalized, out)``: Y [T, p] float64, penalized [p] bool,
   out [T, p] float64 (output; may be ``Y`` itself, no other overlap), lam1, lam2 floats >= 0.
+- ``_fused_zero(y, lam1, lam2) -> bool``: whether ``soft(tv(y, lam2), lam1)`` is all zero, in one
+  pass without solving (the common case inside an L1 solver: most columns stay at zero).
+- ``_tv1d_warm(y, lam, signs, x) -> bool``: ``tv(y, lam)`` from a guessed jump set ``signs``
+  [n-1] int8 (+1 up, -1 down, 0 none), verified against the optimality conditions in two passes;
+  False when the guess is wrong (then call ``_tv1d``). Contiguous y and x of the same length.
 
-Neither kernel checks its arguments (the Python wrappers do). To call them from your own jitted
+None of the kernels checks its arguments (the Python wrappers do). To call them from your own jitted
 function, bind the dispatcher to a global of *your* module inside your cached builder (a
 closure cell would defeat numba's on-disk cache), e.g.::
 
@@ -78,6 +84,8 @@ class Kernels(NamedTuple):
 
     tv1d: Any  # (y [n], lam, x [n]) -> None, x = tv(y, lam)
     prox_fused_lasso: Any  # (Y [T, p], lam1, lam2, penalized [p], out [T, p]) -> None
+    fused_zero: Any  # (y [n], lam1, lam2) -> bool: soft(tv(y, lam2), lam1) == 0
+    tv1d_warm: Any  # (y [n], lam, signs [n-1] int8, x [n]) -> bool: x = tv(y, lam) if signs are its jumps
 
 
 def tv_lambda_max(y: np.ndarray) -> float:
@@ -162,14 +170,86 @@ def prox_fused_lasso(Y: np.ndarray, lam1: float, lam2: float, penalized: np.ndar
 
 _tv1d: Any = None  # bound by _kernels()
 _prox_fused_lasso: Any = None  # bound by _kernels()
+_fused_zero: Any = None  # bound by _kernels()
+_tv1d_warm: Any = None  # bound by _kernels()
 
 
 @functools.lru_cache(maxsize=None)
 def _kernels() -> Kernels:
     # Callees are bound to module globals, not closure cells: numba's on-disk cache key hashes a
     # function's closure variables, and a jitted callee pickles differently in every process.
-    global _tv1d, _prox_fused_lasso
+    global _tv1d, _prox_fused_lasso, _fused_zero, _tv1d_warm
     nb = backend.numba()
+
+    @nb.njit(cache=True, nogil=True)
+    def _fused_zero(y, lam1, lam2):
+        """True iff ``soft(tv(y, lam2), lam1)`` is zero everywhere, in one pass without solving.
+
+        The taut string (the cumulative sum of ``tv(y, lam2)``) minimises every convex function of
+        its slopes among the strings F with ``F_0 = 0``, ``|F_k - S_k| <= lam2`` (``S_k`` the partial
+        sums of y) and ``F_n = S_n``; so all of its slopes lie in ``[-lam1, lam1]`` iff some such
+        string has slopes in that interval. The reachable values of ``F_k`` form one interval,
+        propagated forwards (widened by ``lam1``, clipped to the tube); the test fails as soon as it
+        is empty. Exact up to rounding: on a tie (``max |tv| == lam1``) either answer is the prox.
+        """
+        n = y.shape[0]
+        lo = 0.0
+        hi = 0.0
+        s = 0.0
+        for k in range(n - 1):
+            s += y[k]
+            lo = max(lo - lam1, s - lam2)
+            hi = min(hi + lam1, s + lam2)
+            if lo > hi:
+                return False
+        s += y[n - 1]
+        return lo - lam1 <= s <= hi + lam1
+
+    @nb.njit(cache=True, nogil=True)
+    def _tv1d_warm(y, lam, signs, x):
+        """``x = tv(y, lam)`` if ``signs`` ([n-1] int8: +1 a jump up after t, -1 down, 0 none) are
+        the jumps of the solution; returns False (x partly written) if they are not.
+
+        A jump set fixes the solution: each segment ``a..b`` between jumps has the dual value
+        ``-lam * sign`` at its jumps (0 at both ends of the series), hence the value
+        ``v = (sum y[a..b] - (S_b - S_{a-1})) / (b - a + 1)``. The guess is the optimum iff the
+        optimality conditions hold (module docstring): every partial sum of ``y - x`` inside a
+        segment lies in ``[-lam, lam]`` (up to 1e-12 relative: rounding) and every jump goes the
+        stated way (a zero-height jump is allowed: the dual value ``+-lam`` is then merely tight).
+        Two passes over y with no backtracking; a solver iterating the prox of nearby points
+        (FISTA) keeps the jump set of its last answer and falls back to :func:`_tv1d` on a miss.
+        """
+        n = y.shape[0]
+        a = 0
+        s_prev = 0.0
+        v_prev = 0.0
+        while a < n:
+            b = a
+            while b < n - 1 and signs[b] == 0:
+                b += 1
+            s_end = 0.0 if b == n - 1 else -lam * signs[b]
+            tot = 0.0
+            for i in range(a, b + 1):
+                tot += y[i]
+            v = (tot - (s_end - s_prev)) / (b - a + 1)
+            if a > 0:
+                if signs[a - 1] > 0:
+                    if v < v_prev:
+                        return False
+                elif v > v_prev:
+                    return False
+            eps = 1e-12 * (lam + abs(tot) + abs(v) * (b - a + 1))
+            part = s_prev
+            for k in range(a, b):
+                part += y[k] - v
+                if part > lam + eps or part < -lam - eps:
+                    return False
+            for i in range(a, b + 1):
+                x[i] = v
+            s_prev = s_end
+            v_prev = v
+            a = b + 1
+        return True
 
     @nb.njit(cache=True, nogil=True)
     def _tv1d(y, lam, x):
@@ -308,4 +388,4 @@ def _kernels() -> Kernels:
                     else:
                         col[t] = 0.0
 
-    return Kernels(_tv1d, _prox_fused_lasso)
+    return Kernels(_tv1d, _prox_fused_lasso, _fused_zero, _tv1d_warm)

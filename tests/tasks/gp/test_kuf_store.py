@@ -1,11 +1,12 @@
 """Kuf kept between the two passes of an evaluation (pgmflow.tasks.gp.kuf_cache) and the CPU exp of the
-RBF cross matrices (pgmflow.tasks.gp.fastexp): a stored Kuf, a hit and a miss give the same bits; the
+RBF cross matrices (pgmflow.tasks.fastexp): a stored Kuf, a hit and a miss give the same bits; the
 store keys on everything Kuf depends on and keeps to its budget; the exp is within 1 ulp of NumPy's."""
 
 import numpy as np
 import pytest
 
-from pgmflow.tasks.gp import bounds, chunks, fastexp, kuf_cache, stats
+from pgmflow.tasks import fastexp
+from pgmflow.tasks.gp import bounds, chunks, kuf_cache, stats
 from pgmflow.tasks.gp import kernels as kern
 
 

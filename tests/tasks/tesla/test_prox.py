@@ -313,3 +313,86 @@ def test_kernels_callable_from_numba():
     once = prox.prox_fused_lasso(Y, 0.2, 0.5, pen)
     np.testing.assert_array_equal(out, prox.prox_fused_lasso(once, 0.2, 0.5, pen))
     np.testing.assert_array_equal(x, prox.tv_denoise_1d(Y[:, 0], 0.5))
+
+
+# --- the solver's shortcuts: the one-pass zero test and the warm-started TV ---------------------------
+
+
+def _jump_signs(x, scale):
+    """int8 [n-1]: +1 / -1 where x jumps up / down by more than rounding, else 0."""
+    d = np.diff(x)
+    return np.where(np.abs(d) > 1e-12 * scale, np.sign(d), 0).astype(np.int8)
+
+
+def test_fused_zero_is_the_zero_test_of_the_fused_prox():
+    """``fused_zero(y, lam1, lam2)`` iff soft(tv(y, lam2), lam1) == 0, on 3000 random cases (ties
+    within 1e-12 of lam1, where either answer is the prox up to rounding, are counted apart)."""
+    k = prox._kernels()
+    rng = np.random.default_rng(21)
+    wrong, ties, zeros = [], 0, 0
+    for i in range(3000):
+        y, lam2 = _random_case(rng, i)
+        top = float(np.max(np.abs(prox.tv_denoise_1d(y, lam2))))
+        lam1 = top * float(rng.choice([0.5, 0.9, 0.999, 1.001, 1.5, 3.0])) if i % 4 else top
+        want = top <= lam1
+        got = bool(k.fused_zero(y, lam1, lam2))
+        zeros += want
+        if got != want:
+            if abs(top - lam1) <= 1e-12 * (1.0 + np.max(np.abs(y))):
+                ties += 1
+            else:
+                wrong.append((i, len(y), lam1, lam2, top))
+    assert wrong == []
+    assert 1000 < zeros < 2500  # both answers well represented
+
+
+def test_warm_tv_from_the_true_jumps_is_the_solution():
+    """``tv1d_warm`` given the jump signs of Condat's solution returns it (to rounding) and passes
+    the optimality certificate; from wrong signs it either declines or still returns the solution:
+    it never returns a wrong answer."""
+    k = prox._kernels()
+    rng = np.random.default_rng(22)
+    hits = declined = 0
+    for i in range(2000):
+        y, lam = _random_case(rng, i)
+        if len(y) < 2:
+            continue
+        x = prox.tv_denoise_1d(y, lam)
+        scale = 1.0 + np.max(np.abs(y))
+        signs = _jump_signs(x, scale)
+        out = np.empty_like(y)
+        if k.tv1d_warm(y, lam, signs, out):
+            hits += 1
+            np.testing.assert_allclose(out, x, rtol=0, atol=1e-9 * scale)
+            assert _tv_certificate(y, out, lam) == []
+        for _ in range(3):  # perturbed guesses
+            bad = signs.copy()
+            bad[rng.integers(0, len(bad))] = rng.integers(-1, 2)
+            if k.tv1d_warm(y, lam, bad, out):
+                assert _tv_certificate(y, out, lam) == [], (i, bad, signs)
+            else:
+                declined += 1
+    assert hits >= 1900 and declined > 500
+
+
+def test_solver_prox_step_equals_the_fused_prox_across_calls():
+    """The FISTA prox step (zero test, warm jump sets kept between calls, Condat on a miss) gives the
+    fused-lasso prox of ``Y - step G`` column by column, call after call on drifting inputs."""
+    from pgmflow.tasks.tesla import solver
+
+    solver._kernels()
+    rng = np.random.default_rng(23)
+    T, p = 40, 12
+    pen = np.ones(p, bool)
+    pen[3] = False
+    state = np.zeros((p, T), np.int8)
+    Y = np.cumsum(rng.standard_normal((T, p)), axis=0) * 0.1
+    G = rng.standard_normal((T, p))
+    out = np.empty((T, p))
+    for it in range(30):
+        Y = Y + 1e-3 * rng.standard_normal((T, p)) if it % 10 else rng.standard_normal((T, p))
+        step, l1, l2 = 0.05, 0.02 * (1 + it % 3), 0.05
+        solver._prox_step(Y, G, step, l1, l2, pen, out, state, np.empty(T), np.empty(T))
+        ref = prox.prox_fused_lasso(Y - step * G, l1, l2, pen)
+        np.testing.assert_allclose(out, ref, rtol=0, atol=1e-12)
+        assert np.array_equal(out == 0.0, ref == 0.0)

@@ -1,4 +1,4 @@
-"""``exp(min(E, cap))`` in place, on the CPU: the exponentials of the RBF kernel's cross matrices.
+"""``exp(min(E, cap))`` in place on the CPU, vectorised: RBF cross matrices (sparse_gp), TESLA margins.
 
 NumPy's float64 ``exp`` on a CPU without AVX-512 is the C library's, element by element (~6-7 ns an
 element on the benchmark machine): the ``m n`` exponentials of ``Kuf`` cost about half as much as
