@@ -426,8 +426,8 @@ def _kernels():
         ``adaptive=False``: the fixed step 1/L. ``adaptive=True``: the step ``1/L_k`` with ``L_k <= L``
         found by backtracking on the descent lemma ``f(x+) <= f(y) + <g, x+ - y> + L_k/2 |x+ - y|^2``
         (Beck and Teboulle 2009), ``L_k`` shrunk before every iteration (halved until the first
-        backtrack, then x0.9) and doubled on a failed test, never above L (where the test holds by
-        the Lipschitz bound and is not evaluated). The global L bounds l'' by 1; near a solution
+        backtrack, then x0.9, never below 1e-9 L) and doubled on a failed test, never above L (where
+        the test holds by the Lipschitz bound and is not evaluated). The global L bounds l'' by 1; near a solution
         most margins are large and the local curvature is often 10-30x smaller, so the steps are too.
         The margins are linear in theta, so those of the extrapolated point ``y = x+ + beta (x+ - x)``
         are combined from the ones the step search computed at x+ and x (one margin pass per
@@ -473,7 +473,7 @@ def _kernels():
                 fy = _loss_terms(lo, hi, woff, w, u_y, ex, buf)
                 if smooth:
                     fy += _smooth_value(y, lam2)
-                Lk = Lk * shrink
+                Lk = max(Lk * shrink, 1e-9 * L)  # (a floor against runaway steps on a flat loss)
             while True:
                 step = 1.0 / Lk
                 _prox_step(y, g, step, step * lam1, step * l2p, penalized, xn, state, ycol, xcol)

@@ -181,3 +181,15 @@ def test_local_steps_cut_iterations_and_reach_the_same_optimum(lam2):
         _same_support(full.thetas[k], fast.thetas[k])
         step = S.solve_path(des, node, l1, lam2, theta0=fast.thetas[k], tol=0.0, screen=False, max_iter=1)
         assert float(des.L.max()) * np.abs(step.theta - fast.thetas[k]).max() <= 1e-8 * 1.000001
+
+
+def test_local_steps_stay_finite_when_the_optimum_is_at_infinity():
+    """lambda1 = 0 on separable samples (node 0 equals x_1 everywhere): the loss falls towards 0 as
+    the coefficient grows, so neither solver converges; the backtracked steps grow (their floor
+    1e-9 L bounds them) but every iterate stays finite, and further along than the fixed step's."""
+    des = _known_design(3)
+    fast = S.solve_path(des, 0, 0.0, 0.1, tol=1e-12, max_iter=3000, screen=True)
+    full = S.solve_path(des, 0, 0.0, 0.1, tol=1e-12, max_iter=3000, screen=False)
+    assert not fast.converged and not full.converged
+    assert np.isfinite(fast.theta).all() and np.isfinite(fast.objective)
+    assert 0.0 < fast.objective < full.objective
