@@ -13,11 +13,12 @@ iterations on a 20,000-row subsample, seeded by ``pgmflow.tasks.rng``) and the s
 (lengthscale 1 in every input, scale 1, noise variance 0.1, in standardised units), and both
 optimise the hyperparameters and the inducing inputs.
 
-* pgmflow: the pipeline's own objective (``pgmflow.pipelines.sparse_gp.evaluations.Evaluations``: one task per chunk of
-  10,000 rows computes the SGPR statistics, the driver adds them in chunk order and does the
-  m x m algebra, one task per chunk computes the gradient) on a LocalCluster of 2 worker
-  processes with 1 thread each (OMP/OPENBLAS/MKL/NUMBA threads = 1 in the workers); the chunks
-  are scattered once before the clock runs. Fitted with scipy's L-BFGS-B (memory 10), at most
+* pgmflow: the pipeline's own objective (``pgmflow.pipelines.sparse_gp.evaluations.Evaluations``: one graph per
+  evaluation -- each worker computes the SGPR statistics of the chunks of 10,000 rows it holds, one
+  worker adds them in chunk order and does the m x m algebra, each worker computes its chunks'
+  gradient) on a LocalCluster of 2 worker processes with 1 thread each (OMP/OPENBLAS/MKL/NUMBA
+  threads = 1 in the workers, glibc's malloc thresholds as the pipeline sets them); the chunks are
+  scattered once, evenly, before the clock runs. Fitted with scipy's L-BFGS-B (memory 10), at most
   ``--iters`` (50) iterations, as ``pipeline=sparse_gp`` does.
 * GPyTorch: ``ExactGP`` with a zero mean and ``InducingPointKernel(ScaleKernel(RBFKernel(
   ard_num_dims=10)))``, ``ExactMarginalLogLikelihood`` (Titsias's collapsed bound: GPyTorch adds
@@ -77,9 +78,12 @@ def _cluster(n_workers=2, memory_limit="auto"):
 
     from distributed import LocalCluster
 
-    return LocalCluster(n_workers=n_workers, threads_per_worker=1, processes=True, dashboard_address=None,
-                        silence_logs=logging.ERROR, memory_limit=memory_limit,
-                        env={**THREADS, "PYTHONPATH": str(REPO)})
+    from pgmflow.pipelines.core.cluster import worker_malloc
+
+    with worker_malloc():  # the pipeline's local clusters start their workers so (pipelines/core/cluster.py)
+        return LocalCluster(n_workers=n_workers, threads_per_worker=1, processes=True, dashboard_address=None,
+                            silence_logs=logging.ERROR, memory_limit=memory_limit,
+                            env={**THREADS, "PYTHONPATH": str(REPO)})
 
 
 def make_data(n, n_test, d=10):
@@ -143,10 +147,10 @@ def cluster_dgemm_rate(client, m, n_c):
 
 
 _KEY = "both tasks: the Kuf store's key (hash of X, Z, params)"
-# one evaluation's numerics per chunk: Kuf once, both tasks given it, and the key each task computes
-NUMERICS_PER_CHUNK = ("statistics: Kuf (GEMM [m, d+2] x [d+2, n_c], min and exp)", "statistics: whole task given Kuf",
-                      "gradient: whole task given Kuf", _KEY, _KEY)
-NUMERICS_DRIVER = ("driver: bounds.objective (m x m algebra)", "driver: bounds.finish_grad")
+_STATS = "statistics: whole task, Kuf made block by block (pgmflow.tasks.gp.fused)"
+# one evaluation's numerics per chunk: the statistics making Kuf, the gradient given it, and the key each task computes
+NUMERICS_PER_CHUNK = (_STATS, "gradient: whole task given Kuf", _KEY, _KEY)
+NUMERICS_DRIVER = ("objective task: bounds.objective (m x m algebra, on a worker)", "driver: bounds.finish_grad")
 
 
 def profile_chunk(Xs, ys, Z0, params, chunk):
@@ -163,16 +167,18 @@ def profile_chunk(Xs, ys, Z0, params, chunk):
     K = gstats.cross_covariance("rbf", params, Z0, X)
     P = adj.dpsi2
     g = gstats.chunk_grad("sgpr", "rbf", params, Z0, X, y, adj, Kuf=K)
+    buf = np.empty(K.shape, order="F")  # as the Kuf store hands a recycled buffer to the statistics task
     steps = {
-        "statistics: Kuf (GEMM [m, d+2] x [d+2, n_c], min and exp)": lambda: gstats.cross_covariance(
+        "statistics: Kuf alone (GEMM [m, d+2] x [d+2, n_c], min and exp)": lambda: gstats.cross_covariance(
             "rbf", params, Z0, X),
         "statistics: Kuf y": lambda: K @ y,
-        "statistics: Kuf Kfu (SYRK)": lambda: gstats._gram(np, K),
+        "statistics: Kuf Kfu (one whole-chunk SYRK)": lambda: gstats._gram(np, K),
         "statistics: whole task given Kuf": lambda: gstats.chunk_stats("sgpr", "rbf", params, Z0, X, y, Kuf=K),
-        "gradient: P Kuf (GEMM)": lambda: P @ K,
+        _STATS: lambda: gstats.chunk_stats_and_kuf("sgpr", "rbf", params, Z0, X, y, out=buf),
+        "gradient: P Kuf (one whole-chunk GEMM)": lambda: P @ K,
         "gradient: whole task given Kuf": lambda: gstats.chunk_grad("sgpr", "rbf", params, Z0, X, y, adj, Kuf=K),
         _KEY: lambda: kuf_cache.key("rbf", params, Z0, X),
-        "driver: bounds.objective (m x m algebra)": lambda: gbounds.objective("sgpr", "rbf", params, Z0, st),
+        "objective task: bounds.objective (m x m algebra, on a worker)": lambda: gbounds.objective("sgpr", "rbf", params, Z0, st),
         "driver: bounds.finish_grad": lambda: gbounds.finish_grad("sgpr", "rbf", params, Z0, adj, g),
     }
     out = {}
@@ -213,8 +219,8 @@ def run_pgmflow(Xs, ys, Xts, yt, std, Z0, a):
     # 0.13-0.17 s per evaluation instead of 0.013-0.019 s
     with _cluster() as cluster, Client(cluster) as client, pinned_blas():
         ex = Executor(client)
-        refs = [ex.scatter(chunks.Chunk(Xs[lo:hi], ys[lo:hi], Xts[tlo:thi], yt[tlo:thi]))
-                for (lo, hi), (tlo, thi) in zip(bounds, tb)]
+        refs = [ex.scatter(chunks.Chunk(Xs[lo:hi], ys[lo:hi], Xts[tlo:thi], yt[tlo:thi]), place=c)
+                for c, ((lo, hi), (tlo, thi)) in enumerate(zip(bounds, tb))]
         distributed.wait(refs)
         ev = sg.Evaluations(ex, refs, "sgpr", "rbf", d, m, Z0, True, 1e-6, 6, a.backend, "bench")
         theta0 = kern.pack(params0, Z0)
@@ -460,7 +466,7 @@ def compare(a):
               "L-BFGS iterations with memory 10 (scipy L-BFGS-B with a box on the log hyperparameters; torch LBFGS "
               "with a strong-Wolfe line search on GPyTorch's softplus-constrained raw parameters).\n")
     out.write(f"- pgmflow: {math.ceil(a.n / a.chunk_size)} chunks of {a.chunk_size} rows scattered once; the clock "
-              "includes the two Dask passes per evaluation and the driver's m x m algebra.\n")
+              "includes both passes over the chunks (one Dask graph per evaluation) and the m x m algebra.\n")
     out.write(f"\nWhere the time goes: one chunk of {a.chunk_size} rows, CPU milliseconds (best of 3, one BLAS "
               "thread, in the benchmark's process; `profile_chunk`)\n\n| step | ms |\n| --- | --- |\n")
     for k, v in prof.items():

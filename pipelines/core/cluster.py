@@ -119,6 +119,42 @@ LOCAL_KEYS = ("type", "tls", "n_workers", "threads_per_worker", "memory_limit", 
               "host", "protocol", "scheduler_port", "local_directory", "resources", "lifetime")
 
 
+# glibc's malloc in the worker processes of a local cluster. Dask's nanny sets MALLOC_TRIM_THRESHOLD_=65536,
+# which also freezes the mmap threshold at 128 KiB: every array of 128 KiB or more is a fresh mmap, returned at
+# once when freed, and its pages are faulted in again by the next task (0.3-0.5 ms per MiB in the 2-core VM
+# of the benchmarks: a sparse-GP chunk task makes ~4 MiB of such temporaries, the driver algebra on a worker
+# ~30 m x m matrices). With both thresholds at 4 MiB, arrays below 4 MiB come from the heap and are reused;
+# a worker keeps at most 4 MiB of freed memory that Dask's monitor counts as unmanaged. Larger arrays are still
+# mapped and returned as before. A profile's env: may set either variable to something else.
+WORKER_MALLOC_ENV = {"MALLOC_MMAP_THRESHOLD_": str(4 << 20), "MALLOC_TRIM_THRESHOLD_": str(4 << 20)}
+
+
+@contextlib.contextmanager
+def worker_malloc(env: dict | None = None):
+    """While worker processes are started in this block, their malloc thresholds are
+    :data:`WORKER_MALLOC_ENV` (values in ``env`` win). Dask's nanny applies
+    ``distributed.nanny.pre-spawn-environ`` before it starts a worker process, as glibc needs; it
+    prefers a value already in this process's environment (a nanny started earlier in the process
+    leaves its own there), so the variables are set here too, and put back as they were after."""
+    import dask
+
+    values = dict(WORKER_MALLOC_ENV)
+    values.update({k: str(v) for k, v in (env or {}).items() if k in WORKER_MALLOC_ENV})
+    pre = dict(dask.config.get("distributed.nanny.pre-spawn-environ", default={}) or {})
+    pre.update(values)
+    saved = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        with dask.config.set({"distributed.nanny.pre-spawn-environ": pre}):
+            yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
 @functools.lru_cache(maxsize=1)
 def _local_keys() -> frozenset[str]:
     """Keys a ``local`` profile may hold: options of LocalCluster and of its Nanny/Worker processes
@@ -356,8 +392,10 @@ def open_cluster(ccfg: dict):
                 prof.setdefault("protocol", "tls://")
                 prof.setdefault("host", "127.0.0.1")
                 prof["security"] = security
-            cluster = stack.enter_context(LocalCluster(n_workers=int(n), threads_per_worker=int(tpw), processes=True,
-                                                       silence_logs=logging.ERROR, env=env, **prof))
+            with worker_malloc(env):
+                cluster = stack.enter_context(LocalCluster(n_workers=int(n), threads_per_worker=int(tpw),
+                                                           processes=True, silence_logs=logging.ERROR, env=env,
+                                                           **prof))
             client = stack.enter_context(Client(cluster, security=security))
         elif kind == "address":
             address = ccfg.get("address") or prof.get("address")

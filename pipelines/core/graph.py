@@ -31,20 +31,31 @@ class Executor:
     def distributed(self) -> bool:
         return self.client is not None
 
-    def scatter(self, obj):
+    def scatter(self, obj, place: int | None = None):
         """Put a (large, constant) object on the cluster once; returns a handle.
 
         Not ``client.scatter``: scattered data has no lineage, so a worker lost at the wrong moment
         loses it for good and every task that needs it fails. Here the object is the result of a
         task whose spec holds it, so the scheduler recomputes it elsewhere after a worker dies.
         Each worker that needs it fetches it once.
+
+        ``place``: the index of the object in a partition of the data (a chunk number): object ``i``
+        goes to worker ``i mod W`` of the ``W`` workers in address order (loosely: elsewhere when that
+        one is gone), so the parts are spread evenly. Without it the scheduler may put 6 of 10 chunks on
+        one of two workers, and every pass over them then waits for that worker. Only placement: the
+        results of tasks never depend on it.
         """
         if self.client is None:
             return obj
         from dask.base import tokenize
 
         key = f"const-{type(obj).__name__}-{tokenize(obj)}"
-        return self.client.submit(_identity, obj, key=key, pure=False)
+        where = {}
+        if place is not None:
+            workers = sorted(self.client.scheduler_info(n_workers=-1)["workers"])
+            if workers:
+                where = {"workers": [workers[int(place) % len(workers)]], "allow_other_workers": True}
+        return self.client.submit(_identity, obj, key=key, pure=False, **where)
 
     def compute(self, outputs: Sequence, watch: Sequence[int] = (), on_done: Callable[[int], None] | None = None,
                 on_result: Callable[[int, object], None] | None = None):

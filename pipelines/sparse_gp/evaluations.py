@@ -16,14 +16,20 @@ from pgmflow.tasks import rng as trng
 from pgmflow.tasks.gp import bounds as gbounds
 from pgmflow.tasks.gp import kernels as kern
 from pgmflow.tasks.gp import stats as gstats
-from pgmflow.tasks.gp.chunks import FileRows, chunk_grad_task, chunk_stats_task, split_rows
+from pgmflow.tasks.gp.chunks import (FileRows, chunk_grad_after_task, chunk_grad_task, chunk_stats_task,
+                                     grad_group_task, in_chunk_order, objective_groups_task, objective_task,
+                                     split_rows, stats_group_task, sum_task)
 from pgmflow.tasks.gp.data import heldout_rows, open_npy, split_key
 from pgmflow.tasks.gp.inducing import GP_STREAM_INDUCING, kmeans_pp
 
 METHODS = ("sgpr", "fitc", "dtc", "svgp", "exact")
 EXACT_MAX_N = 20_000  # method=exact factors an n x n matrix: refused above this many training rows
 LOG_BOX = (math.log(1e-5), math.log(1e5))  # L-BFGS-B box on every log hyperparameter (as pgmflow.tasks.gp.exact)
-GATHER_BATCH = 16  # chunk results gathered (and added) at a time: bounds the driver's memory
+GATHER_BATCH = 16  # chunk results gathered (and added) at a time: bounds the driver's (or a link's) memory
+ONE_GRAPH_METHODS = ("sgpr", "dtc")  # statistics that do not depend on the jitter: one graph per evaluation
+# One task per worker and pass (the chunks it holds, in turn) while every chunk's statistics together take at
+# most this much memory on the worker that adds them; past it, one task per chunk and a chain of sums.
+GROUP_STATS_BYTES = 128 << 20
 
 
 def chunk_ranges(data, chunk_size):
@@ -36,7 +42,7 @@ def chunk_refs(ex, data, chunk_size: int, seed: int, fraction: float):
     key = split_key(seed)
     std = data.standardizer
     refs, counts = [], []
-    for a, b in chunk_ranges(data, chunk_size):
+    for c, (a, b) in enumerate(chunk_ranges(data, chunk_size)):
         test = heldout_rows(key, a, b, fraction)
         counts.append(int((~test).sum()))
         if data.memmap:
@@ -45,7 +51,7 @@ def chunk_refs(ex, data, chunk_size: int, seed: int, fraction: float):
                                  float(std.y_mean), float(std.y_std)))
         else:
             A = np.column_stack([data.X[a:b], data.y[a:b]])
-            refs.append(ex.scatter(split_rows(A, data.d, test, std)))
+            refs.append(ex.scatter(split_rows(A, data.d, test, std), place=c))
     return refs, np.asarray(counts, dtype=np.int64)
 
 
@@ -149,6 +155,120 @@ class Evaluations:
                     raise
         raise AssertionError("unreachable")
 
+    def _holders(self) -> list:
+        """The worker that holds each chunk (None for chunks read from a file, or without a cluster):
+        both tasks of a chunk are placed there (loosely: another worker may still take them), so the
+        gradient task finds the statistics task's ``Kuf`` in its process and nothing travels but
+        the adjoints. Asked of the scheduler at every evaluation: right after a worker is lost too."""
+        client = self.ex.client
+        futures = [r for r in self.refs if hasattr(r, "key")]
+        if client is None or not futures:
+            return [None] * len(self.refs)
+        who = client.who_has(futures)
+        return [sorted(who.get(r.key, ()))[0] if hasattr(r, "key") and who.get(r.key) else None for r in self.refs]
+
+    @staticmethod
+    def _placed(worker, make):
+        if worker is None:
+            return make()
+        with dask.annotate(workers=[worker], allow_other_workers=True):
+            return make()
+
+    def groups(self) -> list[tuple[str | None, list[int]]]:
+        """``[(worker, chunk numbers)]``: the chunks one group task of :meth:`one_graph` takes, with the
+        worker it is placed on (loosely), or None without a cluster. A group is every chunk a worker
+        holds (scattered chunks; ``Executor.scatter(place=c)`` spreads them evenly) or, for chunks read
+        from a file, chunk ``c`` of worker ``c mod W``; groups are ordered by their first chunk. Only
+        placement: the results are added in chunk order whatever the groups are."""
+        n = len(self.refs)
+        if self.ex.client is None:
+            return [(None, list(range(n)))]
+        holders = self._holders()
+        workers = sorted(self.ex.client.scheduler_info(n_workers=-1)["workers"]) or [None]
+        by = {}
+        for c, w in enumerate(holders):
+            by.setdefault(w if w is not None else workers[c % len(workers)], []).append(c)
+        return sorted(by.items(), key=lambda item: item[1][0])
+
+    def one_graph(self, params, Z):
+        """SGPR and DTC: ``(value, adjoints, summed statistics, starting jitter, summed Grad)`` from one
+        graph per evaluation, submitted at once (no round trip to the driver between the passes): one
+        statistics task per worker for the chunks it holds (:meth:`groups`), the objective on a worker
+        (``objective_groups_task``: the statistics added in chunk order), and one gradient task per
+        worker that takes its adjoints. With many chunks (their statistics together over
+        :data:`GROUP_STATS_BYTES`), one task per chunk and a chain of ordered sums instead
+        (:meth:`chunk_graph`). The same sums in the same order on every path: the same bits."""
+        if len(self.refs) * self.m * self.m * 8 > GROUP_STATS_BYTES:
+            return self.chunk_graph(params, Z)
+        k = next(self._serial)
+        groups = self.groups()
+        order = [idx for _, idx in groups]
+        stats = [self._placed(w, lambda idx=idx: dask.delayed(stats_group_task, pure=True)(
+            self.method, self.kernel, params, Z, [self.refs[c] for c in idx], self.jitter, self.backend,
+            dask_key_name=f"gp-stats-{self.tok}-p{k}-g{idx[0]}")) for w, idx in groups]
+        red = dask.delayed(objective_groups_task, pure=True)(
+            self.method, self.kernel, params, Z, order, stats, self.jitter, self.max_tries,
+            dask_key_name=f"gp-objective-{self.tok}-p{k}")
+        grads = [self._placed(w, lambda idx=idx: dask.delayed(grad_group_task, pure=True)(
+            self.method, self.kernel, params, Z, [self.refs[c] for c in idx], red, self.backend,
+            dask_key_name=f"gp-grad-{self.tok}-p{k}-g{idx[0]}")) for w, idx in groups]
+        handles = self.ex.compute([red] + grads)
+        try:
+            value, adj, st, jit0 = self.ex.gather(handles[:1])[0]
+            g = gstats.sum_in_order(in_chunk_order(order, self.ex.gather(handles[1:])))
+        finally:
+            self.ex.release(handles)
+        return value, adj, st, jit0, g
+
+    def chunk_graph(self, params, Z):
+        """:meth:`one_graph` with one task per chunk: the statistics tasks, a chain of ordered sums
+        (:data:`GATHER_BATCH` chunks a link) whose last link computes the objective on a worker
+        (``objective_task``), and the gradient tasks that take its adjoints, each placed (loosely) on
+        the worker that holds its chunk. The driver holds at most GATHER_BATCH gradients at a time."""
+        k = next(self._serial)
+        holders = self._holders()
+        stats = [self._placed(w, lambda c=c, ref=ref: dask.delayed(chunk_stats_task, pure=True)(
+            self.method, self.kernel, params, Z, ref, self.jitter, self.backend,
+            dask_key_name=f"gp-stats-{self.tok}-p{k}-c{c}")) for c, (ref, w) in enumerate(zip(self.refs, holders))]
+        prev = None
+        links = range(0, len(stats), GATHER_BATCH)
+        for i in links[:-1]:
+            prev = dask.delayed(sum_task, pure=True)(prev, stats[i:i + GATHER_BATCH],
+                                                      dask_key_name=f"gp-sum-{self.tok}-p{k}-l{i // GATHER_BATCH}")
+        last = links[-1]
+        red = dask.delayed(objective_task, pure=True)(
+            self.method, self.kernel, params, Z, prev, stats[last:], self.jitter, self.max_tries,
+            dask_key_name=f"gp-objective-{self.tok}-p{k}")
+        grads = [self._placed(w, lambda c=c, ref=ref: dask.delayed(chunk_grad_after_task, pure=True)(
+            self.method, self.kernel, params, Z, ref, red, self.backend,
+            dask_key_name=f"gp-grad-{self.tok}-p{k}-c{c}")) for c, (ref, w) in enumerate(zip(self.refs, holders))]
+        handles = self.ex.compute([red] + grads)
+        try:
+            value, adj_v, st, jit0 = self.ex.gather(handles[:1])[0]
+            g = None
+            for i in range(1, len(handles), GATHER_BATCH):
+                for part in self.ex.gather(handles[i:i + GATHER_BATCH]):
+                    g = part if g is None else g + part
+        finally:
+            self.ex.release(handles)
+        return value, adj_v, st, jit0, g
+
+    def passes(self, params, Z):
+        """``(value, adjoints, summed statistics, starting jitter, summed Grad)``: the passes over the
+        chunks of one evaluation -- one graph for SGPR and DTC (:meth:`one_graph`); for FITC, whose
+        statistics depend on the jitter, the statistics pass, the objective on the driver
+        (:meth:`objective`, which may redo the statistics at a larger jitter) and the gradient pass."""
+        if self.method in ONE_GRAPH_METHODS:
+            return self.one_graph(params, Z)
+        value, adj, st, jit0 = self.objective(params, Z)
+        # the adjoints (m x m) are one node of the graph: sent once, fetched once by each worker
+        k = next(self._serial)
+        d_adj = dask.delayed(adj, name=f"gp-adjoints-{self.tok}-p{k}", traverse=False)
+        outs = [dask.delayed(chunk_grad_task, pure=True)(
+            self.method, self.kernel, params, Z, ref, d_adj, self.backend,
+            dask_key_name=f"gp-grad-{self.tok}-p{k}-c{c}") for c, ref in enumerate(self.refs)]
+        return value, adj, st, jit0, self.ex.sum_ordered(outs, batch=GATHER_BATCH)
+
     def __call__(self, theta):
         theta = np.asarray(theta, dtype=np.float64)
         rec = self.records.get(theta.tobytes())
@@ -157,14 +277,7 @@ class Evaluations:
         t0 = time.monotonic()
         params, Z = self.unpack(theta)
         try:
-            value, adj, st, jit0 = self.objective(params, Z)
-            # the adjoints (m x m) are one node of the graph: sent once, fetched once by each worker
-            k = next(self._serial)
-            d_adj = dask.delayed(adj, name=f"gp-adjoints-{self.tok}-p{k}", traverse=False)
-            outs = [dask.delayed(chunk_grad_task, pure=True)(
-                self.method, self.kernel, params, Z, ref, d_adj, self.backend,
-                dask_key_name=f"gp-grad-{self.tok}-p{k}-c{c}") for c, ref in enumerate(self.refs)]
-            g = self.ex.sum_ordered(outs, batch=GATHER_BATCH)
+            value, adj, st, jit0, g = self.passes(params, Z)
             dparams, dZ = gbounds.finish_grad(self.method, self.kernel, params, Z, adj, g)
         except kern.CholeskyError:
             self.count += 1

@@ -99,11 +99,12 @@ def chunk_stats_task(method, kernel, params, Z, ref, jitter, backend):
         return _zero_stats(method, Z.shape[0])
     X, y = _device(backend, c.X, c.y)
     k = _kuf_key(kernel, params, Z, c, backend)
-    Kuf = None
-    if k is not None:
-        Kuf = gstats.cross_covariance(kernel, params, Z, X)  # [m, n_c]
-        kuf_cache.put(k, Kuf)
-    return gstats.chunk_stats(method, kernel, params, Z, X, y, jitter, Kuf=Kuf)
+    if k is None:
+        return gstats.chunk_stats(method, kernel, params, Z, X, y, jitter)
+    st, Kuf = gstats.chunk_stats_and_kuf(method, kernel, params, Z, X, y, jitter,
+                                         out=kuf_cache.buffer((Z.shape[0], X.shape[0])))
+    kuf_cache.put(k, Kuf)
+    return st
 
 
 def chunk_grad_task(method, kernel, params, Z, ref, adjoints, backend):
@@ -116,7 +117,71 @@ def chunk_grad_task(method, kernel, params, Z, ref, adjoints, backend):
     X, y = _device(backend, c.X, c.y)
     k = _kuf_key(kernel, params, Z, c, backend)
     Kuf = kuf_cache.take(k) if k is not None else None
-    return gstats.chunk_grad(method, kernel, params, Z, X, y, adjoints, Kuf=Kuf)
+    g = gstats.chunk_grad(method, kernel, params, Z, X, y, adjoints, Kuf=Kuf)
+    if Kuf is not None:
+        kuf_cache.recycle(Kuf)  # the next statistics pass writes its Kuf there
+    return g
+
+
+def sum_task(prev, parts):
+    """``prev`` (None at the start) plus ``parts`` added left to right: one link of a chain of sums in
+    chunk order, ``((prev + p0) + p1) + ...``, the same bits as adding every chunk in one loop."""
+    return gstats.sum_in_order(([] if prev is None else [prev]) + list(parts))
+
+
+def objective_task(method, kernel, params, Z, prev, parts, jitter, max_tries):
+    """The last link of the statistics' chain (:func:`sum_task`) and the objective of the sum:
+    ``(value, adjoints, summed statistics, starting jitter)``. When ``B = I + A A'`` will not
+    factor, the objective is retried from a tenfold larger jitter, up to ``max_tries`` times (SGPR
+    and DTC: their statistics do not depend on the jitter); after the last, CholeskyError."""
+    st = sum_task(prev, parts)
+    for k in range(max_tries):
+        jit = jitter * 10.0**k
+        try:
+            value, adj = gbounds.objective(method, kernel, params, Z, st, jit, max_tries - k)
+            return value, adj, st, jit
+        except kern.CholeskyError:
+            if k == max_tries - 1:
+                raise
+    raise ValueError(f"max_tries must be >= 1; got {max_tries}")
+
+
+def chunk_grad_after_task(method, kernel, params, Z, ref, objective, backend):
+    """:func:`chunk_grad_task` with the adjoints of an :func:`objective_task` result, taken from it
+    here (a separate task for them would cost a round trip to the scheduler before the gradients)."""
+    return chunk_grad_task(method, kernel, params, Z, ref, objective[1], backend)
+
+
+def stats_group_task(method, kernel, params, Z, refs, jitter, backend):
+    """:func:`chunk_stats_task` of several chunks in turn (one task for the chunks one worker holds):
+    the list of their statistics, in the order of ``refs``."""
+    return [chunk_stats_task(method, kernel, params, Z, ref, jitter, backend) for ref in refs]
+
+
+def grad_group_task(method, kernel, params, Z, refs, objective, backend):
+    """:func:`chunk_grad_after_task` of several chunks in turn: the list of their gradients."""
+    return [chunk_grad_task(method, kernel, params, Z, ref, objective[1], backend) for ref in refs]
+
+
+def in_chunk_order(groups, outputs) -> list:
+    """The per-chunk results of group tasks, in chunk order: ``groups`` lists each group's chunk numbers
+    (together 0 .. n - 1, once each), ``outputs`` each group's list of results in that order."""
+    n = sum(len(g) for g in groups)
+    parts = [None] * n
+    for idx, out in zip(groups, outputs, strict=True):
+        if len(idx) != len(out):
+            raise ValueError(f"a group of {len(idx)} chunks returned {len(out)} results")
+        for c, part in zip(idx, out):
+            parts[c] = part
+    if any(p is None for p in parts):
+        raise ValueError("the groups do not cover every chunk once")
+    return parts
+
+
+def objective_groups_task(method, kernel, params, Z, groups, outputs, jitter, max_tries):
+    """:func:`objective_task` of the statistics of group tasks, added in chunk order (the same bits as
+    one task per chunk)."""
+    return objective_task(method, kernel, params, Z, None, in_chunk_order(groups, outputs), jitter, max_tries)
 
 
 class Predictor(NamedTuple):

@@ -322,17 +322,23 @@ def _vjp_core(xp, ls, X1s, X2s, G, want_X1: bool, want_X2: bool):
         cross = xp.sum(X2s * GtX1, axis=0)  # [d]  sum_nm G_nm x~1_nd x~2_md
         dlog_ls = -2.0 * (sq - 2.0 * cross)
         return dlog_ls, None, (2.0 / ls) * (g2[:, None] * X2s - GtX1)
-    T = G @ _augment(xp, X2s)  # [N1, 2d + 1]
-    GX2, g1 = T[:, :d], T[:, 2 * d]
-    sq = g1 @ (X1s * X1s) + xp.sum(T[:, d:2 * d], axis=0)  # [d]
-    cross = xp.sum(X1s * GX2, axis=0)  # [d]
-    dlog_ls = -2.0 * (sq - 2.0 * cross)  # [d]
-    dX1 = (2.0 / ls) * (g1[:, None] * X1s - GX2) if want_X1 else None  # [N1, d]
+    dlog_ls, dX1 = _vjp_rows(xp, ls, X1s, G @ _augment(xp, X2s), want_X1)
     dX2 = None
     if want_X2:
         g2 = G.sum(axis=0)  # [N2]
         dX2 = (2.0 / ls) * (g2[:, None] * X2s - G.T @ X1s)  # [N2, d]
     return dlog_ls, dX1, dX2
+
+
+def _vjp_rows(xp, ls, X1s, T, want_X1: bool):
+    """``(dL/dlog ell [d], dL/dX1 [N1, d] or None)`` from ``T = G [x~2, x~2^2, 1]`` [N1, 2d + 1]."""
+    d = X1s.shape[1]
+    GX2, g1 = T[:, :d], T[:, 2 * d]
+    sq = g1 @ (X1s * X1s) + xp.sum(T[:, d:2 * d], axis=0)  # [d]
+    cross = xp.sum(X1s * GX2, axis=0)  # [d]
+    dlog_ls = -2.0 * (sq - 2.0 * cross)  # [d]
+    dX1 = (2.0 / ls) * (g1[:, None] * X1s - GX2) if want_X1 else None  # [N1, d]
+    return dlog_ls, dX1
 
 
 def K_vjp(kernel: str, params: GPParams, X1, X2, dK, wrt_X1: bool = False, wrt_X2: bool = True) -> KernelGrad:

@@ -15,6 +15,12 @@ Memory: at most ``PGMFLOW_GP_KUF_CACHE_MB`` MiB per process (default 512; 0 turn
 An entry is taken out by the gradient task that uses it; when a new entry would not fit, the
 oldest ones go first (the statistics pass visits the chunks in the order the gradient pass will,
 so a store smaller than a worker's share of ``Kuf`` still serves the chunks stored last).
+
+Buffers: a gradient task hands the ``Kuf`` it took back with :func:`recycle`, and the next
+statistics task of the same size writes its ``Kuf`` into it (:func:`buffer`). Without that each
+statistics task would ask the kernel for 20 MB of fresh pages (Dask's nanny sets
+``MALLOC_TRIM_THRESHOLD_``, so glibc returns every large free at once) and pay a page fault for
+each 4 KiB of them. Free buffers count against the same budget and are the first to go.
 """
 
 from __future__ import annotations
@@ -26,13 +32,14 @@ from collections import OrderedDict
 
 import numpy as np
 
-__all__ = ["KUF_CACHE_ENV", "budget_bytes", "clear", "counts", "key", "nbytes", "put", "take"]
+__all__ = ["KUF_CACHE_ENV", "budget_bytes", "buffer", "clear", "counts", "free_bytes", "key", "nbytes", "put", "recycle", "take"]
 
 KUF_CACHE_ENV = "PGMFLOW_GP_KUF_CACHE_MB"
 DEFAULT_MB = 512
 
 _lock = threading.Lock()
 _store: OrderedDict[bytes, np.ndarray] = OrderedDict()
+_free: list[np.ndarray] = []  # float64 arrays handed back by recycle(), newest last
 _counts = {"hits": 0, "misses": 0}
 
 
@@ -72,11 +79,45 @@ def put(k: bytes, Kuf: np.ndarray) -> bool:
     Kuf.flags.writeable = False
     with _lock:
         _store.pop(k, None)
-        used = sum(v.nbytes for v in _store.values())
+        used = _used()
+        while _free and used + Kuf.nbytes > limit:
+            used -= _free.pop(0).nbytes
         while _store and used + Kuf.nbytes > limit:
             used -= _store.popitem(last=False)[1].nbytes
         _store[k] = Kuf
     return True
+
+
+def _used() -> int:
+    return sum(v.nbytes for v in _store.values()) + sum(b.nbytes for b in _free)
+
+
+def buffer(shape, order: str = "F") -> np.ndarray | None:
+    """A writeable float64 array of this shape and memory order (``"C"`` or ``"F"``) handed back by
+    :func:`recycle`, taken out of the free list; None when there is none."""
+    shape = tuple(int(v) for v in shape)
+    flag = "f_contiguous" if order == "F" else "c_contiguous"
+    with _lock:
+        for i in range(len(_free) - 1, -1, -1):
+            if _free[i].shape == shape and getattr(_free[i].flags, flag):
+                return _free.pop(i)
+    return None
+
+
+def recycle(Kuf: np.ndarray) -> None:
+    """Hand back a ``Kuf`` that :func:`take` returned and that nothing uses any more: a later
+    :func:`buffer` of the same shape may write over it. Kept while within the budget."""
+    if not isinstance(Kuf, np.ndarray) or Kuf.dtype != np.float64 or Kuf.base is not None:
+        return  # only whole arrays this process allocated
+    if not (Kuf.flags.c_contiguous or Kuf.flags.f_contiguous):
+        return
+    with _lock:
+        if any(Kuf is v for v in _store.values()) or any(Kuf is b for b in _free):
+            return
+        if _used() + Kuf.nbytes > budget_bytes():
+            return
+        Kuf.flags.writeable = True
+        _free.append(Kuf)
 
 
 def take(k: bytes) -> np.ndarray | None:
@@ -93,6 +134,12 @@ def nbytes() -> int:
         return sum(v.nbytes for v in _store.values())
 
 
+def free_bytes() -> int:
+    """Bytes of the buffers handed back and not yet reused."""
+    with _lock:
+        return sum(b.nbytes for b in _free)
+
+
 def counts() -> dict:
     """``{"hits": ..., "misses": ...}`` of :func:`take` in this process so far."""
     with _lock:
@@ -100,6 +147,7 @@ def counts() -> dict:
 
 
 def clear() -> None:
-    """Drop every entry (the counts stay)."""
+    """Drop every entry and every free buffer (the counts stay)."""
     with _lock:
         _store.clear()
+        _free.clear()

@@ -46,7 +46,8 @@ import numpy as np
 import scipy.linalg
 from scipy.linalg.blas import dger, dsyrk
 
-from pgmflow.tasks import backend
+from pgmflow.tasks import backend, fastexp
+from pgmflow.tasks.gp import fused
 from pgmflow.tasks.gp import kernels as kern
 from pgmflow.tasks.gp.kernels import DEFAULT_JITTER, GPParams
 
@@ -59,6 +60,7 @@ __all__ = [
     "chunk_bounds",
     "chunk_grad",
     "chunk_stats",
+    "chunk_stats_and_kuf",
     "cross_covariance",
     "sum_in_order",
 ]
@@ -188,28 +190,45 @@ def _kuf(xp, kernel: str, params: GPParams, Zs, Xs, with_grad: bool, Kuf=None):
     """``(Kuf [m, n], dKuf/du [m, n] or None)``; for RBF ``dK/du = -K/2`` is left to the caller.
     A given ``Kuf`` (RBF only: the other kernels need ``u`` for ``dK/du``) is used as it is."""
     if Kuf is not None:
-        if kernel != "rbf":
-            raise ValueError(f"a precomputed Kuf serves the rbf kernel only, not {kernel!r}")
-        if Kuf.shape != (Zs.shape[0], Xs.shape[0]):
-            raise ValueError(f"Kuf must have shape {(Zs.shape[0], Xs.shape[0])}; got {Kuf.shape}")
-        return Kuf, None
+        _check_kuf(kernel, Kuf, Zs, Xs)
+        return (np.ascontiguousarray(Kuf) if xp is np else Kuf), None
     if kernel == "rbf":
+        if xp is np and float(params.log_variance) <= fastexp.MAX_CAP:  # the bits of the blocked path, in C order
+            return np.ascontiguousarray(fused.rbf_kuf(Zs, Xs, float(params.log_variance))), None
         return kern._rbf_log_kernel(xp, Zs, Xs, float(params.log_variance)), None
     U = kern._sqdist(xp, Zs, Xs, symmetric=False)
     return kern._profile(xp, kernel, U, math.exp(float(params.log_variance)), with_grad)
 
 
+def _check_kuf(kernel, Kuf, Zs, Xs):
+    if kernel != "rbf":
+        raise ValueError(f"a precomputed Kuf serves the rbf kernel only, not {kernel!r}")
+    if tuple(Kuf.shape) != (Zs.shape[0], Xs.shape[0]):
+        raise ValueError(f"Kuf must have shape {(Zs.shape[0], Xs.shape[0])}; got {tuple(Kuf.shape)}")
+
+
+def _blocked(xp, method: str, kernel: str, params: GPParams) -> bool:
+    """Whether this chunk takes the cache-blocked CPU path of :mod:`pgmflow.tasks.gp.fused`: SGPR and
+    DTC with the RBF kernel on NumPy arrays (and a kernel scale below ``e^700``)."""
+    return (xp is np and kernel == "rbf" and method in ("sgpr", "dtc")
+            and float(params.log_variance) <= fastexp.MAX_CAP)
+
+
 def cross_covariance(kernel: str, params: GPParams, Z, X_chunk):
     """``Kuf = K(Z, X_chunk)`` [m, n], bit for bit the matrix :func:`chunk_stats` and
     :func:`chunk_grad` compute themselves; either takes it back as ``Kuf=`` (RBF) to skip that work
-    (the GEMM and ``m n`` exponentials) in the other pass of the same evaluation."""
+    (the GEMM and ``m n`` exponentials) in the other pass of the same evaluation. RBF on the CPU:
+    in Fortran order (:mod:`pgmflow.tasks.gp.fused`), the layout the SGPR and DTC passes use."""
     kern.check_kernel(kernel)
     xp = backend.array_module(X_chunk)
     Z = xp.asarray(Z, dtype=xp.float64)
     X = xp.asarray(X_chunk, dtype=xp.float64)
     if X.ndim != 2 or Z.ndim != 2 or X.shape[1] != Z.shape[1]:
         raise ValueError(f"X_chunk [n, d] and Z [m, d] must be matrices of equal width; got {X.shape}, {Z.shape}")
-    return _kuf(xp, kernel, params, kern._scaled(xp, Z, params), kern._scaled(xp, X, params), with_grad=False)[0]
+    Zs, Xs = kern._scaled(xp, Z, params), kern._scaled(xp, X, params)
+    if xp is np and kernel == "rbf" and float(params.log_variance) <= fastexp.MAX_CAP:
+        return fused.rbf_kuf(Zs, Xs, float(params.log_variance))  # Fortran order, as the SGPR/DTC passes keep it
+    return _kuf(xp, kernel, params, Zs, Xs, with_grad=False)[0]
 
 
 def _gram(xp, A):
@@ -260,22 +279,37 @@ def chunk_stats(method: str, kernel: str, params: GPParams, Z, X_chunk, y_chunk,
     [m, d + 2] x [d + 2, n] GEMM and ``m n`` exponentials (none with ``Kuf``), ``2 m n`` for
     ``Kuf y`` and one SYRK ``m^2 n`` (FITC adds a triangular solve ``m^2 n``).
     """
+    return chunk_stats_and_kuf(method, kernel, params, Z, X_chunk, y_chunk, jitter, Kuf=Kuf)[0]
+
+
+def chunk_stats_and_kuf(method: str, kernel: str, params: GPParams, Z, X_chunk, y_chunk,
+                        jitter: float = DEFAULT_JITTER, Kuf=None, out=None):
+    """``(statistics, Kuf)``: :func:`chunk_stats` and the ``Kuf`` it used, for the gradient pass of the
+    same evaluation to take back (``Kuf=``): [m, n] in Fortran order on the cache-blocked CPU path of
+    :mod:`pgmflow.tasks.gp.fused` (SGPR and DTC with RBF; written into ``out``, a Fortran-ordered
+    float64 [m, n] array, when given), in C order otherwise, or a given ``Kuf`` as it is."""
     check_method(method)
     kern.check_kernel(kernel)
     xp = backend.array_module(X_chunk)
     Zs, Xs, y = _inputs(xp, params, Z, X_chunk, y_chunk)
     n = int(Xs.shape[0])
+    psi0 = n * math.exp(float(params.log_variance))  # sum diag Kff (stationary)
+    if _blocked(xp, method, kernel, params):
+        if Kuf is not None:
+            _check_kuf(kernel, Kuf, Zs, Xs)
+        psi1y, psi2, Kuf = fused.rbf_stats(Zs, Xs, y, float(params.log_variance), Kuf=Kuf, out=out)
+        return Stats(n, float(y @ y), float(psi0), psi1y, psi2), Kuf
     Kuf, _ = _kuf(xp, kernel, params, Zs, Xs, with_grad=False, Kuf=Kuf)  # [m, n]
     if method in ("sgpr", "dtc"):
         psi1y = Kuf @ y  # [m]
         psi2 = _gram(xp, Kuf)  # [m, m]
-        psi0 = n * math.exp(float(params.log_variance))  # sum diag Kff (stationary)
-        return Stats(n, float(y @ y), float(psi0), _h(psi1y), _h(psi2))
+        return Stats(n, float(y @ y), float(psi0), _h(psi1y), _h(psi2)), Kuf
     L, _ = kern.inducing_cholesky(kernel, params, Z, jitter)
     _, lam = _fitc_lambda(xp, params, L, Kuf)
     Kw = Kuf / xp.sqrt(lam)[None, :]  # [m, n]  Kuf Lambda^-1/2
     y_l = y / lam  # [n]
-    return FITCStats(n, float(y @ y_l), float(xp.sum(xp.log(lam))), _h(Kuf @ y_l), _h(_gram(xp, Kw)))
+    st = FITCStats(n, float(y @ y_l), float(xp.sum(xp.log(lam))), _h(Kuf @ y_l), _h(_gram(xp, Kw)))
+    return st, Kuf
 
 
 # ------------------------------------------------------------------------------------------------
@@ -304,6 +338,15 @@ def chunk_grad(method: str, kernel: str, params: GPParams, Z, X_chunk, y_chunk, 
     ls = xp.exp(xp.asarray(params.log_lengthscale, dtype=xp.float64))
     P = xp.asarray(adjoints.dpsi2, dtype=xp.float64)  # [m, m]
     a = xp.asarray(adjoints.dpsi1y, dtype=xp.float64)  # [m]
+    if _blocked(xp, method, kernel, params):
+        if Kuf is None:
+            Kuf = fused.rbf_kuf(Zs, Xs, float(params.log_variance))
+        else:
+            _check_kuf(kernel, Kuf, Zs, Xs)
+        T, g_sum = fused.rbf_grad(P, a, Kuf, Xs, y)  # G [x~, x~^2, 1], sum G
+        dlog_ls, dZ = kern._vjp_rows(np, ls, Zs, T, True)
+        d_diag = float(adjoints.dpsi0) * n  # through psi0 = n s
+        return Grad(dlog_ls, -2.0 * g_sum + d_diag * s, 0.0, dZ, 0.0)
     Kuf, dKdu = _kuf(xp, kernel, params, Zs, Xs, with_grad=True, Kuf=Kuf)  # [m, n]
 
     if method in ("sgpr", "dtc"):

@@ -1,0 +1,78 @@
+"""One Dask graph per SGPR evaluation on a real LocalCluster: chunks spread evenly by
+``Executor.scatter(place=)``, one statistics and one gradient task per worker placed with its chunks
+(every Kuf found in the worker's store), the same bits as the in-process chunked evaluation and as the
+one-task-per-chunk graph with its chain of sums; and the malloc thresholds of pgmflow's workers."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+
+from pgmflow.pipelines.core.graph import Executor
+from pgmflow.pipelines.sparse_gp import evaluations as sg
+from pgmflow.tasks.gp import bounds, chunks
+from pgmflow.tasks.gp import kernels as kern
+
+
+def _kuf_counts():
+    from pgmflow.tasks.gp import kuf_cache
+
+    return kuf_cache.counts()
+
+
+@pytest.mark.parametrize("method", ["sgpr", "dtc"])
+def test_one_graph_per_evaluation_is_placed_with_its_chunks_and_gives_the_in_process_bits(cluster2, method,
+                                                                                          monkeypatch):
+    from distributed import Client, wait
+
+    rng = np.random.default_rng(4)
+    n, d, m, cs = 1500, 3, 9, 150  # 10 chunks
+    X = rng.standard_normal((n, d))
+    y = np.cos(X[:, 0]) + 0.1 * rng.standard_normal(n)
+    Z = rng.standard_normal((m, d))
+    p = kern.make_params([0.8, 1.1, 1.6], 1.2, 0.1)
+    with Client(cluster2) as client:
+        ex = Executor(client)
+        refs = [ex.scatter(chunks.Chunk(X[a:a + cs], y[a:a + cs], X[:0], y[:0]), place=c)
+                for c, a in enumerate(range(0, n, cs))]
+        wait(refs)
+        held = client.has_what()
+        assert sorted(len(v) for v in held.values()) == [5, 5], held  # evenly, not as the scheduler likes
+        ev = sg.Evaluations(ex, refs, method, "rbf", d, m, Z, True, 1e-6, 6, "numpy", f"t-{method}")
+        groups = ev.groups()
+        assert [len(idx) for _, idx in groups] == [5, 5]
+        assert all(set(idx) == {i for i, r in enumerate(refs) if r.key in held[w]} for w, idx in groups)
+        before = client.run(_kuf_counts)
+        theta = kern.pack(p, Z)
+        f, g = ev(theta)
+        after = client.run(_kuf_counts)
+        # every gradient task found its chunk's Kuf where the statistics task left it
+        assert sum(after[w]["hits"] - before[w]["hits"] for w in after) == 10
+        assert sum(after[w]["misses"] - before[w]["misses"] for w in after) == 0
+        # one task per chunk and a chain of sums (what many chunks get): the same bits
+        monkeypatch.setattr(sg, "GROUP_STATS_BYTES", 0)
+        monkeypatch.setattr(sg, "GATHER_BATCH", 3)
+        ev.records.clear()
+        f2, g2 = ev(theta)
+    value, dp, dZ = bounds.value_and_grad(method, "rbf", p, Z, X, y, chunk_size=cs)
+    assert -f == value and f2 == f
+    assert np.array_equal(-g, kern.pack(dp, dZ)) and np.array_equal(g2, g)
+
+
+def test_pgmflow_local_workers_start_with_the_malloc_thresholds():
+    import logging
+
+    from distributed import Client, LocalCluster
+
+    from pgmflow.pipelines.core.cluster import WORKER_MALLOC_ENV, worker_malloc
+
+    with worker_malloc({"MALLOC_TRIM_THRESHOLD_": "123456", "OTHER": "x"}):
+        cluster = LocalCluster(n_workers=1, threads_per_worker=1, processes=True, dashboard_address=":0",
+                               silence_logs=logging.ERROR)
+    with cluster, Client(cluster) as client:
+        env = next(iter(client.run(lambda: {k: os.environ.get(k) for k in ("MALLOC_MMAP_THRESHOLD_",
+                                                                            "MALLOC_TRIM_THRESHOLD_", "OTHER")}).values()))
+    assert env == {"MALLOC_MMAP_THRESHOLD_": WORKER_MALLOC_ENV["MALLOC_MMAP_THRESHOLD_"],
+                   "MALLOC_TRIM_THRESHOLD_": "123456", "OTHER": None}
