@@ -106,13 +106,16 @@ def evaluation_flops(n, m, d, kuf_stored=True):
     (``2 m n_c (2 d + 1)``); with ``Kuf`` taken from the statistics pass (``kuf_stored``) nothing
     else, otherwise ``Kuf`` again (``2 m n_c (d + 3)``). Summed over the chunks::
 
-        F = 3 m^2 n + m n (6 d + 15)  [+ m n (2 d + 6) without the stored Kuf]  + 13 m^3
+        F = 3 m^2 n + m n (6 d + 15)  [+ m n (2 d + 6) without the stored Kuf]  + 7 m^3
 
-    the last term the driver's m x m algebra (two Cholesky factors ``m^3 / 3`` each, four triangular
-    solves with m right-hand sides ``m^3`` each, four m x m GEMMs ``2 m^3`` each, rounded up).
+    the last term the objective's m x m algebra (``pgmflow.tasks.gp.bounds.objective``): two Cholesky
+    factors ``m^3 / 3`` each, three triangular solves with m right-hand sides ``m^3`` each, a
+    triangular inverse ``m^3 / 3``, two triangular Gram products (lauum) ``m^3 / 3`` each, two
+    triangular matrix products (trmm) ``m^3`` each: ``6.7 m^3``, rounded up. (Before issue 18's last
+    change it used four GEMMs and a solve against I instead: ``13 m^3``.)
     """
     n, m, d = float(n), float(m), float(d)
-    f = 3 * m * m * n + m * n * (6 * d + 15) + 13 * m ** 3
+    f = 3 * m * m * n + m * n * (6 * d + 15) + 7 * m ** 3
     return f if kuf_stored else f + m * n * (2 * d + 6)
 
 
@@ -441,7 +444,7 @@ def compare(a):
     frac, frac_cpu = bound_s / ours["eval_s"], bound_cpu / ours["eval_cpu"]
     out.write(f"| dgemm GFLOP/s, the 2 workers at once (1 BLAS thread each; median of the measurements after "
               f"each timed evaluation) | {ours['dgemm']:.1f} | | |\n")
-    out.write(f"| FLOPs per evaluation, 3 m^2 n + m n (6 d + 15) + 13 m^3 | {flops / 1e9:.2f} G | | |\n")
+    out.write(f"| FLOPs per evaluation, 3 m^2 n + m n (6 d + 15) + 7 m^3 | {flops / 1e9:.2f} G | | |\n")
     out.write(f"| dgemm-bound seconds per evaluation (FLOPs / dgemm rate) | {bound_s:.3f} | | "
               f"**{100 * frac:.0f}% reached** |\n")
     out.write(f"| CPU seconds per evaluation (workers + driver) / dgemm-bound CPU seconds "
@@ -586,7 +589,7 @@ def report_ours_only(a, ours, flops, bound_s, bound_cpu, numerics_s, n_chunks, p
         ("fit: L-BFGS iterations / evaluations, wall time (s)", f"{ours['iters']} / {ours['evals']}, {ours['fit_s']:.1f}"),
         (f"test RMSE / NLPD ({a.n_test} rows, original units)", f"{ours['rmse']:.4f} / {ours['nlpd']:.4f}"),
         ("dgemm GFLOP/s, the 2 workers at once (1 BLAS thread each)", f"{ours['dgemm']:.1f}"),
-        ("FLOPs per evaluation, 3 m^2 n + m n (6 d + 15) + 13 m^3", f"{flops / 1e9:.2f} G"),
+        ("FLOPs per evaluation, 3 m^2 n + m n (6 d + 15) + 7 m^3", f"{flops / 1e9:.2f} G"),
         ("dgemm-bound seconds per evaluation (FLOPs / dgemm rate)", f"{bound_s:.3f}: **{100 * frac:.0f}% reached**"),
         (f"CPU seconds per evaluation / dgemm-bound CPU seconds ({ours['dgemm_cpu']:.1f} GFLOP per CPU second)",
          f"{ours['eval_cpu']:.3f} / {bound_cpu:.3f}: {100 * frac_cpu:.0f}%"),

@@ -125,6 +125,7 @@ class Evaluations:
         self.first_growth = None
         self.seconds = 0.0
         self._serial = itertools.count()  # task keys: unique for the life of the object, whatever count says
+        self._held: list = []  # the last one_graph's futures, released after the next graph is submitted
 
     def unpack(self, theta):
         p, Z = kern.unpack(theta, self.d, self.m if self.opt else 0)
@@ -213,12 +214,16 @@ class Evaluations:
             self.method, self.kernel, params, Z, [self.refs[c] for c in idx], red, self.backend,
             dask_key_name=f"gp-grad-{self.tok}-p{k}-g{idx[0]}")) for w, idx in groups]
         handles = self.ex.compute([red] + grads)
-        try:
-            value, adj, st, jit0 = self.ex.gather(handles[:1])[0]
-            g = gstats.sum_in_order(in_chunk_order(order, self.ex.gather(handles[1:])))
-        finally:
-            self.ex.release(handles)
-        return value, adj, st, jit0, g
+        # The previous evaluation's results are let go only now, after this graph went out: the client
+        # batches its messages to the scheduler 10 ms apart, so releasing them first would hold this graph
+        # back by up to 10 ms. They are a few MB on the workers, and go in the next batch.
+        self.ex.release(self._held)
+        self._held = handles
+        # all at the end: fetching the objective's result while the gradients start would hold up the
+        # scheduler (in this process for a local cluster) and the worker that has to send it twice
+        out = self.ex.gather(handles)
+        value, adj, st, jit0 = out[0]
+        return value, adj, st, jit0, gstats.sum_in_order(in_chunk_order(order, out[1:]))
 
     def chunk_graph(self, params, Z):
         """:meth:`one_graph` with one task per chunk: the statistics tasks, a chain of ordered sums

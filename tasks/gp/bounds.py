@@ -37,6 +37,8 @@ from typing import NamedTuple
 
 import numpy as np
 import scipy.linalg
+import scipy.linalg.blas
+import scipy.linalg.lapack
 import scipy.optimize
 
 from pgmflow.tasks.gp import kernels as kern
@@ -81,6 +83,33 @@ class Adjoints(NamedTuple):
 
 def _solve_lower(L, B, trans=False):
     return scipy.linalg.solve_triangular(L, B, lower=True, trans="T" if trans else "N", check_finite=False)
+
+
+def _tri_inverse(L):
+    """``L^-1`` of a lower-triangular ``L`` (LAPACK trtri: ``m^3 / 3`` flops, a third of a solve against I)."""
+    Linv, info = scipy.linalg.lapack.dtrtri(L, lower=1)
+    if info != 0:
+        raise CholeskyError(f"a triangular factor is singular (trtri info {info})")
+    return np.tril(Linv)
+
+
+def _gram_lower(R):
+    """``R' R`` [m, m] of a lower-triangular ``R``, exactly symmetric (LAPACK lauum: ``m^3 / 3`` flops
+    against ``2 m^3`` for a GEMM)."""
+    C, info = scipy.linalg.lapack.dlauum(R, lower=1)
+    if info != 0:  # pragma: no cover - lauum fails only on bad arguments
+        raise ValueError(f"lauum info {info}")
+    out = np.tril(C)
+    out += np.tril(C, -1).T
+    return out
+
+
+def _sandwich_lower(Linv, S):
+    """``Linv' S Linv`` [m, m] for lower-triangular ``Linv`` and symmetric ``S``, exactly symmetric: two
+    triangular products (BLAS trmm, ``m^3`` flops each, against ``4 m^3`` for two GEMMs)."""
+    X = scipy.linalg.blas.dtrmm(1.0, Linv, S, side=1, lower=1)  # S Linv
+    X = scipy.linalg.blas.dtrmm(1.0, Linv, X, side=0, lower=1, trans_a=1)  # Linv' S Linv
+    return 0.5 * (X + X.T)
 
 
 def _chol(B, what: str):
@@ -154,11 +183,11 @@ def objective(method: str, kernel: str, params: GPParams, Z, stats, jitter: floa
             value += -0.5 * float(stats.psi0) / noise + 0.5 * tr_AAT
 
     # adjoints
-    Linv = _solve_lower(co.L, np.eye(m))  # [m, m]  L^-1
-    R = _solve_lower(co.LB, Linv)  # [m, m]  LB^-1 L^-1
-    Minv = R.T @ R  # [m, m]  M^-1
+    Linv = _tri_inverse(co.L)  # [m, m]  L^-1 (lower)
+    R = _solve_lower(co.LB, Linv)  # [m, m]  LB^-1 L^-1 (lower)
+    Minv = _gram_lower(R)  # [m, m]  M^-1 = R' R
     v = R.T @ co.c  # [m]  M^-1 b
-    Kinv = Linv.T @ Linv  # [m, m]  Kuu^-1
+    Kinv = _gram_lower(Linv)  # [m, m]  Kuu^-1 = L^-T L^-1
     PM = -0.5 * (Minv + np.outer(v, v))  # [m, m]  dF/dM
     PM = 0.5 * (PM + PM.T)
     dKuu = PM + 0.5 * Kinv  # [m, m]
@@ -172,7 +201,7 @@ def objective(method: str, kernel: str, params: GPParams, Z, stats, jitter: floa
         if method == "sgpr":
             dpsi2 = dpsi2 + (0.5 / noise) * Kinv
             dpsi0 = -0.5 / noise
-            KPK = Linv.T @ co.AAT @ Linv  # [m, m]  Kuu^-1 psi2 Kuu^-1 / sigma^2
+            KPK = _sandwich_lower(Linv, co.AAT)  # [m, m]  Kuu^-1 psi2 Kuu^-1 / sigma^2
             dKuu = dKuu - 0.5 * KPK
             dlog_noise += 0.5 * (float(stats.psi0) / noise - tr_AAT)
     dKuu = 0.5 * (dKuu + dKuu.T)

@@ -28,6 +28,7 @@ from __future__ import annotations
 import hashlib
 import os
 import threading
+import weakref
 from collections import OrderedDict
 
 import numpy as np
@@ -63,11 +64,41 @@ def key(kernel: str, params, Z, X) -> bytes:
     h.update(kernel.encode())
     h.update(np.ascontiguousarray(params.log_lengthscale, dtype=np.float64).tobytes())
     h.update(np.float64(params.log_variance).tobytes())
-    for A in (Z, X):
-        A = np.ascontiguousarray(A, dtype=np.float64)
-        h.update(np.asarray(A.shape, dtype=np.int64).tobytes())
-        h.update(A.tobytes())
+    h.update(_digest(Z))
+    h.update(_x_digest(X))
     return h.digest()
+
+
+def _digest(A) -> bytes:
+    A = np.ascontiguousarray(A, dtype=np.float64)
+    h = hashlib.sha256(np.asarray(A.shape, dtype=np.int64).tobytes())
+    h.update(memoryview(A).cast("B"))
+    return h.digest()
+
+
+_x_digests: dict[int, tuple] = {}  # id(X) -> (weak reference to X, digest of X)
+
+
+def _x_digest(X) -> bytes:
+    """:func:`_digest` of a chunk's rows, computed once per array object in this process (0.5 ms for
+    10,000 x 10 rows, at every task otherwise): a chunk held by a worker is the same object in every
+    task, and tasks never modify their inputs (Dask's rule, and pgmflow's: tasks are pure). A weak
+    reference checks that the object is still the one hashed, and the entry goes with the array."""
+    if not isinstance(X, np.ndarray):
+        return _digest(X)
+    i = id(X)
+    with _lock:
+        hit = _x_digests.get(i)
+    if hit is not None and hit[0]() is X:
+        return hit[1]
+    d = _digest(X)
+    try:
+        ref = weakref.ref(X, lambda _r, i=i: _x_digests.pop(i, None))
+    except TypeError:
+        return d
+    with _lock:
+        _x_digests[i] = (ref, d)
+    return d
 
 
 def put(k: bytes, Kuf: np.ndarray) -> bool:
