@@ -137,6 +137,7 @@ def worker_malloc(env: dict | None = None):
     prefers a value already in this process's environment (a nanny started earlier in the process
     leaves its own there), so the variables are set here too, and put back as they were after."""
     import dask
+    import distributed  # noqa: F401  (loads distributed's config defaults, which are kept)
 
     values = dict(WORKER_MALLOC_ENV)
     values.update({k: str(v) for k, v in (env or {}).items() if k in WORKER_MALLOC_ENV})

@@ -168,7 +168,6 @@ def objective(method: str, kernel: str, params: GPParams, Z, stats, jitter: floa
     ``adjoints.jitter``).
     """
     co = _core(method, kernel, params, Z, stats, jitter, max_tries)
-    m = co.L.shape[0]
     n = int(stats.n)
     noise = math.exp(float(params.log_noise))
     logdet_B = 2.0 * float(np.sum(np.log(np.diagonal(co.LB))))

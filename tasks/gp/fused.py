@@ -35,7 +35,6 @@ from __future__ import annotations
 import functools
 import math
 import sys
-from typing import NamedTuple
 
 import numpy as np
 from scipy.linalg.blas import dsyrk

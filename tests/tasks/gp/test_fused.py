@@ -11,22 +11,11 @@ import pytest
 from pgmflow.tasks import fastexp
 from pgmflow.tasks.gp import bounds, chunks, fused, kuf_cache, stats
 from pgmflow.tasks.gp import kernels as kern
+from tests.tasks.gp.conftest import make_problem
 
 
-def _problem(n, d=3, m=7, seed=3):
-    rng = np.random.default_rng(seed)
-    X = rng.standard_normal((n, d))
-    y = np.sin(X[:, 0]) + 0.1 * rng.standard_normal(n)
-    Z = rng.standard_normal((m, d))
-    return X, y, Z, kern.make_params([0.7, 1.2, 2.0], 1.4, 0.05)
-
-
-@pytest.fixture(autouse=True)
-def empty_store(monkeypatch):
-    monkeypatch.delenv(kuf_cache.KUF_CACHE_ENV, raising=False)
-    kuf_cache.clear()
-    yield
-    kuf_cache.clear()
+def _problem(n, m=7):
+    return make_problem(n, m=m, seed=3)
 
 
 @pytest.mark.parametrize("n", [5, fused.BLOCK, 2 * fused.BLOCK + 333])

@@ -8,24 +8,12 @@ import pytest
 from pgmflow.tasks import fastexp
 from pgmflow.tasks.gp import bounds, chunks, kuf_cache, stats
 from pgmflow.tasks.gp import kernels as kern
+from tests.tasks.gp.conftest import make_problem
 
 
 @pytest.fixture
 def problem():
-    rng = np.random.default_rng(5)
-    n, d, m = 300, 3, 12
-    X = rng.standard_normal((n, d))
-    y = np.sin(X[:, 0]) + 0.1 * rng.standard_normal(n)
-    Z = rng.standard_normal((m, d))
-    return X, y, Z, kern.make_params([0.7, 1.2, 2.0], 1.4, 0.05)
-
-
-@pytest.fixture(autouse=True)
-def empty_store(monkeypatch):
-    monkeypatch.delenv(kuf_cache.KUF_CACHE_ENV, raising=False)
-    kuf_cache.clear()
-    yield
-    kuf_cache.clear()
+    return make_problem(300)
 
 
 def _same(a, b):
