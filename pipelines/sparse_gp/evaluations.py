@@ -156,17 +156,24 @@ class Evaluations:
                     raise
         raise AssertionError("unreachable")
 
-    def _holders(self) -> list:
+    def _holders(self, workers: list) -> list:
         """The worker that holds each chunk (None for chunks read from a file, or without a cluster):
         both tasks of a chunk are placed there (loosely: another worker may still take them), so the
         gradient task finds the statistics task's ``Kuf`` in its process and nothing travels but
-        the adjoints. Asked of the scheduler at every evaluation: right after a worker is lost too."""
+        the adjoints. A chunk held by several workers (copied by a task that ran elsewhere) stays with
+        worker ``c mod W`` of ``workers`` when that is one of them, where ``Executor.scatter(place=c)`` put
+        it, so the groups stay even. Asked of the scheduler at every evaluation: after a lost worker too."""
         client = self.ex.client
         futures = [r for r in self.refs if hasattr(r, "key")]
         if client is None or not futures:
             return [None] * len(self.refs)
         who = client.who_has(futures)
-        return [sorted(who.get(r.key, ()))[0] if hasattr(r, "key") and who.get(r.key) else None for r in self.refs]
+        out = []
+        for c, r in enumerate(self.refs):
+            have = sorted(who.get(r.key, ())) if hasattr(r, "key") else []
+            home = workers[c % len(workers)] if workers else None
+            out.append(home if home in have else (have[0] if have else None))
+        return out
 
     @staticmethod
     def _placed(worker, make):
@@ -184,8 +191,8 @@ class Evaluations:
         n = len(self.refs)
         if self.ex.client is None:
             return [(None, list(range(n)))]
-        holders = self._holders()
         workers = sorted(self.ex.client.scheduler_info(n_workers=-1)["workers"]) or [None]
+        holders = self._holders(workers)
         by = {}
         for c, w in enumerate(holders):
             by.setdefault(w if w is not None else workers[c % len(workers)], []).append(c)
@@ -231,7 +238,8 @@ class Evaluations:
         (``objective_task``), and the gradient tasks that take its adjoints, each placed (loosely) on
         the worker that holds its chunk. The driver holds at most GATHER_BATCH gradients at a time."""
         k = next(self._serial)
-        holders = self._holders()
+        workers = sorted(self.ex.client.scheduler_info(n_workers=-1)["workers"]) if self.ex.client else []
+        holders = self._holders(workers)
         stats = [self._placed(w, lambda c=c, ref=ref: dask.delayed(chunk_stats_task, pure=True)(
             self.method, self.kernel, params, Z, ref, self.jitter, self.backend,
             dask_key_name=f"gp-stats-{self.tok}-p{k}-c{c}")) for c, (ref, w) in enumerate(zip(self.refs, holders))]

@@ -45,6 +45,8 @@ def test_one_graph_per_evaluation_is_placed_with_its_chunks_and_gives_the_in_pro
         groups = ev.groups()
         assert [len(idx) for _, idx in groups] == [5, 5]
         assert all(set(idx) == {i for i, r in enumerate(refs) if r.key in held[w]} for w, idx in groups)
+        client.replicate(refs[:4], n=2)  # copies on both workers (as a task that ran elsewhere leaves them)
+        assert ev.groups() == groups  # each chunk stays with the worker it was put on
         before = client.run(_kuf_counts)
         theta = kern.pack(p, Z)
         f, g = ev(theta)
