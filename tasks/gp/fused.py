@@ -1,12 +1,12 @@
 """Cache-blocked CPU passes of SGPR and DTC with the RBF kernel: ``Kuf`` made, used and reused one
 block of columns at a time, so that its exponentials and the products that follow them run on data
-in the core's L2 cache, not in main memory.
+in the core's caches, not in main memory.
 
 Both passes of an evaluation are dominated by two BLAS-3 products of ``Kuf`` [m, n_c]: the SYRK
 ``psi2 = Kuf Kfu`` (``m^2 n_c`` flops) and the GEMM ``P Kuf`` (``2 m^2 n_c``). What surrounds them is
 elementwise (``m n_c`` exponentials, the adjoint ``G = -(P Kuf + a y' / 2) * Kuf``) and costs a pass
 over ``Kuf`` each time it runs over a whole chunk: 20 MB at m = 256, n_c = 10,000, several times the
-cache. Here every chunk is cut into blocks of :data:`BLOCK` columns (256 x 512 doubles = 1 MiB):
+cache. Here every chunk is cut into blocks of :data:`BLOCK` columns (256 x 1,024 doubles = 2 MiB):
 
 * statistics: per block, ``E' = A2_b A1'`` (the augmented GEMM of
   :func:`pgmflow.tasks.gp.kernels._rbf_log_kernel`, transposed), ``K_b = exp(min(E, log s))`` in place
@@ -25,8 +25,9 @@ where or how often a chunk is computed; they differ from a whole-chunk SYRK in t
 accepted too (copied to Fortran order first) and gives the same bits.
 
 Cost per chunk on the 2-core AMD EPYC (Zen 4) of the benchmarks, m = 256, n_c = 10,000, one BLAS
-thread: statistics ~20 ms (a whole-chunk SYRK alone: 15-16 ms), gradient ~28 ms (a whole-chunk
-GEMM alone: 25 ms), against 27 and 32 ms for the whole-chunk passes they replace
+thread: statistics 21 ms (its SYRK 16 ms: OpenBLAS's dsyrk at 80 % of its dgemm rate; the augmented
+GEMM 1.8 ms, the exponentials 3 ms), gradient 31 ms (its GEMM 26-27 ms, at the dgemm rate; the
+product with ``[x~, x~^2, 1]`` 2.6 ms), against 27 and 32 ms for the whole-chunk passes they replace
 (``benchmarks/sparse_gp.py`` prints the current profile).
 """
 
