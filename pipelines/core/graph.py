@@ -138,7 +138,10 @@ class Executor:
     def sum_ordered(self, outputs, batch: int = 16):
         """Compute delayed ``outputs`` and add their results left to right (``((r0 + r1) + r2) + ...``,
         the same bits for any placement), gathering ``batch`` at a time to bound the driver's memory."""
-        handles = self.compute(outputs)
+        return self.sum_handles(self.compute(outputs), batch)
+
+    def sum_handles(self, handles, batch: int = 16):
+        """The results of ``handles`` added left to right, gathered (and released) ``batch`` at a time."""
         total = None
         for i in range(0, len(handles), batch):
             for part in self.gather(handles[i:i + batch]):

@@ -257,14 +257,11 @@ class Evaluations:
             dask_key_name=f"gp-grad-{self.tok}-p{k}-c{c}")) for c, (ref, w) in enumerate(zip(self.refs, holders))]
         handles = self.ex.compute([red] + grads)
         try:
-            value, adj_v, st, jit0 = self.ex.gather(handles[:1])[0]
-            g = None
-            for i in range(1, len(handles), GATHER_BATCH):
-                for part in self.ex.gather(handles[i:i + GATHER_BATCH]):
-                    g = part if g is None else g + part
+            value, adj, st, jit0 = self.ex.gather(handles[:1])[0]
+            g = self.ex.sum_handles(handles[1:], batch=GATHER_BATCH)
         finally:
             self.ex.release(handles)
-        return value, adj_v, st, jit0, g
+        return value, adj, st, jit0, g
 
     def passes(self, params, Z):
         """``(value, adjoints, summed statistics, starting jitter, summed Grad)``: the passes over the

@@ -80,23 +80,34 @@ def _check_out(out, m: int, n: int) -> np.ndarray:
     return out
 
 
-def _made(Zs, Xs, log_s: float, K):
-    """Fill ``K`` (Fortran [m, n]) with the RBF ``Kuf`` block by block, yielding each block once made."""
+def _made(Zs, Xs, log_s: float, K, offsets=None):
+    """Fill ``K`` (Fortran [m, n]) with the RBF ``Kuf`` block by block, yielding each block's columns once
+    made. With ``offsets`` (the blocks of a wider ``Kuf``), ``K`` is one block's scratch, written over for
+    each of them in turn."""
     if log_s > fastexp.MAX_CAP:
         raise ValueError(f"log kernel scale {log_s} is above {fastexp.MAX_CAP}: use the whole-chunk path")
     A1, A2 = _augmented(Zs, Xs, float(log_s))
     KT = K.T  # [n, m] C order: Kfu
-    for j0, j1 in block_bounds(K.shape[1]):
-        Eb = KT[j0:j1]  # [b, m], contiguous
+    for j0, j1 in (block_bounds(K.shape[1]) if offsets is None else offsets):
+        Eb = KT[j0:j1] if offsets is None else KT[:j1 - j0]  # [b, m], contiguous
         np.matmul(A2[j0:j1], A1.T, out=Eb)  # log s - u / 2
         fastexp.capped_exp(Eb, log_s)
         yield j0, j1
 
 
-def rbf_kuf(Zs, Xs, log_s: float, out: np.ndarray | None = None) -> np.ndarray:
-    """The RBF ``Kuf = K(Z, X)`` [m, n] (Fortran order) of scaled inputs ``Zs`` [m, d], ``Xs`` [n, d],
-    written into ``out`` (Fortran-ordered [m, n] float64) when given."""
-    K = _check_out(out, Zs.shape[0], Xs.shape[0])
+def rbf_kuf(Zs, Xs, log_s: float, out: np.ndarray | None = None, order: str = "F") -> np.ndarray:
+    """The RBF ``Kuf = K(Z, X)`` [m, n] of scaled inputs ``Zs`` [m, d], ``Xs`` [n, d]: in Fortran order,
+    written into ``out`` (Fortran-ordered [m, n] float64) when given; or, with ``order="C"``, a new
+    C-ordered array with the same bits (each block made as for Fortran order, then copied across while
+    in cache: FITC's whole-chunk code runs on C-ordered matrices)."""
+    m, n = Zs.shape[0], Xs.shape[0]
+    if order == "C":
+        K = np.empty((m, n))
+        scratch = _check_out(None, m, min(BLOCK, n))
+        for j0, j1 in _made(Zs, Xs, log_s, scratch, offsets=block_bounds(n)):
+            K[:, j0:j1] = scratch[:, :j1 - j0]
+        return K
+    K = _check_out(out, m, n)
     for _ in _made(Zs, Xs, log_s, K):
         pass
     return K

@@ -192,9 +192,9 @@ def _kuf(xp, kernel: str, params: GPParams, Zs, Xs, with_grad: bool, Kuf=None):
     if Kuf is not None:
         _check_kuf(kernel, Kuf, Zs, Xs)
         return (np.ascontiguousarray(Kuf) if xp is np else Kuf), None
+    if _cpu_rbf(xp, kernel, params):  # the blocked path's bits, in C order
+        return fused.rbf_kuf(Zs, Xs, float(params.log_variance), order="C"), None
     if kernel == "rbf":
-        if xp is np and float(params.log_variance) <= fastexp.MAX_CAP:  # the bits of the blocked path, in C order
-            return np.ascontiguousarray(fused.rbf_kuf(Zs, Xs, float(params.log_variance))), None
         return kern._rbf_log_kernel(xp, Zs, Xs, float(params.log_variance)), None
     U = kern._sqdist(xp, Zs, Xs, symmetric=False)
     return kern._profile(xp, kernel, U, math.exp(float(params.log_variance)), with_grad)
@@ -207,11 +207,17 @@ def _check_kuf(kernel, Kuf, Zs, Xs):
         raise ValueError(f"Kuf must have shape {(Zs.shape[0], Xs.shape[0])}; got {tuple(Kuf.shape)}")
 
 
+def _cpu_rbf(xp, kernel: str, params: GPParams) -> bool:
+    """Whether ``Kuf`` is made by :mod:`pgmflow.tasks.gp.fused`: the RBF kernel on NumPy arrays, with a
+    kernel scale below ``e^700``."""
+    return xp is np and kernel == "rbf" and float(params.log_variance) <= fastexp.MAX_CAP
+
+
 def _blocked(xp, method: str, kernel: str, params: GPParams) -> bool:
-    """Whether this chunk takes the cache-blocked CPU path of :mod:`pgmflow.tasks.gp.fused`: SGPR and
-    DTC with the RBF kernel on NumPy arrays (and a kernel scale below ``e^700``)."""
-    return (xp is np and kernel == "rbf" and method in ("sgpr", "dtc")
-            and float(params.log_variance) <= fastexp.MAX_CAP)
+    """Whether this chunk takes the cache-blocked passes of :mod:`pgmflow.tasks.gp.fused` (``Kuf`` kept in
+    Fortran order): SGPR and DTC where :func:`_cpu_rbf` holds. FITC's whole-chunk passes take the same
+    ``Kuf`` in C order."""
+    return method in ("sgpr", "dtc") and _cpu_rbf(xp, kernel, params)
 
 
 def cross_covariance(kernel: str, params: GPParams, Z, X_chunk):
@@ -226,7 +232,7 @@ def cross_covariance(kernel: str, params: GPParams, Z, X_chunk):
     if X.ndim != 2 or Z.ndim != 2 or X.shape[1] != Z.shape[1]:
         raise ValueError(f"X_chunk [n, d] and Z [m, d] must be matrices of equal width; got {X.shape}, {Z.shape}")
     Zs, Xs = kern._scaled(xp, Z, params), kern._scaled(xp, X, params)
-    if xp is np and kernel == "rbf" and float(params.log_variance) <= fastexp.MAX_CAP:
+    if _cpu_rbf(xp, kernel, params):
         return fused.rbf_kuf(Zs, Xs, float(params.log_variance))  # Fortran order, as the SGPR/DTC passes keep it
     return _kuf(xp, kernel, params, Zs, Xs, with_grad=False)[0]
 

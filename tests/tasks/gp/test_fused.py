@@ -70,6 +70,9 @@ def test_any_layout_of_a_given_kuf_gives_the_same_bits(method):
     assert K.flags.f_contiguous
     st, K2 = stats.chunk_stats_and_kuf(method, "rbf", p, Z, X, y)
     assert np.array_equal(K, K2)
+    ls = np.exp(p.log_lengthscale)
+    KC = fused.rbf_kuf(Z / ls, X / ls, float(p.log_variance), order="C")  # what FITC's passes take
+    assert KC.flags.c_contiguous and np.array_equal(KC, K)
     C = np.ascontiguousarray(K)
     C.flags.writeable = False
     for given in (K, C):
