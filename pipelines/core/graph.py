@@ -52,10 +52,20 @@ class Executor:
         key = f"const-{type(obj).__name__}-{tokenize(obj)}"
         where = {}
         if place is not None:
-            workers = sorted(self.client.scheduler_info(n_workers=-1)["workers"])
+            workers = self._workers()
             if workers:
                 where = {"workers": [workers[int(place) % len(workers)]], "allow_other_workers": True}
         return self.client.submit(_identity, obj, key=key, pure=False, **where)
+
+    def _workers(self) -> list:
+        """The workers' addresses in order, asked of the scheduler at most once a second (scattering the
+        chunks of a big data set one by one would otherwise ask once per chunk)."""
+        now = time.monotonic()
+        cached = getattr(self, "_worker_list", None)
+        if cached is None or now - cached[0] > 1.0:
+            cached = (now, sorted(self.client.scheduler_info(n_workers=-1)["workers"]))
+            self._worker_list = cached
+        return cached[1]
 
     def compute(self, outputs: Sequence, watch: Sequence[int] = (), on_done: Callable[[int], None] | None = None,
                 on_result: Callable[[int, object], None] | None = None):
