@@ -79,9 +79,10 @@ def _cluster(n_workers=2, memory_limit="auto"):
 
     from distributed import LocalCluster
 
-    from pgmflow.pipelines.core.cluster import worker_malloc
+    from pgmflow.pipelines.core.cluster import local_housekeeping, worker_malloc
 
-    with worker_malloc():  # the pipeline's local clusters start their workers so (pipelines/core/cluster.py)
+    # the pipeline's local clusters start their workers so (pipelines/core/cluster.py)
+    with worker_malloc(), local_housekeeping():
         return LocalCluster(n_workers=n_workers, threads_per_worker=1, processes=True, dashboard_address=None,
                             silence_logs=logging.ERROR, memory_limit=memory_limit,
                             env={**THREADS, "PYTHONPATH": str(REPO)})

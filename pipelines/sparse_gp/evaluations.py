@@ -17,8 +17,8 @@ from pgmflow.tasks.gp import bounds as gbounds
 from pgmflow.tasks.gp import kernels as kern
 from pgmflow.tasks.gp import stats as gstats
 from pgmflow.tasks.gp.chunks import (FileRows, chunk_grad_after_task, chunk_grad_task, chunk_stats_task,
-                                     grad_group_task, in_chunk_order, objective_groups_task, objective_task,
-                                     split_rows, stats_group_task, sum_task)
+                                     grad_group_task, in_chunk_order, objective_grad_group_task,
+                                     objective_groups_task, objective_task, split_rows, stats_group_task, sum_task)
 from pgmflow.tasks.gp.data import heldout_rows, open_npy, split_key
 from pgmflow.tasks.gp.inducing import GP_STREAM_INDUCING, kmeans_pp
 
@@ -30,6 +30,11 @@ ONE_GRAPH_METHODS = ("sgpr", "dtc")  # statistics that do not depend on the jitt
 # One task per worker and pass (the chunks it holds, in turn) while every chunk's statistics together take at
 # most this much memory on the worker that adds them; past it, one task per chunk and a chain of sums.
 GROUP_STATS_BYTES = 128 << 20
+# Up to this many groups (workers), every gradient task computes the objective itself from all the groups'
+# statistics (each fetches the others': (W - 1) x m^2 x 8 bytes), instead of one objective task whose adjoints
+# every gradient task then fetches: one round trip through the scheduler less, and no worker idle while another
+# computes the objective. Past it, one objective task (the statistics would travel W (W - 1) times).
+REDUNDANT_OBJECTIVE_GROUPS = 4
 
 
 def chunk_ranges(data, chunk_size):
@@ -201,9 +206,10 @@ class Evaluations:
     def one_graph(self, params, Z):
         """SGPR and DTC: ``(value, adjoints, summed statistics, starting jitter, summed Grad)`` from one
         graph per evaluation, submitted at once (no round trip to the driver between the passes): one
-        statistics task per worker for the chunks it holds (:meth:`groups`), the objective on a worker
-        (``objective_groups_task``: the statistics added in chunk order), and one gradient task per
-        worker that takes its adjoints. With many chunks (their statistics together over
+        statistics task per worker for the chunks it holds (:meth:`groups`), then one task per worker that
+        computes the objective from every group's statistics (added in chunk order) and the gradients of its
+        chunks (``objective_grad_group_task``; with more than :data:`REDUNDANT_OBJECTIVE_GROUPS` groups, one
+        objective task, ``objective_groups_task``, and gradient tasks that take its adjoints). With many chunks (their statistics together over
         :data:`GROUP_STATS_BYTES`), one task per chunk and a chain of ordered sums instead
         (:meth:`chunk_graph`). The same sums in the same order on every path: the same bits."""
         if len(self.refs) * self.m * self.m * 8 > GROUP_STATS_BYTES:
@@ -214,13 +220,19 @@ class Evaluations:
         stats = [self._placed(w, lambda idx=idx: dask.delayed(stats_group_task, pure=True)(
             self.method, self.kernel, params, Z, [self.refs[c] for c in idx], self.jitter, self.backend,
             dask_key_name=f"gp-stats-{self.tok}-p{k}-g{idx[0]}")) for w, idx in groups]
-        red = dask.delayed(objective_groups_task, pure=True)(
-            self.method, self.kernel, params, Z, order, stats, self.jitter, self.max_tries,
-            dask_key_name=f"gp-objective-{self.tok}-p{k}")
-        grads = [self._placed(w, lambda idx=idx: dask.delayed(grad_group_task, pure=True)(
-            self.method, self.kernel, params, Z, [self.refs[c] for c in idx], red, self.backend,
-            dask_key_name=f"gp-grad-{self.tok}-p{k}-g{idx[0]}")) for w, idx in groups]
-        handles = self.ex.compute([red] + grads)
+        if len(groups) <= REDUNDANT_OBJECTIVE_GROUPS:
+            outs = [self._placed(w, lambda i=i, idx=idx: dask.delayed(objective_grad_group_task, pure=True)(
+                self.method, self.kernel, params, Z, [self.refs[c] for c in idx], order, stats, self.jitter,
+                self.max_tries, self.backend, i == 0, dask_key_name=f"gp-objgrad-{self.tok}-p{k}-g{idx[0]}"))
+                for i, (w, idx) in enumerate(groups)]
+        else:
+            red = dask.delayed(objective_groups_task, pure=True)(
+                self.method, self.kernel, params, Z, order, stats, self.jitter, self.max_tries,
+                dask_key_name=f"gp-objective-{self.tok}-p{k}")
+            outs = [red] + [self._placed(w, lambda idx=idx: dask.delayed(grad_group_task, pure=True)(
+                self.method, self.kernel, params, Z, [self.refs[c] for c in idx], red, self.backend,
+                dask_key_name=f"gp-grad-{self.tok}-p{k}-g{idx[0]}")) for w, idx in groups]
+        handles = self.ex.compute(outs)
         # The previous evaluation's results are let go only now, after this graph went out: the client
         # batches its messages to the scheduler 10 ms apart, so releasing them first would hold this graph
         # back by up to 10 ms. They are a few MB on the workers, and go in the next batch.
@@ -229,6 +241,8 @@ class Evaluations:
         # all at the end: fetching the objective's result while the gradients start would hold up the
         # scheduler (in this process for a local cluster) and the worker that has to send it twice
         out = self.ex.gather(handles)
+        if len(groups) <= REDUNDANT_OBJECTIVE_GROUPS:
+            out = [out[0][0]] + [grads for _, grads in out]
         value, adj, st, jit0 = out[0]
         return value, adj, st, jit0, gstats.sum_in_order(in_chunk_order(order, out[1:]))
 

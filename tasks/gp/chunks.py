@@ -184,6 +184,16 @@ def objective_groups_task(method, kernel, params, Z, groups, outputs, jitter, ma
     return objective_task(method, kernel, params, Z, None, in_chunk_order(groups, outputs), jitter, max_tries)
 
 
+def objective_grad_group_task(method, kernel, params, Z, refs, groups, outputs, jitter, max_tries, backend,
+                              keep: bool):
+    """:func:`objective_groups_task` and then :func:`grad_group_task` of this group's chunks ``refs``, in one
+    task: ``(objective result or None, gradients)``. Every group computes the same objective from the same
+    statistics in the same order (the same bits), so no worker waits for another's adjoints; the result is
+    returned by the group with ``keep`` only."""
+    res = objective_groups_task(method, kernel, params, Z, groups, outputs, jitter, max_tries)
+    return (res if keep else None), grad_group_task(method, kernel, params, Z, refs, res, backend)
+
+
 class Predictor(NamedTuple):
     """A fitted model, enough to predict (standardised units): ``method`` in sgpr|fitc|dtc (with the
     summed ``stats``) or svgp (with ``state``)."""

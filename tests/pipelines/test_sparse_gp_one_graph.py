@@ -54,6 +54,11 @@ def test_one_graph_per_evaluation_is_placed_with_its_chunks_and_gives_the_in_pro
         # every gradient task found its chunk's Kuf where the statistics task left it
         assert sum(after[w]["hits"] - before[w]["hits"] for w in after) == 10
         assert sum(after[w]["misses"] - before[w]["misses"] for w in after) == 0
+        # one objective task whose adjoints every gradient task fetches (what more than
+        # REDUNDANT_OBJECTIVE_GROUPS workers get): the same bits
+        monkeypatch.setattr(sg, "REDUNDANT_OBJECTIVE_GROUPS", 1)
+        ev.records.clear()
+        f1, g1 = ev(theta)
         # one task per chunk and a chain of sums (what many chunks get): the same bits
         monkeypatch.setattr(sg, "GROUP_STATS_BYTES", 0)
         monkeypatch.setattr(sg, "GATHER_BATCH", 3)
@@ -61,8 +66,8 @@ def test_one_graph_per_evaluation_is_placed_with_its_chunks_and_gives_the_in_pro
         f2, g2 = ev(theta)
     with pinned_blas():  # one BLAS thread, as on the workers (pgmflow.tasks.threads says why)
         value, dp, dZ = bounds.value_and_grad(method, "rbf", p, Z, X, y, chunk_size=cs)
-    assert -f == value and f2 == f
-    assert np.array_equal(-g, kern.pack(dp, dZ)) and np.array_equal(g2, g)
+    assert -f == value and f1 == f and f2 == f
+    assert np.array_equal(-g, kern.pack(dp, dZ)) and np.array_equal(g1, g) and np.array_equal(g2, g)
 
 
 def test_pgmflow_local_workers_start_with_the_malloc_thresholds():
@@ -80,3 +85,45 @@ def test_pgmflow_local_workers_start_with_the_malloc_thresholds():
                                                                             "MALLOC_TRIM_THRESHOLD_", "OTHER")}).values()))
     assert env == {"MALLOC_MMAP_THRESHOLD_": WORKER_MALLOC_ENV["MALLOC_MMAP_THRESHOLD_"],
                    "MALLOC_TRIM_THRESHOLD_": "123456", "OTHER": None}
+
+
+def _housekeeping():
+    import dask
+
+    from pgmflow.pipelines.core.cluster import LOCAL_DASK_CONFIG
+
+    return {k: dask.config.get(k) for k in [*LOCAL_DASK_CONFIG, "distributed.admin.tick.limit"]}
+
+
+def test_local_clusters_start_with_fewer_housekeeping_wakeups(tmp_path):
+    """The pipeline's local cluster (open_cluster, as `pgmflow` starts it): its workers and its scheduler run
+    with LOCAL_DASK_CONFIG; a value from the user's Dask configuration is kept; a profile's dask_config: wins."""
+    import dask
+    from distributed import Client
+
+    from pgmflow.pipelines.core.cluster import LOCAL_DASK_CONFIG, open_cluster
+
+    path = tmp_path / "cluster.yaml"
+    path.write_text("profiles:\n  local:\n    type: local\n    n_workers: 1\n    dashboard_address: null\n"
+                    "    dask_config: {distributed.admin.tick.limit: 7s}\n")
+    with dask.config.set({"distributed.admin.system-monitor.interval": "750ms"}):  # the user's own setting
+        with open_cluster({"profile": "local", "file": str(path)}) as handle:
+            client: Client = handle.client
+            seen = next(iter(client.run(_housekeeping).values()))
+            tick = client.run_on_scheduler(lambda dask_scheduler: dask_scheduler._tick_interval)
+    assert seen == {"distributed.worker.profile.interval": LOCAL_DASK_CONFIG["distributed.worker.profile.interval"],
+                    "distributed.admin.tick.interval": LOCAL_DASK_CONFIG["distributed.admin.tick.interval"],
+                    "distributed.admin.system-monitor.interval": "750ms", "distributed.admin.tick.limit": "7s"}
+    assert tick == 0.5  # the scheduler, made in this process while the cluster started
+    assert dask.config.get("distributed.admin.tick.interval") == "20ms"  # this process's own config is back
+
+
+def test_a_local_profile_refuses_a_dask_config_that_is_not_a_mapping_of_dotted_keys(tmp_path):
+    from pgmflow.pipelines.core.cluster import check_cluster_config
+    from pgmflow.pipelines.core.errors import ConfigError
+
+    path = tmp_path / "cluster.yaml"
+    for bad in ("[1, 2]", "{profile: 10ms}"):
+        path.write_text(f"profiles:\n  local:\n    type: local\n    dask_config: {bad}\n")
+        with pytest.raises(ConfigError, match="dask_config"):
+            check_cluster_config({"profile": "local", "file": str(path)})
