@@ -104,20 +104,22 @@ def evaluation_flops(n, m, d, kuf_stored=True):
     Statistics pass, per chunk of ``n_c`` rows: ``Kuf`` as one GEMM ``[m, d + 2] x [d + 2, n_c]``
     (``2 m n_c (d + 2)``), a min and an exp (``2 m n_c``); ``Kuf y`` (``2 m n_c``); ``Kuf Kfu`` as a
     SYRK (``m (m + 1) n_c``: the upper triangle). Gradient pass: ``P Kuf`` (``2 m^2 n_c``), the rank-one
-    ``a y'`` (``2 m n_c``), ``G *= Kuf`` and ``sum G`` (``2 m n_c``), ``G [x~, x~^2, 1]``
-    (``2 m n_c (2 d + 1)``); with ``Kuf`` taken from the statistics pass (``kuf_stored``) nothing
-    else, otherwise ``Kuf`` again (``2 m n_c (d + 3)``). Summed over the chunks::
+    ``a y'`` (``2 m n_c``), ``G *= Kuf`` (``2 m n_c``), ``G [x~, 1]`` (``2 m n_c (d + 1)``), the column
+    sums ``1' G`` (``2 m n_c``) and their product with ``x~^2`` (``3 n_c d``); with ``Kuf`` taken from
+    the statistics pass (``kuf_stored``) nothing else, otherwise ``Kuf`` again (``2 m n_c (d + 3)``).
+    Summed over the chunks::
 
-        F = 3 m^2 n + m n (6 d + 15)  [+ m n (2 d + 6) without the stored Kuf]  + 7 m^3
+        F = 3 m^2 n + m n (4 d + 17) + 3 n d  [+ m n (2 d + 6) without the stored Kuf]  + 7 m^3
 
     the last term the objective's m x m algebra (``pgmflow.tasks.gp.bounds.objective``): two Cholesky
-    factors ``m^3 / 3`` each, three triangular solves with m right-hand sides ``m^3`` each, a
-    triangular inverse ``m^3 / 3``, two triangular Gram products (lauum) ``m^3 / 3`` each, two
-    triangular matrix products (trmm) ``m^3`` each: ``6.7 m^3``, rounded up. (Before issue 18's last
-    change it used four GEMMs and a solve against I instead: ``13 m^3``.)
+    factors ``m^3 / 3`` each, a triangular inverse ``m^3 / 3``, four triangular matrix products (trmm)
+    ``m^3`` each, a triangular solve with m right-hand sides ``m^3``, two triangular Gram products (lauum)
+    ``m^3 / 3`` each: ``6.7 m^3``, rounded up. (Before issue 18 the gradient pass multiplied ``G`` by
+    ``[x~, x~^2, 1]``, ``m n (6 d + 15)`` in all, and the objective used four GEMMs and a solve against I,
+    ``13 m^3``.)
     """
     n, m, d = float(n), float(m), float(d)
-    f = 3 * m * m * n + m * n * (6 * d + 15) + 7 * m ** 3
+    f = 3 * m * m * n + m * n * (4 * d + 17) + 3 * n * d + 7 * m ** 3
     return f if kuf_stored else f + m * n * (2 * d + 6)
 
 
@@ -453,7 +455,7 @@ def compare(a):
     frac, frac_cpu = bound_s / ours["eval_s"], bound_cpu / ours["eval_cpu"]
     out.write(f"| dgemm GFLOP/s, the 2 workers at once (1 BLAS thread each; median of 3 measurements right after "
               f"the timed evaluations) | {ours['dgemm']:.1f} | | |\n")
-    out.write(f"| FLOPs per evaluation, 3 m^2 n + m n (6 d + 15) + 7 m^3 | {flops / 1e9:.2f} G | | |\n")
+    out.write(f"| FLOPs per evaluation, 3 m^2 n + m n (4 d + 17) + 3 n d + 7 m^3 | {flops / 1e9:.2f} G | | |\n")
     out.write(f"| dgemm-bound seconds per evaluation (FLOPs / dgemm rate) | {bound_s:.3f} | | "
               f"**{100 * frac:.0f}% reached** |\n")
     out.write(f"| CPU seconds per evaluation (workers + driver, mean over the timed ones) / dgemm-bound CPU seconds "
@@ -598,7 +600,7 @@ def report_ours_only(a, ours, flops, bound_s, bound_cpu, numerics_s, n_chunks, p
         ("fit: L-BFGS iterations / evaluations, wall time (s)", f"{ours['iters']} / {ours['evals']}, {ours['fit_s']:.1f}"),
         (f"test RMSE / NLPD ({a.n_test} rows, original units)", f"{ours['rmse']:.4f} / {ours['nlpd']:.4f}"),
         ("dgemm GFLOP/s, the 2 workers at once (1 BLAS thread each)", f"{ours['dgemm']:.1f}"),
-        ("FLOPs per evaluation, 3 m^2 n + m n (6 d + 15) + 7 m^3", f"{flops / 1e9:.2f} G"),
+        ("FLOPs per evaluation, 3 m^2 n + m n (4 d + 17) + 3 n d + 7 m^3", f"{flops / 1e9:.2f} G"),
         ("dgemm-bound seconds per evaluation (FLOPs / dgemm rate)", f"{bound_s:.3f}: **{100 * frac:.0f}% reached**"),
         (f"CPU seconds per evaluation / dgemm-bound CPU seconds ({ours['dgemm_cpu']:.1f} GFLOP per CPU second)",
          f"{ours['eval_cpu']:.3f} / {bound_cpu:.3f}: {100 * frac_cpu:.0f}%"),

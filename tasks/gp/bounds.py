@@ -86,29 +86,39 @@ def _solve_lower(L, B, trans=False):
 
 
 def _tri_inverse(L):
-    """``L^-1`` of a lower-triangular ``L`` (LAPACK trtri: ``m^3 / 3`` flops, a third of a solve against I)."""
+    """``L^-1`` [m, m] (Fortran order) of a lower-triangular ``L`` whose upper triangle is zero, as
+    ``scipy.linalg.cholesky`` returns it (LAPACK trtri: ``m^3 / 3`` flops, a third of a solve against I;
+    it writes the lower triangle only, so the zeros above stay)."""
     Linv, info = scipy.linalg.lapack.dtrtri(L, lower=1)
     if info != 0:
         raise CholeskyError(f"a triangular factor is singular (trtri info {info})")
-    return np.tril(Linv)
+    return Linv
 
 
-def _gram_lower(R):
-    """``R' R`` [m, m] of a lower-triangular ``R``, exactly symmetric (LAPACK lauum: ``m^3 / 3`` flops
-    against ``2 m^3`` for a GEMM)."""
-    C, info = scipy.linalg.lapack.dlauum(R, lower=1)
-    if info != 0:  # pragma: no cover - lauum fails only on bad arguments
-        raise ValueError(f"lauum info {info}")
-    out = np.tril(C)
-    out += np.tril(C, -1).T
+def _symmetric_from_lower(C):
+    """The symmetric matrix whose lower triangle is that of ``C``, whose upper triangle is zero:
+    ``C + C' - diag C`` (exactly symmetric)."""
+    out = C + C.T
+    out[np.diag_indices_from(out)] = np.diagonal(C)
     return out
 
 
-def _sandwich_lower(Linv, S):
-    """``Linv' S Linv`` [m, m] for lower-triangular ``Linv`` and symmetric ``S``, exactly symmetric: two
-    triangular products (BLAS trmm, ``m^3`` flops each, against ``4 m^3`` for two GEMMs)."""
-    X = scipy.linalg.blas.dtrmm(1.0, Linv, S, side=1, lower=1)  # S Linv
-    X = scipy.linalg.blas.dtrmm(1.0, Linv, X, side=0, lower=1, trans_a=1)  # Linv' S Linv
+def _gram_lower(R):
+    """``R' R`` [m, m] of a lower-triangular ``R`` with a zero upper triangle, exactly symmetric (LAPACK
+    lauum: ``m^3 / 3`` flops against ``2 m^3`` for a GEMM; it overwrites the lower triangle only)."""
+    C, info = scipy.linalg.lapack.dlauum(R, lower=1)
+    if info != 0:  # pragma: no cover - lauum fails only on bad arguments
+        raise ValueError(f"lauum info {info}")
+    return _symmetric_from_lower(C)
+
+
+def _sandwich_lower(Linv, S, outer: bool = False):
+    """``Linv' S Linv`` [m, m] (``outer``: ``Linv S Linv'``) for lower-triangular ``Linv`` and symmetric
+    ``S``, exactly symmetric: two triangular products (BLAS trmm, ``m^3`` flops each, against ``4 m^3``
+    for two GEMMs). ``S`` is read in Fortran order (its transpose, the same matrix) without a copy."""
+    trmm = scipy.linalg.blas.dtrmm
+    X = trmm(1.0, Linv, S.T if S.flags.c_contiguous else S, side=0, lower=1, trans_a=0 if outer else 1)
+    X = trmm(1.0, Linv, X, side=1, lower=1, trans_a=1 if outer else 0, overwrite_b=1)
     return 0.5 * (X + X.T)
 
 
@@ -135,6 +145,7 @@ class _Core(NamedTuple):
     AAT: np.ndarray  # [m, m]  L^-1 Phi L^-T
     LB: np.ndarray  # [m, m]  chol(I + AAT)
     c: np.ndarray  # [m]  LB^-1 L^-1 b
+    Linv: np.ndarray  # [m, m]  L^-1 (lower, Fortran order)
 
 
 def _core(method, kernel, params, Z, stats, jitter, max_tries) -> _Core:
@@ -149,12 +160,12 @@ def _core(method, kernel, params, Z, stats, jitter, max_tries) -> _Core:
     else:
         noise = math.exp(float(params.log_noise))
         Phi, b = np.asarray(stats.psi2) / noise, np.asarray(stats.psi1y) / noise
-    AAT = _solve_lower(L, _solve_lower(L, Phi).T)  # [m, m]  L^-1 Phi L^-T
-    AAT = 0.5 * (AAT + AAT.T)
+    Linv = _tri_inverse(L)  # [m, m]  L^-1: two trmm below instead of two solves with m right-hand sides
+    AAT = _sandwich_lower(Linv, Phi, outer=True)  # [m, m]  L^-1 Phi L^-T
     Bm = AAT + np.eye(m)  # [m, m]
     LB = _chol(Bm, "B = I + A A'")
-    c = _solve_lower(LB, _solve_lower(L, b))  # [m]
-    return _Core(L, jit, Phi, b, AAT, LB, c)
+    c = _solve_lower(LB, Linv @ b)  # [m]
+    return _Core(L, jit, Phi, b, AAT, LB, c, Linv)
 
 
 def objective(method: str, kernel: str, params: GPParams, Z, stats, jitter: float = DEFAULT_JITTER,
@@ -181,14 +192,14 @@ def objective(method: str, kernel: str, params: GPParams, Z, stats, jitter: floa
         if method == "sgpr":
             value += -0.5 * float(stats.psi0) / noise + 0.5 * tr_AAT
 
-    # adjoints
-    Linv = _tri_inverse(co.L)  # [m, m]  L^-1 (lower)
-    R = _solve_lower(co.LB, Linv)  # [m, m]  LB^-1 L^-1 (lower)
+    # adjoints (every m x m matrix below is exactly symmetric by construction: no symmetrising at the end)
+    Linv = co.Linv  # [m, m]  L^-1 (lower)
+    R = scipy.linalg.blas.dtrsm(1.0, co.LB, Linv, lower=1)  # [m, m]  LB^-1 L^-1 (lower, zero above)
     Minv = _gram_lower(R)  # [m, m]  M^-1 = R' R
     v = R.T @ co.c  # [m]  M^-1 b
     Kinv = _gram_lower(Linv)  # [m, m]  Kuu^-1 = L^-T L^-1
-    PM = -0.5 * (Minv + np.outer(v, v))  # [m, m]  dF/dM
-    PM = 0.5 * (PM + PM.T)
+    PM = Minv + np.outer(v, v)
+    PM *= -0.5  # [m, m]  dF/dM
     dKuu = PM + 0.5 * Kinv  # [m, m]
     if method == "fitc":
         dpsi2, dpsi1y, dpsi0, dlog_noise = PM, v, 0.0, 0.0
@@ -201,10 +212,8 @@ def objective(method: str, kernel: str, params: GPParams, Z, stats, jitter: floa
             dpsi2 = dpsi2 + (0.5 / noise) * Kinv
             dpsi0 = -0.5 / noise
             KPK = _sandwich_lower(Linv, co.AAT)  # [m, m]  Kuu^-1 psi2 Kuu^-1 / sigma^2
-            dKuu = dKuu - 0.5 * KPK
+            dKuu -= 0.5 * KPK
             dlog_noise += 0.5 * (float(stats.psi0) / noise - tr_AAT)
-    dKuu = 0.5 * (dKuu + dKuu.T)
-    dpsi2 = 0.5 * (dpsi2 + dpsi2.T)
     return float(value), Adjoints(method, co.jitter, dpsi2, dpsi1y, float(dpsi0), dKuu, float(dlog_noise))
 
 

@@ -13,8 +13,9 @@ cache. Here every chunk is cut into blocks of :data:`BLOCK` columns (256 x 1,024
   (:func:`pgmflow.tasks.fastexp.capped_exp`), then, while ``K_b`` is in cache, ``psi2 += K_b K_b'``
   (SYRK, accumulated in place) and ``psi1y += K_b y_b``;
 * gradient: per block, ``R' = K_b' P`` into one scratch block, the elementwise adjoint in place in
-  ``R'`` (one numba loop), then ``T' += [x~_b, x~_b^2, 1]' R'`` (the GEMM of
-  :func:`pgmflow.tasks.gp.kernels._vjp_core`, transposed).
+  ``R'`` (one numba loop), then ``T' += [x~_b, 1]' R'`` (the GEMM of
+  :func:`pgmflow.tasks.gp.kernels._vjp_core`, transposed, without its ``x~^2`` columns) and the column
+  sums ``R' 1`` that the lengthscale gradient takes in their place.
 
 ``Kuf`` is kept in Fortran (column) order, i.e. as ``Kfu`` [n_c, m] in C order: every block of
 columns ``Kuf[:, j0:j1]`` is one contiguous piece of memory (the rows ``j0:j1`` of ``Kfu``), so each
@@ -26,8 +27,8 @@ accepted too (copied to Fortran order first) and gives the same bits.
 
 Cost per chunk on the 2-core AMD EPYC (Zen 4) of the benchmarks, m = 256, n_c = 10,000, one BLAS
 thread: statistics 21 ms (its SYRK 16 ms: OpenBLAS's dsyrk at 80 % of its dgemm rate; the augmented
-GEMM 1.8 ms, the exponentials 3 ms), gradient 31 ms (its GEMM 26-27 ms, at the dgemm rate; the
-product with ``[x~, x~^2, 1]`` 2.6 ms), against 27 and 32 ms for the whole-chunk passes they replace
+GEMM 1.8 ms, the exponentials 3 ms), gradient 30 ms (its GEMM 26-27 ms, at the dgemm rate; the
+product with ``[x~, 1]`` and the column sums 2 ms), against 27 and 32 ms for the whole-chunk passes they replace
 (``benchmarks/sparse_gp.py`` prints the current profile).
 """
 
@@ -150,24 +151,36 @@ def _kernels():
 
 
 def rbf_grad(P, a, Kuf, Xs, y):
-    """``(T [m, 2d + 1], sum G)`` for ``G = dF/dKuf * dK/du = -(P Kuf + a y' / 2) * Kuf`` [m, n]:
-    ``T = G [x~, x~^2, 1]`` (what ``kernels._vjp_rows`` turns into the lengthscale and ``Z``
-    gradients). ``P`` [m, m] symmetric, ``a`` [m]; ``Kuf`` [m, n] (Fortran order, else copied to it);
-    ``Xs`` [n, d], ``y`` [n]."""
+    """``(GX [m, d], g1 [m], sq [d], sum G)`` for ``G = dF/dKuf * dK/du = -(P Kuf + a y' / 2) * Kuf`` [m, n]:
+    ``GX = G x~``, ``g1 = G 1`` and ``sq = 1' G x~^2`` (what ``kernels._vjp_sums`` turns into the lengthscale
+    and ``Z`` gradients). ``P`` [m, m] symmetric, ``a`` [m]; ``Kuf`` [m, n] (Fortran order, else copied to
+    it); ``Xs`` [n, d], ``y`` [n].
+
+    The squares enter only through ``sq``, a sum over the inducing inputs too, so each block's product is
+    ``[x~_b, 1]' R'`` (``d + 1`` rows) and ``sq`` takes the column sums ``R' 1`` (a GEMV) of each block
+    times ``x~_b^2``: 11 rows of GEMM and a GEMV instead of 21 rows at d = 10 (2.0 against 2.9 ms a
+    chunk at m = 256, n_c = 10,000 on the benchmarks' Zen 4)."""
     adjoint = _kernels()["_adjoint_block"]
     KT = as_fortran(Kuf).T  # [n, m] C order
     n, m = KT.shape
+    d = Xs.shape[1]
     P = np.ascontiguousarray(P, dtype=np.float64)
     ha = 0.5 * np.asarray(a, dtype=np.float64)
     y = np.ascontiguousarray(y, dtype=np.float64)
-    Aug = kern._augment(np, Xs)  # [n, 2d + 1]
-    Tt = np.zeros((Aug.shape[1], m))  # T'
+    AugT = np.empty((d + 1, n))  # [x~, 1]'
+    AugT[:d] = Xs.T
+    AugT[d] = 1.0
+    ones = np.ones(m)
+    col = np.empty(n)  # column sums of G
+    Tt = np.zeros((d + 1, m))  # [G x~, G 1]'
     scratch = np.empty(min(BLOCK, n) * m)
     Ttb = np.empty_like(Tt)
     for j0, j1 in block_bounds(n):
         RT = scratch[:(j1 - j0) * m].reshape(j1 - j0, m)
         np.matmul(KT[j0:j1], P, out=RT)  # [b, m]  (P Kuf_b)' as P = P'
         adjoint(RT, KT[j0:j1], ha, y[j0:j1])
-        np.matmul(Aug[j0:j1].T, RT, out=Ttb)  # [2d + 1, m]
+        np.matmul(AugT[:, j0:j1], RT, out=Ttb)  # [d + 1, m]
         Tt += Ttb
-    return np.ascontiguousarray(Tt.T), math.fsum(Tt[-1])
+        np.matmul(RT, ones, out=col[j0:j1])
+    sq = col @ (Xs * Xs)  # [d]
+    return np.ascontiguousarray(Tt[:d].T), Tt[d].copy(), sq, math.fsum(Tt[d])

@@ -333,8 +333,12 @@ def _vjp_core(xp, ls, X1s, X2s, G, want_X1: bool, want_X2: bool):
 def _vjp_rows(xp, ls, X1s, T, want_X1: bool):
     """``(dL/dlog ell [d], dL/dX1 [N1, d] or None)`` from ``T = G [x~2, x~2^2, 1]`` [N1, 2d + 1]."""
     d = X1s.shape[1]
-    GX2, g1 = T[:, :d], T[:, 2 * d]
-    sq = g1 @ (X1s * X1s) + xp.sum(T[:, d:2 * d], axis=0)  # [d]
+    return _vjp_sums(xp, ls, X1s, T[:, :d], T[:, 2 * d], xp.sum(T[:, d:2 * d], axis=0), want_X1)
+
+
+def _vjp_sums(xp, ls, X1s, GX2, g1, sq2, want_X1: bool):
+    """:func:`_vjp_rows` from ``GX2 = G x~2`` [N1, d], ``g1 = G 1`` [N1] and ``sq2 = 1' G x~2^2`` [d]."""
+    sq = g1 @ (X1s * X1s) + sq2  # [d]
     cross = xp.sum(X1s * GX2, axis=0)  # [d]
     dlog_ls = -2.0 * (sq - 2.0 * cross)  # [d]
     dX1 = (2.0 / ls) * (g1[:, None] * X1s - GX2) if want_X1 else None  # [N1, d]

@@ -349,8 +349,8 @@ def chunk_grad(method: str, kernel: str, params: GPParams, Z, X_chunk, y_chunk, 
             Kuf = fused.rbf_kuf(Zs, Xs, float(params.log_variance))
         else:
             _check_kuf(kernel, Kuf, Zs, Xs)
-        T, g_sum = fused.rbf_grad(P, a, Kuf, Xs, y)  # G [x~, x~^2, 1], sum G
-        dlog_ls, dZ = kern._vjp_rows(np, ls, Zs, T, True)
+        GX, g1, sq, g_sum = fused.rbf_grad(P, a, Kuf, Xs, y)  # G x~, G 1, 1' G x~^2, sum G
+        dlog_ls, dZ = kern._vjp_sums(np, ls, Zs, GX, g1, sq, True)
         d_diag = float(adjoints.dpsi0) * n  # through psi0 = n s
         return Grad(dlog_ls, -2.0 * g_sum + d_diag * s, 0.0, dZ, 0.0)
     Kuf, dKdu = _kuf(xp, kernel, params, Zs, Xs, with_grad=True, Kuf=Kuf)  # [m, n]

@@ -34,9 +34,14 @@ def test_blocked_passes_equal_the_whole_chunk_formulas(n):
     P = rng.standard_normal((Z.shape[0],) * 2)
     P = P + P.T
     a = rng.standard_normal(Z.shape[0])
-    T, g_sum = fused.rbf_grad(P, a, Kb, Xs, y)
+    GX, g1, sq, g_sum = fused.rbf_grad(P, a, Kb, Xs, y)
     G = -(P @ K + 0.5 * np.outer(a, y)) * K
-    np.testing.assert_allclose(T, G @ kern._augment(np, Xs), rtol=1e-10, atol=1e-10 * np.abs(G).sum())
+    T = G @ kern._augment(np, Xs)  # [G x~, G x~^2, G 1]
+    d = X.shape[1]
+    tol = 1e-10 * np.abs(G).sum()
+    np.testing.assert_allclose(GX, T[:, :d], rtol=1e-10, atol=tol)
+    np.testing.assert_allclose(g1, T[:, 2 * d], rtol=1e-10, atol=tol)
+    np.testing.assert_allclose(sq, T[:, d:2 * d].sum(axis=0), rtol=1e-10, atol=tol * np.abs(Xs).max() ** 2)
     assert math.isclose(g_sum, G.sum(), rel_tol=1e-10, abs_tol=1e-10 * np.abs(G).sum())
 
 
