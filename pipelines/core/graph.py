@@ -31,6 +31,15 @@ class Executor:
     def distributed(self) -> bool:
         return self.client is not None
 
+    @property
+    def local(self) -> bool:
+        """The workers are a LocalCluster's, on this machine: the driver can fetch results from them
+        directly rather than through the scheduler (one copy less through this process's event loop;
+        a remote cluster's workers may not be reachable from the driver)."""
+        from distributed import LocalCluster
+
+        return isinstance(getattr(self.client, "cluster", None), LocalCluster)
+
     def scatter(self, obj, place: int | None = None):
         """Put a (large, constant) object on the cluster once; returns a handle.
 
@@ -94,11 +103,12 @@ class Executor:
                         on_done(index[fut.key])
         return futures
 
-    def gather(self, handles):
+    def gather(self, handles, direct: bool | None = None):
+        """The results of ``handles``; ``direct``: fetched from the workers straight (see :attr:`local`)."""
         if self.client is None:
             return handles
         with self._memory_errors():
-            return self.client.gather(handles)
+            return self.client.gather(handles, direct=direct)
 
     @contextlib.contextmanager
     def _memory_errors(self):

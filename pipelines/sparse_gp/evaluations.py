@@ -204,12 +204,14 @@ class Evaluations:
         return sorted(by.items(), key=lambda item: item[1][0])
 
     def one_graph(self, params, Z):
-        """SGPR and DTC: ``(value, adjoints, summed statistics, starting jitter, summed Grad)`` from one
+        """SGPR and DTC: ``(value, adjoints, summed statistics, starting jitter, summed Grad, Kuu path)`` from one
         graph per evaluation, submitted at once (no round trip to the driver between the passes): one
         statistics task per worker for the chunks it holds (:meth:`groups`), then one task per worker that
         computes the objective from every group's statistics (added in chunk order) and the gradients of its
         chunks (``objective_grad_group_task``; with more than :data:`REDUNDANT_OBJECTIVE_GROUPS` groups, one
-        objective task, ``objective_groups_task``, and gradient tasks that take its adjoints). With many chunks (their statistics together over
+        objective task, ``objective_groups_task``, and gradient tasks that take its adjoints). The driver gets the
+        adjoints without their m x m parts and ``bounds.kuu_path`` computed on the worker (``finish_grad``'s
+        part that needs ``dKuu``), fetched straight from a local cluster's workers. With many chunks (their statistics together over
         :data:`GROUP_STATS_BYTES`), one task per chunk and a chain of ordered sums instead
         (:meth:`chunk_graph`). The same sums in the same order on every path: the same bits."""
         if len(self.refs) * self.m * self.m * 8 > GROUP_STATS_BYTES:
@@ -240,11 +242,13 @@ class Evaluations:
         self._held = handles
         # all at the end: fetching the objective's result while the gradients start would hold up the
         # scheduler (in this process for a local cluster) and the worker that has to send it twice
-        out = self.ex.gather(handles)
+        out = self.ex.gather(handles, direct=self.ex.local)
         if len(groups) <= REDUNDANT_OBJECTIVE_GROUPS:
-            out = [out[0][0]] + [grads for _, grads in out]
-        value, adj, st, jit0 = out[0]
-        return value, adj, st, jit0, gstats.sum_in_order(in_chunk_order(order, out[1:]))
+            value, adj, st, jit0, kuu = out[0][0]
+            grads = [g for _, g in out]
+        else:
+            (value, adj, st, jit0), grads, kuu = out[0], out[1:], None
+        return value, adj, st, jit0, gstats.sum_in_order(in_chunk_order(order, grads)), kuu
 
     def chunk_graph(self, params, Z):
         """:meth:`one_graph` with one task per chunk: the statistics tasks, a chain of ordered sums
@@ -275,10 +279,10 @@ class Evaluations:
             g = self.ex.sum_handles(handles[1:], batch=GATHER_BATCH)
         finally:
             self.ex.release(handles)
-        return value, adj, st, jit0, g
+        return value, adj, st, jit0, g, None
 
     def passes(self, params, Z):
-        """``(value, adjoints, summed statistics, starting jitter, summed Grad)``: the passes over the
+        """``(value, adjoints, summed statistics, starting jitter, summed Grad, Kuu path or None)``: the passes over the
         chunks of one evaluation -- one graph for SGPR and DTC (:meth:`one_graph`); for FITC, whose
         statistics depend on the jitter, the statistics pass, the objective on the driver
         (:meth:`objective`, which may redo the statistics at a larger jitter) and the gradient pass."""
@@ -291,7 +295,7 @@ class Evaluations:
         outs = [dask.delayed(chunk_grad_task, pure=True)(
             self.method, self.kernel, params, Z, ref, d_adj, self.backend,
             dask_key_name=f"gp-grad-{self.tok}-p{k}-c{c}") for c, ref in enumerate(self.refs)]
-        return value, adj, st, jit0, self.ex.sum_ordered(outs, batch=GATHER_BATCH)
+        return value, adj, st, jit0, self.ex.sum_ordered(outs, batch=GATHER_BATCH), None
 
     def __call__(self, theta):
         theta = np.asarray(theta, dtype=np.float64)
@@ -301,8 +305,8 @@ class Evaluations:
         t0 = time.monotonic()
         params, Z = self.unpack(theta)
         try:
-            value, adj, st, jit0, g = self.passes(params, Z)
-            dparams, dZ = gbounds.finish_grad(self.method, self.kernel, params, Z, adj, g)
+            value, adj, st, jit0, g, kuu = self.passes(params, Z)
+            dparams, dZ = gbounds.finish_grad(self.method, self.kernel, params, Z, adj, g, kuu)
         except kern.CholeskyError:
             self.count += 1
             self.failed += 1

@@ -50,6 +50,7 @@ __all__ = [
     "SparseFit",
     "finish_grad",
     "fit",
+    "kuu_path",
     "objective",
     "predict",
     "value_and_grad",
@@ -217,18 +218,27 @@ def objective(method: str, kernel: str, params: GPParams, Z, stats, jitter: floa
     return float(value), Adjoints(method, co.jitter, dpsi2, dpsi1y, float(dpsi0), dKuu, float(dlog_noise))
 
 
+def kuu_path(kernel: str, params: GPParams, Z, dKuu) -> tuple[kern.KernelGrad, float]:
+    """``(K_sym_vjp(dKuu), trace dKuu)``: what the total adjoint ``dKuu`` [m, m] w.r.t. ``Kuu = K(Z, Z) +
+    jitter s I`` adds to the gradient -- the part of :func:`finish_grad` that needs the m x m matrix, so that
+    a worker holding ``dKuu`` can send this instead (``(m + 1) d + 2`` numbers, not ``m^2``)."""
+    dKuu = np.asarray(dKuu, dtype=np.float64)
+    return kern.K_sym_vjp(kernel, params, np.asarray(Z, dtype=np.float64), dKuu, wrt_X=True), float(np.trace(dKuu))
+
+
 def finish_grad(method: str, kernel: str, params: GPParams, Z, adjoints: Adjoints,
-                grad: gstats.Grad) -> tuple[GPParams, np.ndarray]:
+                grad: gstats.Grad, kuu: tuple | None = None) -> tuple[GPParams, np.ndarray]:
     """``(dparams, dZ)``: the full gradient from the chunk-summed :class:`~pgmflow.tasks.gp.stats.Grad` and
     the driver's :class:`Adjoints`, adding the paths through ``Kuu = K(Z, Z) + jitter s I`` and the
-    noise. ``dparams`` is a :class:`GPParams` of gradients; ``dZ`` float64 [m, d]."""
+    noise. ``dparams`` is a :class:`GPParams` of gradients; ``dZ`` float64 [m, d]. ``kuu``: the
+    :func:`kuu_path` of ``adjoints.dKuu + grad.Kuu`` when it was computed elsewhere (``adjoints.dKuu``
+    is then not read)."""
     gstats.check_method(method)
     if adjoints.method != method:
         raise ValueError(f"adjoints were made for method {adjoints.method!r}, not {method!r}")
     Z = np.asarray(Z, dtype=np.float64)
-    dKuu = adjoints.dKuu + grad.Kuu  # [m, m]
-    kg = kern.K_sym_vjp(kernel, params, Z, dKuu, wrt_X=True)
-    dlog_s = float(grad.log_variance) + kg.log_variance + adjoints.jitter * float(np.trace(dKuu))
+    kg, tr = kuu if kuu is not None else kuu_path(kernel, params, Z, adjoints.dKuu + grad.Kuu)
+    dlog_s = float(grad.log_variance) + kg.log_variance + adjoints.jitter * tr
     dparams = GPParams(np.asarray(grad.log_lengthscale) + kg.log_lengthscale, dlog_s,
                        float(grad.log_noise) + adjoints.dlog_noise)
     return dparams, np.asarray(grad.Z) + kg.X1

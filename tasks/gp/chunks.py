@@ -187,11 +187,19 @@ def objective_groups_task(method, kernel, params, Z, groups, outputs, jitter, ma
 def objective_grad_group_task(method, kernel, params, Z, refs, groups, outputs, jitter, max_tries, backend,
                               keep: bool):
     """:func:`objective_groups_task` and then :func:`grad_group_task` of this group's chunks ``refs``, in one
-    task: ``(objective result or None, gradients)``. Every group computes the same objective from the same
-    statistics in the same order (the same bits), so no worker waits for another's adjoints; the result is
-    returned by the group with ``keep`` only."""
+    task: ``(driver's part or None, gradients)``. Every group computes the same objective from the same
+    statistics in the same order (the same bits), so no worker waits for another's adjoints. The group with
+    ``keep`` returns what the driver needs: ``(value, adjoints, summed statistics, starting jitter, Kuu
+    path)``, where the adjoints go without their m x m parts (only the chunks use ``dpsi2``) and the Kuu path
+    is ``bounds.kuu_path`` of ``dKuu + 0.0`` -- what ``finish_grad`` computes from SGPR's and DTC's
+    gradients (their ``Grad.Kuu`` is the scalar 0.0), bit for bit."""
     res = objective_groups_task(method, kernel, params, Z, groups, outputs, jitter, max_tries)
-    return (res if keep else None), grad_group_task(method, kernel, params, Z, refs, res, backend)
+    grads = grad_group_task(method, kernel, params, Z, refs, res, backend)
+    if not keep:
+        return None, grads
+    value, adj, st, jit = res
+    kuu = gbounds.kuu_path(kernel, params, Z, adj.dKuu + 0.0)
+    return (value, adj._replace(dpsi2=None, dpsi1y=None, dKuu=None), st, jit, kuu), grads
 
 
 class Predictor(NamedTuple):
