@@ -42,7 +42,6 @@ import numpy as np
 from scipy.linalg.blas import dsyrk
 
 from pgmflow.tasks import backend, fastexp
-from pgmflow.tasks.gp import kernels as kern
 
 __all__ = ["BLOCK", "block_bounds", "rbf_grad", "rbf_kuf", "rbf_stats"]
 

@@ -338,7 +338,7 @@ def chunk_grad(method: str, kernel: str, params: GPParams, Z, X_chunk, y_chunk, 
         raise ValueError(f"adjoints were made for method {adjoints.method!r}, not {method!r}")
     xp = backend.array_module(X_chunk)
     Zs, Xs, y = _inputs(xp, params, Z, X_chunk, y_chunk)
-    n, m = int(Xs.shape[0]), int(Zs.shape[0])
+    n = int(Xs.shape[0])
     s = math.exp(float(params.log_variance))
     noise = math.exp(float(params.log_noise))
     ls = xp.exp(xp.asarray(params.log_lengthscale, dtype=xp.float64))

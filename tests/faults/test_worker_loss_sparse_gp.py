@@ -16,8 +16,9 @@ OVERRIDES = ["pipeline=sparse_gp", "gp_data=diabetes", "sparse_gp.m=16", "sparse
 def test_worker_killed_mid_sparse_gp_fit_gives_identical_model(tmp_path):
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     art = tmp_path / "mlartifacts"
-    # 4 chunks x (stats + gradient) per evaluation; kill after a few evaluations, long before the model is written
-    with killing_cluster(lambda cl: tasks_done(cl, "gp-grad-") >= 12,
+    # one statistics and one objective-and-gradient task per worker and evaluation; kill after a few evaluations,
+    # long before the model is written
+    with killing_cluster(lambda cl: tasks_done(cl, "gp-objgrad-") >= 12,
                          lambda cl: artifact_exists(art, "model.npz")) as (cl, kill):
         res_k, tr_killed = run(OVERRIDES, uri, cl)
     assert_killed_mid_run(kill)
