@@ -129,8 +129,8 @@ def rbf_stats(Zs, Xs, y, log_s: float, Kuf=None, out: np.ndarray | None = None):
         Kb = K[:, j0:j1]  # [m, b], Fortran-contiguous
         dsyrk(1.0, Kb, beta=1.0, c=C, trans=0, overwrite_c=1)
         psi1y += Kb @ y[j0:j1]
-    psi2 = np.triu(C)
-    psi2 += np.triu(C, 1).T
+    psi2 = C + C.T  # C is zero below its diagonal: one pass makes the symmetric matrix (C order: C.T's)
+    psi2[np.diag_indices(m)] = np.diagonal(C)
     return psi1y, np.ascontiguousarray(psi2), (Kuf if Kuf is not None else K)
 
 
