@@ -14,10 +14,10 @@ iterations on a 20,000-row subsample, seeded by ``pgmflow.tasks.rng``) and the s
 optimise the hyperparameters and the inducing inputs.
 
 * pgmflow: the pipeline's own objective (``pgmflow.pipelines.sparse_gp.evaluations.Evaluations``: one graph per
-  evaluation -- each worker computes the SGPR statistics of the chunks of 10,000 rows it holds, one
-  worker adds them in chunk order and does the m x m algebra, each worker computes its chunks'
-  gradient) on a LocalCluster of 2 worker processes with 1 thread each (OMP/OPENBLAS/MKL/NUMBA
-  threads = 1 in the workers, glibc's malloc thresholds as the pipeline sets them); the chunks are
+  evaluation -- each worker computes the SGPR statistics of the chunks of 10,000 rows it holds, then
+  adds every worker's in chunk order, does the m x m algebra and computes its chunks' gradient) on a
+  LocalCluster of 2 worker processes with 1 thread each (OMP/OPENBLAS/MKL/NUMBA threads = 1 in the
+  workers, glibc's malloc thresholds and Dask's housekeeping intervals as the pipeline sets them); the chunks are
   scattered once, evenly, before the clock runs. Fitted with scipy's L-BFGS-B (memory 10), at most
   ``--iters`` (50) iterations, as ``pipeline=sparse_gp`` does.
 * GPyTorch: ``ExactGP`` with a zero mean and ``InducingPointKernel(ScaleKernel(RBFKernel(
