@@ -42,11 +42,17 @@ def test_one_graph_per_evaluation_is_placed_with_its_chunks_and_gives_the_in_pro
         held = client.has_what()
         assert sorted(len(v) for v in held.values()) == [5, 5], held  # evenly, not as the scheduler likes
         ev = sg.Evaluations(ex, refs, method, "rbf", d, m, Z, True, 1e-6, 6, "numpy", f"t-{method}")
+        monkeypatch.setattr(sg, "GROUPS_TTL", 3600.0)  # (a slow machine must not make the check below flaky)
         groups = ev.groups()
         assert [len(idx) for _, idx in groups] == [5, 5]
         assert all(set(idx) == {i for i, r in enumerate(refs) if r.key in held[w]} for w, idx in groups)
         client.replicate(refs[:4], n=2)  # copies on both workers (as a task that ran elsewhere leaves them)
-        assert ev.groups() == groups  # each chunk stays with the worker it was put on
+        asked = []
+        who_has = client.who_has
+        monkeypatch.setattr(client, "who_has", lambda *a, **k: asked.append(1) or who_has(*a, **k))
+        assert ev.groups() == groups and not asked  # within GROUPS_TTL: the groups of the last time
+        monkeypatch.setattr(sg, "GROUPS_TTL", 0.0)
+        assert ev.groups() == groups and asked  # asked again: each chunk stays with the worker it was put on
         before = client.run(_kuf_counts)
         theta = kern.pack(p, Z)
         f, g = ev(theta)
