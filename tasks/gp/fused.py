@@ -26,8 +26,8 @@ where or how often a chunk is computed; they differ from a whole-chunk SYRK in t
 accepted too (copied to Fortran order first) and gives the same bits.
 
 Cost per chunk on the 2-core AMD EPYC (Zen 4) of the benchmarks, m = 256, n_c = 10,000, one BLAS
-thread: statistics 21 ms (its SYRK 16 ms: OpenBLAS's dsyrk at 80 % of its dgemm rate; the augmented
-GEMM 1.8 ms, the exponentials 3 ms), gradient 30 ms (its GEMM 26-27 ms, at the dgemm rate; the
+thread: statistics 19.5 ms (its SYRK 15.5 ms: OpenBLAS's dsyrk at 80 % of its dgemm rate; the augmented
+GEMM 1.8 ms, the exponentials 1.9 ms with fused multiply-adds), gradient 30 ms (its GEMM 26-27 ms, at the dgemm rate; the
 product with ``[x~, 1]`` and the column sums 2 ms), against 27 and 32 ms for the whole-chunk passes they replace
 (``benchmarks/sparse_gp.py`` prints the current profile).
 """
@@ -91,7 +91,7 @@ def _made(Zs, Xs, log_s: float, K, offsets=None):
     for j0, j1 in (block_bounds(K.shape[1]) if offsets is None else offsets):
         Eb = KT[j0:j1] if offsets is None else KT[:j1 - j0]  # [b, m], contiguous
         np.matmul(A2[j0:j1], A1.T, out=Eb)  # log s - u / 2
-        fastexp.capped_exp(Eb, log_s)
+        fastexp.capped_exp(Eb, log_s, fma=True)
         yield j0, j1
 
 
