@@ -219,10 +219,11 @@ class Evaluations:
         statistics task per worker for the chunks it holds (:meth:`groups`), then one task per worker that
         computes the objective from every group's statistics (added in chunk order) and the gradients of its
         chunks (``objective_grad_group_task``; with more than :data:`REDUNDANT_OBJECTIVE_GROUPS` groups, one
-        objective task, ``objective_groups_task``, and gradient tasks that take its adjoints). The driver gets the
-        adjoints without their m x m parts and ``bounds.kuu_path`` computed on the worker (``finish_grad``'s
-        part that needs ``dKuu``), fetched straight from a local cluster's workers. With many chunks (their statistics together over
-        :data:`GROUP_STATS_BYTES`), one task per chunk and a chain of ordered sums instead
+        objective task, ``objective_groups_task``, and gradient tasks that take its adjoints). The driver gets
+        the adjoints without their m x m parts and ``bounds.kuu_path`` computed on the worker
+        (``finish_grad``'s part that needs ``dKuu``), fetched straight from a local cluster's workers. With
+        many chunks (their statistics together over :data:`GROUP_STATS_BYTES`), one task per chunk and a
+        chain of ordered sums instead
         (:meth:`chunk_graph`). The same sums in the same order on every path: the same bits."""
         if len(self.refs) * self.m * self.m * 8 > GROUP_STATS_BYTES:
             return self.chunk_graph(params, Z)

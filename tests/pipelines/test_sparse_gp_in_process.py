@@ -20,7 +20,8 @@ def test_small_data_is_fitted_in_the_driver_with_the_same_bits(mlflow_uri, clust
 
     from tests.faults.test_driver_kill import _TaskCounter
 
-    counter = type("Counter", (_TaskCounter, SchedulerPlugin), {"name": "gp-task-counter"})(["gp-stats-", "gp-grad-", "gp-objgrad-"])
+    counter = type("Counter", (_TaskCounter, SchedulerPlugin), {"name": "gp-task-counter"})(
+        ["gp-stats-", "gp-grad-", "gp-objgrad-"])
     cluster2.scheduler.add_plugin(counter)
     out = io.StringIO()
     auto = execute(compose(BASE + [f"tracking.uri={mlflow_uri}", "cluster.profile=address",
