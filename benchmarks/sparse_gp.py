@@ -79,10 +79,9 @@ def _cluster(n_workers=2, memory_limit="auto"):
 
     from distributed import LocalCluster
 
-    from pgmflow.pipelines.core.cluster import local_housekeeping, worker_malloc
+    from pgmflow.pipelines.core.cluster import local_start
 
-    # the pipeline's local clusters start their workers so (pipelines/core/cluster.py)
-    with worker_malloc(), local_housekeeping():
+    with local_start():  # as the pipeline's local clusters start (pipelines/core/cluster.py)
         return LocalCluster(n_workers=n_workers, threads_per_worker=1, processes=True, dashboard_address=None,
                             silence_logs=logging.ERROR, memory_limit=memory_limit,
                             env={**THREADS, "PYTHONPATH": str(REPO)})

@@ -195,6 +195,14 @@ def local_housekeeping(overrides: dict | None = None):
         yield
 
 
+@contextlib.contextmanager
+def local_start(env: dict | None = None, dask_config: dict | None = None):
+    """How pgmflow starts a local cluster (``open_cluster``, and the benchmarks that measure its workers):
+    :func:`worker_malloc` with ``env`` and :func:`local_housekeeping` with ``dask_config`` around the start."""
+    with worker_malloc(env), local_housekeeping(dask_config):
+        yield
+
+
 @functools.lru_cache(maxsize=1)
 def _local_keys() -> frozenset[str]:
     """Keys a ``local`` profile may hold: options of LocalCluster and of its Nanny/Worker processes
@@ -436,7 +444,7 @@ def open_cluster(ccfg: dict):
                 prof.setdefault("protocol", "tls://")
                 prof.setdefault("host", "127.0.0.1")
                 prof["security"] = security
-            with worker_malloc(env), local_housekeeping(prof.pop("dask_config", None)):
+            with local_start(env, prof.pop("dask_config", None)):
                 cluster = stack.enter_context(LocalCluster(n_workers=int(n), threads_per_worker=int(tpw),
                                                            processes=True, silence_logs=logging.ERROR, env=env,
                                                            **prof))

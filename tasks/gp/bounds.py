@@ -96,21 +96,13 @@ def _tri_inverse(L):
     return Linv
 
 
-def _symmetric_from_lower(C):
-    """The symmetric matrix whose lower triangle is that of ``C``, whose upper triangle is zero:
-    ``C + C' - diag C`` (exactly symmetric)."""
-    out = C + C.T
-    out[np.diag_indices_from(out)] = np.diagonal(C)
-    return out
-
-
 def _gram_lower(R):
     """``R' R`` [m, m] of a lower-triangular ``R`` with a zero upper triangle, exactly symmetric (LAPACK
     lauum: ``m^3 / 3`` flops against ``2 m^3`` for a GEMM; it overwrites the lower triangle only)."""
     C, info = scipy.linalg.lapack.dlauum(R, lower=1)
     if info != 0:  # pragma: no cover - lauum fails only on bad arguments
         raise ValueError(f"lauum info {info}")
-    return _symmetric_from_lower(C)
+    return kern.symmetric_from_triangle(C)
 
 
 def _sandwich_lower(Linv, S, outer: bool = False):

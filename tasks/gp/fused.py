@@ -43,6 +43,7 @@ import numpy as np
 from scipy.linalg.blas import dsyrk
 
 from pgmflow.tasks import backend, fastexp
+from pgmflow.tasks.gp import kernels as kern
 
 __all__ = ["BLOCK", "block_bounds", "rbf_grad", "rbf_kuf", "rbf_stats"]
 
@@ -130,8 +131,7 @@ def rbf_stats(Zs, Xs, y, log_s: float, Kuf=None, out: np.ndarray | None = None):
         Kb = K[:, j0:j1]  # [m, b], Fortran-contiguous
         dsyrk(1.0, Kb, beta=1.0, c=C, trans=0, overwrite_c=1)
         psi1y += Kb @ y[j0:j1]
-    psi2 = C + C.T  # C is zero below its diagonal: one pass makes the symmetric matrix (C order: C.T's)
-    psi2[np.diag_indices(m)] = np.diagonal(C)
+    psi2 = kern.symmetric_from_triangle(C)  # C is zero below its diagonal
     return psi1y, np.ascontiguousarray(psi2), (Kuf if Kuf is not None else K)
 
 

@@ -411,6 +411,15 @@ class CholeskyError(ValueError):
     """A matrix could not be factored even after adding the largest jitter tried."""
 
 
+def symmetric_from_triangle(C) -> np.ndarray:
+    """The symmetric matrix whose one triangle (diagonal included) is that of ``C`` [N, N] and whose
+    other triangle ``C`` holds as zeros (what LAPACK's lauum and BLAS's syrk leave): ``C + C' - diag C``,
+    one pass and exactly symmetric, with the triangle's own bits (C order when ``C`` is Fortran)."""
+    out = C + C.T
+    out[np.diag_indices_from(out)] = np.diagonal(C)
+    return out
+
+
 def stable_cholesky(Kmat, jitter0: float | None = None, max_tries: int = 6) -> tuple[np.ndarray, float]:
     """Lower Cholesky factor of ``Kmat + jitter * I`` (NumPy), retrying with a larger jitter.
 
