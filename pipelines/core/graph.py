@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from typing import Callable, Sequence
+from typing import Callable, NamedTuple, Sequence
 
 import dask
 import dask.callbacks
@@ -103,6 +103,52 @@ class Executor:
                         on_done(index[fut.key])
         return futures
 
+    def submit(self, specs: Sequence["TaskSpec"], outputs: Sequence[int]) -> list:
+        """Submit the tasks ``specs`` as one graph and return handles for ``specs[i]``, ``i`` in ``outputs``.
+
+        :meth:`compute` with ``dask.delayed`` objects costs the driver ~2 ms per graph in building and
+        tokenising them, and the scheduler a pass over the expression; a loop that submits a few-task graph
+        three times a second (the sparse GP's evaluations) feels both. Here each task becomes one node of a
+        low-level graph directly. A :class:`TaskSpec`'s argument that is a :class:`Dep` (the result of an
+        earlier spec), a handle, or a list holding them is a dependency; anything else is passed as it is.
+        ``worker`` places the task there loosely (another worker may take it). Without a client the specs
+        run in order in this process; with a Dask too old for task specs, through ``dask.delayed``."""
+        if self.client is None:
+            done: dict = {}
+            for s in specs:
+                done[s.key] = s.func(*[_resolved(a, done) for a in s.args])
+            return [done[specs[i].key] for i in outputs]
+        try:
+            from dask._task_spec import List, Task, TaskRef
+            from dask.highlevelgraph import HighLevelGraph, MaterializedLayer
+        except ImportError:  # pragma: no cover - dask before 2024.12
+            return self._submit_delayed(specs, outputs)
+
+        def node(a):
+            if isinstance(a, Dep):
+                return TaskRef(a.key)
+            if isinstance(a, list) and any(isinstance(x, (Dep, TaskRef)) for x in a):
+                return List(*[node(x) for x in a])
+            return a
+
+        layers, deps = {}, {}
+        for s in specs:
+            args = [node(a) for a in s.args]
+            where = {"workers": [s.worker], "allow_other_workers": True} if s.worker is not None else None
+            layers[s.key] = MaterializedLayer({s.key: Task(s.key, s.func, *args)}, annotations=where)
+            deps[s.key] = {d.key for d in _deps(s.args)}
+        keys = [specs[i].key for i in outputs]
+        return list(self.client.get(HighLevelGraph(layers, deps), keys, sync=False))
+
+    def _submit_delayed(self, specs, outputs):  # pragma: no cover - dask before 2024.12
+        made: dict = {}
+        for s in specs:
+            args = [_resolved(a, made) for a in s.args]
+            where = {"workers": [s.worker], "allow_other_workers": True} if s.worker is not None else {}
+            with dask.annotate(**where):
+                made[s.key] = dask.delayed(s.func, pure=True)(*args, dask_key_name=s.key)
+        return self.compute([made[specs[i].key] for i in outputs])
+
     def gather(self, handles, direct: bool | None = None):
         """The results of ``handles``; ``direct``: fetched from the workers straight (see :attr:`local`)."""
         if self.client is None:
@@ -178,6 +224,35 @@ class Executor:
 
 def _identity(x):
     return x
+
+
+class Dep(NamedTuple):
+    """An argument of a :class:`TaskSpec`: the result of the spec ``key`` submitted in the same graph."""
+
+    key: str
+
+
+class TaskSpec(NamedTuple):
+    """One task of :meth:`Executor.submit`: ``func(*args)`` under ``key``, placed loosely on ``worker``."""
+
+    key: str
+    func: Callable
+    args: tuple
+    worker: str | None = None
+
+
+def _deps(args) -> list[Dep]:
+    return [a for a in args if isinstance(a, Dep)] + [x for a in args if isinstance(a, list)
+                                                      for x in a if isinstance(x, Dep)]
+
+
+def _resolved(a, done: dict):
+    """An argument with the results in ``done`` in place of its :class:`Dep` (or list of them)."""
+    if isinstance(a, Dep):
+        return done[a.key]
+    if isinstance(a, list) and any(isinstance(x, Dep) for x in a):
+        return [done[x.key] if isinstance(x, Dep) else x for x in a]
+    return a
 
 
 try:

@@ -12,6 +12,7 @@ import dask
 import numpy as np
 
 from pgmflow.pipelines.core.errors import ConfigError
+from pgmflow.pipelines.core.graph import Dep, TaskSpec
 from pgmflow.tasks import rng as trng
 from pgmflow.tasks.gp import bounds as gbounds
 from pgmflow.tasks.gp import kernels as kern
@@ -230,22 +231,22 @@ class Evaluations:
         k = next(self._serial)
         groups = self.groups()
         order = [idx for _, idx in groups]
-        stats = [self._placed(w, lambda idx=idx: dask.delayed(stats_group_task, pure=True)(
-            self.method, self.kernel, params, Z, [self.refs[c] for c in idx], self.jitter, self.backend,
-            dask_key_name=f"gp-stats-{self.tok}-p{k}-g{idx[0]}")) for w, idx in groups]
+        specs = [TaskSpec(f"gp-stats-{self.tok}-p{k}-g{idx[0]}", stats_group_task,
+                          (self.method, self.kernel, params, Z, [self.refs[c] for c in idx], self.jitter, self.backend),
+                          w) for w, idx in groups]
+        stats = [Dep(s.key) for s in specs]
         if len(groups) <= REDUNDANT_OBJECTIVE_GROUPS:
-            outs = [self._placed(w, lambda i=i, idx=idx: dask.delayed(objective_grad_group_task, pure=True)(
-                self.method, self.kernel, params, Z, [self.refs[c] for c in idx], order, stats, self.jitter,
-                self.max_tries, self.backend, i == 0, dask_key_name=f"gp-objgrad-{self.tok}-p{k}-g{idx[0]}"))
-                for i, (w, idx) in enumerate(groups)]
+            specs += [TaskSpec(f"gp-objgrad-{self.tok}-p{k}-g{idx[0]}", objective_grad_group_task,
+                               (self.method, self.kernel, params, Z, [self.refs[c] for c in idx], order, stats,
+                                self.jitter, self.max_tries, self.backend, i == 0), w)
+                      for i, (w, idx) in enumerate(groups)]
         else:
-            red = dask.delayed(objective_groups_task, pure=True)(
-                self.method, self.kernel, params, Z, order, stats, self.jitter, self.max_tries,
-                dask_key_name=f"gp-objective-{self.tok}-p{k}")
-            outs = [red] + [self._placed(w, lambda idx=idx: dask.delayed(grad_group_task, pure=True)(
-                self.method, self.kernel, params, Z, [self.refs[c] for c in idx], red, self.backend,
-                dask_key_name=f"gp-grad-{self.tok}-p{k}-g{idx[0]}")) for w, idx in groups]
-        handles = self.ex.compute(outs)
+            red = TaskSpec(f"gp-objective-{self.tok}-p{k}", objective_groups_task,
+                           (self.method, self.kernel, params, Z, order, stats, self.jitter, self.max_tries))
+            specs += [red] + [TaskSpec(f"gp-grad-{self.tok}-p{k}-g{idx[0]}", grad_group_task,
+                                       (self.method, self.kernel, params, Z, [self.refs[c] for c in idx], Dep(red.key),
+                                        self.backend), w) for w, idx in groups]
+        handles = self.ex.submit(specs, range(len(groups), len(specs)))
         # The previous evaluation's results are let go only now, after this graph went out: the client
         # batches its messages to the scheduler 10 ms apart, so releasing them first would hold this graph
         # back by up to 10 ms. They are a few MB on the workers, and go in the next batch.

@@ -60,20 +60,6 @@ def as_fortran(Kuf) -> np.ndarray:
     return np.asfortranarray(Kuf, dtype=np.float64)
 
 
-def _augmented(Zs, Xs, log_s: float):
-    """``A1`` [m, d + 2] and ``A2`` [n, d + 2] with ``A1 A2' = log s - u / 2`` (as ``kernels._rbf_log_kernel``)."""
-    m, d = Zs.shape
-    A1 = np.empty((m, d + 2))
-    A1[:, :-2] = Zs
-    A1[:, -2] = log_s - 0.5 * np.sum(Zs * Zs, axis=1)
-    A1[:, -1] = 1.0
-    A2 = np.empty((Xs.shape[0], d + 2))
-    A2[:, :-2] = Xs
-    A2[:, -2] = 1.0
-    A2[:, -1] = -0.5 * np.sum(Xs * Xs, axis=1)
-    return A1, A2
-
-
 def _check_out(out, m: int, n: int) -> np.ndarray:
     if out is None:
         return np.empty((m, n), order="F")
@@ -88,7 +74,7 @@ def _made(Zs, Xs, log_s: float, K, offsets=None):
     each of them in turn."""
     if log_s > fastexp.MAX_CAP:
         raise ValueError(f"log kernel scale {log_s} is above {fastexp.MAX_CAP}: use the whole-chunk path")
-    A1, A2 = _augmented(Zs, Xs, float(log_s))
+    A1, A2 = kern.rbf_augmented(np, Zs, Xs, float(log_s))
     KT = K.T  # [n, m] C order: Kfu
     for j0, j1 in (block_bounds(K.shape[1]) if offsets is None else offsets):
         Eb = KT[j0:j1] if offsets is None else KT[:j1 - j0]  # [b, m], contiguous

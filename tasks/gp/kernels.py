@@ -55,7 +55,9 @@ gradients can treat it exactly (``d jitter_abs / d log s = jitter_abs``).
 
 from __future__ import annotations
 
+import functools
 import math
+import sys
 from typing import NamedTuple
 
 import numpy as np
@@ -206,18 +208,32 @@ def _sqdist(xp, X1s, X2s, symmetric: bool):
     return U
 
 
-def _rbf_log_kernel(xp, X1s, X2s, log_s: float):
-    """The RBF kernel matrix [N1, N2] via one augmented GEMM: ``exp(min(x~1.x~2 - |x~1|^2/2 -
-    |x~2|^2/2 + log s, log s))`` (the min is the clip ``u >= 0``)."""
+def _sq_norms(xp, X):
+    """``|x|^2`` of each row of ``X`` [N, d] as one GEMV, ``(X * X) 1`` (a row-wise ``sum(axis=1)`` over d ~ 10
+    columns takes 5x longer: 0.22 against 0.045 ms for 10,000 x 10 on the benchmarks' Zen 4)."""
+    return (X * X) @ xp.ones(X.shape[1], dtype=xp.float64)
+
+
+def rbf_augmented(xp, X1s, X2s, log_s: float):
+    """``A1`` [N1, d + 2] and ``A2`` [N2, d + 2] of scaled inputs with ``A1 A2' = log s - u / 2`` (``u`` the
+    squared distance): ``A1 = [x~1, log s - |x~1|^2 / 2, 1]``, ``A2 = [x~2, 1, -|x~2|^2 / 2]``. Every RBF
+    cross-covariance is made from these (here and in :mod:`pgmflow.tasks.gp.fused`), so all are the same bits."""
     n1, n2 = X1s.shape[0], X2s.shape[0]
     A1 = xp.empty((n1, X1s.shape[1] + 2), dtype=xp.float64)  # [N1, d + 2]
     A1[:, :-2] = X1s
-    A1[:, -2] = log_s - 0.5 * xp.sum(X1s * X1s, axis=1)
+    A1[:, -2] = log_s - 0.5 * _sq_norms(xp, X1s)
     A1[:, -1] = 1.0
     A2 = xp.empty((n2, X2s.shape[1] + 2), dtype=xp.float64)  # [N2, d + 2]
     A2[:, :-2] = X2s
     A2[:, -2] = 1.0
-    A2[:, -1] = -0.5 * xp.sum(X2s * X2s, axis=1)
+    A2[:, -1] = -0.5 * _sq_norms(xp, X2s)
+    return A1, A2
+
+
+def _rbf_log_kernel(xp, X1s, X2s, log_s: float):
+    """The RBF kernel matrix [N1, N2] via one augmented GEMM: ``exp(min(x~1.x~2 - |x~1|^2/2 -
+    |x~2|^2/2 + log s, log s))`` (the min is the clip ``u >= 0``)."""
+    A1, A2 = rbf_augmented(xp, X1s, X2s, log_s)
     E = A1 @ A2.T  # [N1, N2]  log s - u / 2
     if xp is np and log_s <= fastexp.MAX_CAP:
         return fastexp.capped_exp(E, log_s, fma=True)  # the min and the exp in one vectorised pass
@@ -411,12 +427,32 @@ class CholeskyError(ValueError):
     """A matrix could not be factored even after adding the largest jitter tried."""
 
 
+@backend.kernel(cache=True, nogil=True)
+def _symmetrised(C, out):
+    """``out = C + C'`` off the diagonal and ``diag C`` on it, in 32 x 32 tiles (both reads stay in cache)."""
+    n = C.shape[0]
+    for ib in range(0, n, 32):
+        for jb in range(0, n, 32):
+            for i in range(ib, min(ib + 32, n)):
+                for j in range(jb, min(jb + 32, n)):
+                    out[i, j] = C[i, j] + C[j, i]
+    for i in range(n):
+        out[i, i] = C[i, i]
+
+
+@functools.cache
+def _kernels():
+    return backend.compile_kernels(sys.modules[__name__])
+
+
 def symmetric_from_triangle(C) -> np.ndarray:
     """The symmetric matrix whose one triangle (diagonal included) is that of ``C`` [N, N] and whose
     other triangle ``C`` holds as zeros (what LAPACK's lauum and BLAS's syrk leave): ``C + C' - diag C``,
-    one pass and exactly symmetric, with the triangle's own bits (C order when ``C`` is Fortran)."""
-    out = C + C.T
-    out[np.diag_indices_from(out)] = np.diagonal(C)
+    one pass and exactly symmetric, with the triangle's own bits, in C order (a tiled numba loop: 0.09 against
+    0.17 ms for NumPy's ``C + C.T`` at N = 256; seven per SGPR evaluation on each worker)."""
+    C = np.asarray(C, dtype=np.float64)
+    out = np.empty(C.shape)
+    _kernels()["_symmetrised"](C, out)
     return out
 
 

@@ -117,9 +117,13 @@ def test_local_clusters_start_with_fewer_housekeeping_wakeups(tmp_path):
             client: Client = handle.client
             seen = next(iter(client.run(_housekeeping).values()))
             tick = client.run_on_scheduler(lambda dask_scheduler: dask_scheduler._tick_interval)
+            nanny_interval = next(iter(client.cluster.workers.values())).memory_manager.memory_monitor_interval
     assert seen == {"distributed.worker.profile.interval": LOCAL_DASK_CONFIG["distributed.worker.profile.interval"],
                     "distributed.admin.tick.interval": LOCAL_DASK_CONFIG["distributed.admin.tick.interval"],
-                    "distributed.admin.system-monitor.interval": "750ms", "distributed.admin.tick.limit": "7s"}
+                    "distributed.admin.system-monitor.interval": "750ms", "distributed.admin.tick.limit": "7s",
+                    "distributed.worker.memory.monitor-interval":
+                        LOCAL_DASK_CONFIG["distributed.worker.memory.monitor-interval"]}
+    assert nanny_interval == 0.5  # the nannies' own memory monitor, made in this process
     assert tick == 0.5  # the scheduler, made in this process while the cluster started
     assert dask.config.get("distributed.admin.tick.interval") == "20ms"  # this process's own config is back
 
