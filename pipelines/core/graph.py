@@ -149,12 +149,41 @@ class Executor:
                 made[s.key] = dask.delayed(s.func, pure=True)(*args, dask_key_name=s.key)
         return self.compute([made[specs[i].key] for i in outputs])
 
-    def gather(self, handles, direct: bool | None = None):
-        """The results of ``handles``; ``direct``: fetched from the workers straight (see :attr:`local`)."""
+    def gather(self, handles, direct: bool | None = None, where: Sequence | None = None):
+        """The results of ``handles``; ``direct``: fetched from the workers straight (see :attr:`local`).
+
+        ``where``: the worker each handle's task was placed on (:class:`TaskSpec`'s ``worker``). With
+        ``direct``, the results are then asked of those workers without first asking the scheduler who holds
+        them (one round trip through its event loop less, ~1 ms); a result not found there (its task ran on
+        another worker) or a task that failed goes the usual way."""
         if self.client is None:
             return handles
         with self._memory_errors():
+            if direct and where is not None and len(where) == len(handles) and None not in where:
+                fetched = self._gather_from(handles, where)
+                if fetched is not None:
+                    return fetched
             return self.client.gather(handles, direct=direct)
+
+    def _gather_from(self, handles, where):
+        try:
+            from distributed.utils_comm import gather_from_workers
+        except ImportError:  # pragma: no cover - a distributed without it
+            return None
+        from distributed import wait
+
+        wait(handles)
+        if any(h.status != "finished" for h in handles):
+            return None  # client.gather raises the task's own error
+        client = self.client
+
+        async def fetch():
+            return await gather_from_workers({h.key: [w] for h, w in zip(handles, where)}, rpc=client.rpc)
+
+        data, missing, failed, _ = client.sync(fetch)
+        if missing or failed:
+            return None
+        return [data[h.key] for h in handles]
 
     @contextlib.contextmanager
     def _memory_errors(self):

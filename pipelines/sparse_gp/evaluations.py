@@ -254,7 +254,7 @@ class Evaluations:
         self._held = handles
         # all at the end: fetching the objective's result while the gradients start would hold up the
         # scheduler (in this process for a local cluster) and the worker that has to send it twice
-        out = self.ex.gather(handles, direct=self.ex.local)
+        out = self.ex.gather(handles, direct=self.ex.local, where=[s.worker for s in specs[len(groups):]])
         if len(groups) <= REDUNDANT_OBJECTIVE_GROUPS:
             value, adj, st, jit0, kuu = out[0][0]
             grads = [g for _, g in out]

@@ -46,3 +46,25 @@ def test_submit_on_a_cluster_gives_the_same_results_and_places_each_task(cluster
             placed = ex.submit([TaskSpec(f"t-where-{w}", _where, (held,), w)], [0])
             assert ex.gather(placed)[0] == (w, 7)
             ex.release(placed)
+
+
+def _fail(x):
+    raise ValueError(f"bad {x}")
+
+
+def test_gather_from_where_the_tasks_were_placed_and_the_usual_way_otherwise(cluster2):
+    from distributed import Client
+
+    with Client(cluster2) as client:
+        ex = Executor(client)
+        workers = sorted(client.scheduler_info()["workers"])
+        specs = [TaskSpec(f"t-w{i}", _where, (i,), w) for i, w in enumerate(workers)]
+        handles = ex.submit(specs, [0, 1])
+        want = [(w, i) for i, w in enumerate(workers)]
+        assert ex.gather(handles, direct=True, where=workers) == want  # straight from the workers named
+        assert ex.gather(handles, direct=True, where=workers[::-1]) == want  # not there: asked of the scheduler
+        ex.release(handles)
+        bad = ex.submit([TaskSpec("t-fail", _fail, (3,), workers[0])], [0])
+        with pytest.raises(ValueError, match="bad 3"):  # the task's own error, as client.gather raises it
+            ex.gather(bad, direct=True, where=workers[:1])
+        ex.release(bad)
