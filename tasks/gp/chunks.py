@@ -152,23 +152,57 @@ def chunk_grad_after_task(method, kernel, params, Z, ref, objective, backend):
     return chunk_grad_task(method, kernel, params, Z, ref, objective[1], backend)
 
 
+class Packed(NamedTuple):
+    """The results of one group task (named tuples of one type, one per chunk) packed field by field: a field
+    whose values are NumPy arrays of one shape and dtype becomes one array (axis 0: the chunk), any other the
+    tuple of its values. Sent between processes, that is one frame per array field instead of one per array of
+    every chunk: each large frame is a ``send`` on the socket and a wake-up of the receiving event loop, which on
+    the 2-core VM of the benchmarks cost more than the bytes (an SGPR evaluation sent 32 frames a worker).
+    :func:`unpacked` gives the same values back (views), so whatever is summed from them is the same bits."""
+
+    cls: type | None
+    n: int
+    fields: tuple  # per field: (True, array [n, ...]) or (False, tuple of n values)
+
+
+def packed(results) -> Packed:
+    results = list(results)
+    if not results:
+        return Packed(None, 0, ())
+    cls = type(results[0])
+    fields = []
+    for values in zip(*results):
+        first = values[0]
+        same = all(isinstance(v, np.ndarray) and v.shape == first.shape and v.dtype == first.dtype for v in values)
+        fields.append((True, np.stack(values)) if same else (False, tuple(values)))
+    return Packed(cls, len(results), tuple(fields))
+
+
+def unpacked(p) -> list:
+    """The list a group task packed (a list passes through as it is)."""
+    if not isinstance(p, Packed):
+        return list(p)
+    return [p.cls(*(values[i] for _, values in p.fields)) for i in range(p.n)]
+
+
 def stats_group_task(method, kernel, params, Z, refs, jitter, backend):
     """:func:`chunk_stats_task` of several chunks in turn (one task for the chunks one worker holds):
-    the list of their statistics, in the order of ``refs``."""
-    return [chunk_stats_task(method, kernel, params, Z, ref, jitter, backend) for ref in refs]
+    their statistics, in the order of ``refs``, :func:`packed`."""
+    return packed(chunk_stats_task(method, kernel, params, Z, ref, jitter, backend) for ref in refs)
 
 
 def grad_group_task(method, kernel, params, Z, refs, objective, backend):
-    """:func:`chunk_grad_after_task` of several chunks in turn: the list of their gradients."""
-    return [chunk_grad_task(method, kernel, params, Z, ref, objective[1], backend) for ref in refs]
+    """:func:`chunk_grad_after_task` of several chunks in turn: their gradients, :func:`packed`."""
+    return packed(chunk_grad_task(method, kernel, params, Z, ref, objective[1], backend) for ref in refs)
 
 
 def in_chunk_order(groups, outputs) -> list:
     """The per-chunk results of group tasks, in chunk order: ``groups`` lists each group's chunk numbers
-    (together 0 .. n - 1, once each), ``outputs`` each group's list of results in that order."""
+    (together 0 .. n - 1, once each), ``outputs`` each group's results in that order (a list, or
+    :class:`Packed`)."""
     n = sum(len(g) for g in groups)
     parts = [None] * n
-    for idx, out in zip(groups, outputs, strict=True):
+    for idx, out in zip(groups, [unpacked(o) for o in outputs], strict=True):
         if len(idx) != len(out):
             raise ValueError(f"a group of {len(idx)} chunks returned {len(out)} results")
         for c, part in zip(idx, out):
