@@ -162,14 +162,16 @@ def _core(method, kernel, params, Z, stats, jitter, max_tries) -> _Core:
 
 
 def objective(method: str, kernel: str, params: GPParams, Z, stats, jitter: float = DEFAULT_JITTER,
-              max_tries: int = 6) -> tuple[float, Adjoints]:
+              max_tries: int = 6, with_dkuu: bool = True) -> tuple[float, Adjoints]:
     """``(value, adjoints)``: the log marginal likelihood (DTC, FITC) or Titsias's lower bound
     (SGPR) from statistics summed over all rows, and the :class:`Adjoints` for the gradient pass.
 
     Z: [m, d]; stats: :class:`~pgmflow.tasks.gp.stats.Stats` (SGPR, DTC) or
     :class:`~pgmflow.tasks.gp.stats.FITCStats` (FITC). ``Kuu`` gets ``jitter * s`` on its diagonal,
     raised tenfold up to ``max_tries`` times if it will not factor (the jitter used is
-    ``adjoints.jitter``).
+    ``adjoints.jitter``). ``with_dkuu=False``: ``adjoints.dKuu`` is None (what only the path through
+    ``Kuu``, :func:`kuu_path`, needs; SGPR skips two triangular products for it); every other output is
+    the same bits.
     """
     co = _core(method, kernel, params, Z, stats, jitter, max_tries)
     n = int(stats.n)
@@ -193,7 +195,7 @@ def objective(method: str, kernel: str, params: GPParams, Z, stats, jitter: floa
     Kinv = _gram_lower(Linv)  # [m, m]  Kuu^-1 = L^-T L^-1
     PM = Minv + np.outer(v, v)
     PM *= -0.5  # [m, m]  dF/dM
-    dKuu = PM + 0.5 * Kinv  # [m, m]
+    dKuu = PM + 0.5 * Kinv if with_dkuu else None  # [m, m]
     if method == "fitc":
         dpsi2, dpsi1y, dpsi0, dlog_noise = PM, v, 0.0, 0.0
     else:
@@ -204,8 +206,9 @@ def objective(method: str, kernel: str, params: GPParams, Z, stats, jitter: floa
         if method == "sgpr":
             dpsi2 = dpsi2 + (0.5 / noise) * Kinv
             dpsi0 = -0.5 / noise
-            KPK = _sandwich_lower(Linv, co.AAT)  # [m, m]  Kuu^-1 psi2 Kuu^-1 / sigma^2
-            dKuu -= 0.5 * KPK
+            if with_dkuu:
+                KPK = _sandwich_lower(Linv, co.AAT)  # [m, m]  Kuu^-1 psi2 Kuu^-1 / sigma^2
+                dKuu -= 0.5 * KPK
             dlog_noise += 0.5 * (float(stats.psi0) / noise - tr_AAT)
     return float(value), Adjoints(method, co.jitter, dpsi2, dpsi1y, float(dpsi0), dKuu, float(dlog_noise))
 

@@ -129,16 +129,17 @@ def sum_task(prev, parts):
     return gstats.sum_in_order(([] if prev is None else [prev]) + list(parts))
 
 
-def objective_task(method, kernel, params, Z, prev, parts, jitter, max_tries):
+def objective_task(method, kernel, params, Z, prev, parts, jitter, max_tries, with_dkuu: bool = True):
     """The last link of the statistics' chain (:func:`sum_task`) and the objective of the sum:
     ``(value, adjoints, summed statistics, starting jitter)``. When ``B = I + A A'`` will not
     factor, the objective is retried from a tenfold larger jitter, up to ``max_tries`` times (SGPR
-    and DTC: their statistics do not depend on the jitter); after the last, CholeskyError."""
+    and DTC: their statistics do not depend on the jitter); after the last, CholeskyError. ``with_dkuu``:
+    as ``bounds.objective``'s."""
     st = sum_task(prev, parts)
     for k in range(max_tries):
         jit = jitter * 10.0**k
         try:
-            value, adj = gbounds.objective(method, kernel, params, Z, st, jit, max_tries - k)
+            value, adj = gbounds.objective(method, kernel, params, Z, st, jit, max_tries - k, with_dkuu=with_dkuu)
             return value, adj, st, jit
         except kern.CholeskyError:
             if k == max_tries - 1:
@@ -212,10 +213,11 @@ def in_chunk_order(groups, outputs) -> list:
     return parts
 
 
-def objective_groups_task(method, kernel, params, Z, groups, outputs, jitter, max_tries):
+def objective_groups_task(method, kernel, params, Z, groups, outputs, jitter, max_tries, with_dkuu: bool = True):
     """:func:`objective_task` of the statistics of group tasks, added in chunk order (the same bits as
     one task per chunk)."""
-    return objective_task(method, kernel, params, Z, None, in_chunk_order(groups, outputs), jitter, max_tries)
+    return objective_task(method, kernel, params, Z, None, in_chunk_order(groups, outputs), jitter, max_tries,
+                          with_dkuu)
 
 
 def objective_grad_group_task(method, kernel, params, Z, refs, groups, outputs, jitter, max_tries, backend,
@@ -226,8 +228,9 @@ def objective_grad_group_task(method, kernel, params, Z, refs, groups, outputs, 
     ``keep`` returns what the driver needs: ``(value, adjoints, summed statistics, starting jitter, Kuu
     path)``, where the adjoints go without their m x m parts (only the chunks use ``dpsi2``) and the Kuu path
     is ``bounds.kuu_path`` of ``dKuu + 0.0`` -- what ``finish_grad`` computes from SGPR's and DTC's
-    gradients (their ``Grad.Kuu`` is the scalar 0.0), bit for bit."""
-    res = objective_groups_task(method, kernel, params, Z, groups, outputs, jitter, max_tries)
+    gradients (their ``Grad.Kuu`` is the scalar 0.0), bit for bit. The other groups skip ``dKuu`` (two
+    triangular products of SGPR's objective, ~1 ms at m = 256), which only the Kuu path needs."""
+    res = objective_groups_task(method, kernel, params, Z, groups, outputs, jitter, max_tries, with_dkuu=keep)
     grads = grad_group_task(method, kernel, params, Z, refs, res, backend)
     if not keep:
         return None, grads
