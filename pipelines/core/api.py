@@ -19,7 +19,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import sys
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
