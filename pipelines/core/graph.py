@@ -116,7 +116,7 @@ class Executor:
         if self.client is None:
             done: dict = {}
             for s in specs:
-                done[s.key] = s.func(*[_resolved(a, done) for a in s.args])
+                done[s.key] = s.func(*[_with_deps(a, lambda d: done[d.key]) for a in s.args])
             return [done[specs[i].key] for i in outputs]
         try:
             from dask._task_spec import List, Task, TaskRef
@@ -124,26 +124,23 @@ class Executor:
         except ImportError:  # pragma: no cover - dask before 2024.12
             return self._submit_delayed(specs, outputs)
 
-        def node(a):
-            if isinstance(a, Dep):
-                return TaskRef(a.key)
-            if isinstance(a, list) and any(isinstance(x, (Dep, TaskRef)) for x in a):
-                return List(*[node(x) for x in a])
-            return a
-
         layers, deps = {}, {}
         for s in specs:
-            args = [node(a) for a in s.args]
+            used: set = set()
+            # a Dep becomes a reference to its task; a list holding references (handles are references too)
+            # becomes a List node, so that the scheduler sees them as dependencies
+            args = [_with_deps(a, lambda d: used.add(d.key) or TaskRef(d.key), (Dep, TaskRef), lambda xs: List(*xs))
+                    for a in s.args]
             where = {"workers": [s.worker], "allow_other_workers": True} if s.worker is not None else None
             layers[s.key] = MaterializedLayer({s.key: Task(s.key, s.func, *args)}, annotations=where)
-            deps[s.key] = {d.key for d in _deps(s.args)}
+            deps[s.key] = used
         keys = [specs[i].key for i in outputs]
         return list(self.client.get(HighLevelGraph(layers, deps), keys, sync=False))
 
     def _submit_delayed(self, specs, outputs):  # pragma: no cover - dask before 2024.12
         made: dict = {}
         for s in specs:
-            args = [_resolved(a, made) for a in s.args]
+            args = [_with_deps(a, lambda d: made[d.key]) for a in s.args]
             where = {"workers": [s.worker], "allow_other_workers": True} if s.worker is not None else {}
             with dask.annotate(**where):
                 made[s.key] = dask.delayed(s.func, pure=True)(*args, dask_key_name=s.key)
@@ -270,17 +267,13 @@ class TaskSpec(NamedTuple):
     worker: str | None = None
 
 
-def _deps(args) -> list[Dep]:
-    return [a for a in args if isinstance(a, Dep)] + [x for a in args if isinstance(a, list)
-                                                      for x in a if isinstance(x, Dep)]
-
-
-def _resolved(a, done: dict):
-    """An argument with the results in ``done`` in place of its :class:`Dep` (or list of them)."""
+def _with_deps(a, dep, refs=(Dep,), seq=list):
+    """An argument of a :class:`TaskSpec` with ``dep(d)`` in place of each :class:`Dep` ``d``, itself or in a list
+    (a list holding any of ``refs`` is rebuilt with ``seq``; other list items stay as they are)."""
     if isinstance(a, Dep):
-        return done[a.key]
-    if isinstance(a, list) and any(isinstance(x, Dep) for x in a):
-        return [done[x.key] if isinstance(x, Dep) else x for x in a]
+        return dep(a)
+    if isinstance(a, list) and any(isinstance(x, refs) for x in a):
+        return seq([dep(x) if isinstance(x, Dep) else x for x in a])
     return a
 
 

@@ -26,10 +26,10 @@ where or how often a chunk is computed; they differ from a whole-chunk SYRK in t
 accepted too (copied to Fortran order first) and gives the same bits.
 
 Cost per chunk on the 2-core AMD EPYC (Zen 4) of the benchmarks, m = 256, n_c = 10,000, one BLAS
-thread: statistics 19.5 ms (its SYRK 15.5 ms: OpenBLAS's dsyrk at 80 % of its dgemm rate; the augmented
-GEMM 1.8 ms, the exponentials 1.9 ms with fused multiply-adds), gradient 30 ms (its GEMM 26-27 ms, at
-the dgemm rate; the product with ``[x~, 1]`` and the column sums 2 ms), against 27 and 32 ms for the
-whole-chunk passes they replace
+thread: statistics 19.4 ms (its SYRK 14.4 ms: OpenBLAS's dsyrk at ~87 % of its dgemm rate on a block its
+exponentials just wrote; the augmented GEMM 1.8 ms, the exponentials 1.9 ms with fused multiply-adds),
+gradient 31 ms (its GEMM 27.3 ms, at 92 % of the dgemm rate; the product with ``[x~, 1]``, the adjoint and
+the column sums 3.1 ms), against 27 and 32 ms for the whole-chunk passes they replace
 (``benchmarks/sparse_gp.py`` prints the current profile).
 """
 
