@@ -1,10 +1,12 @@
 """The sparse-GP objective on the cluster: the chunks, the starting point, and :class:`Evaluations`
 (one statistics pass and one gradient pass over the chunks per L-BFGS-B evaluation, summed in chunk
-order, so the bound and its gradient are the same bits on any number of workers)."""
+order, so the bound and its gradient are the same bits on any number of workers, by direct calls to the
+workers or by a graph)."""
 
 from __future__ import annotations
 
 import itertools
+import logging
 import math
 import time
 
@@ -12,7 +14,7 @@ import dask
 import numpy as np
 
 from pgmflow.pipelines.core.errors import ConfigError
-from pgmflow.pipelines.core.graph import Dep, TaskSpec
+from pgmflow.pipelines.core.graph import Dep, NotOnWorker, TaskSpec
 from pgmflow.tasks import rng as trng
 from pgmflow.tasks.gp import bounds as gbounds
 from pgmflow.tasks.gp import kernels as kern
@@ -36,6 +38,7 @@ GROUP_STATS_BYTES = 128 << 20
 # every gradient task then fetches: one round trip through the scheduler less, and no worker idle while another
 # computes the objective. Past it, one objective task (the statistics would travel W (W - 1) times).
 REDUNDANT_OBJECTIVE_GROUPS = 4
+UNREACHED_LIMIT = 3  # direct evaluations in a row that find a worker that never answered: then graphs only
 GROUPS_TTL = 1.0  # seconds for which the groups (who holds which chunk) are reused between evaluations
 
 
@@ -88,6 +91,8 @@ def initial_inducing(pool_std: np.ndarray, m: int, seed: int, n_iter: int, max_p
                           "use fewer inducing inputs") from None
 
 
+logger = logging.getLogger("pgmflow.sparse_gp")
+
 GP_STREAM_RESTART = 3  # first identity element under rng.STAGE_GP: restarts' starting points (then: restart)
 
 
@@ -118,10 +123,13 @@ class Evaluations:
     ``optimize_inducing``): ``f(theta) -> (-bound, -gradient)``, one stats pass and one gradient pass
     over the chunks ``refs`` per call. A point evaluated recently is answered from ``records``
     without new passes; a Cholesky that fails at every jitter gives ``(inf, 0)`` (the line search
-    backs off). ``count`` and ``seconds`` count the evaluations and their wall time.
+    backs off). ``count`` and ``seconds`` count the evaluations and their wall time. ``direct``: SGPR and DTC
+    on a cluster evaluate by direct calls to the workers (:meth:`direct`), not by a graph (:meth:`one_graph`);
+    ``fallbacks`` counts the evaluations that went through a graph because the calls could not run.
     """
 
-    def __init__(self, ex, refs, method, kernel, d, m, Z0, optimize_inducing, jitter, max_tries, backend, tok):
+    def __init__(self, ex, refs, method, kernel, d, m, Z0, optimize_inducing, jitter, max_tries, backend, tok,
+                 direct: bool = True):
         self.ex, self.refs, self.method, self.kernel = ex, refs, method, kernel
         self.d, self.m, self.Z0, self.opt = d, m, Z0, optimize_inducing
         self.jitter, self.max_tries, self.backend, self.tok = jitter, max_tries, backend, tok
@@ -134,6 +142,10 @@ class Evaluations:
         self._serial = itertools.count()  # task keys: unique for the life of the object, whatever count says
         self._held: list = []  # the last one_graph's futures, released after the next graph is submitted
         self._groups = None  # (time, groups()) of the last time the scheduler was asked
+        self.direct_calls = bool(direct)  # SGPR and DTC: evaluate by Executor.call_on (direct), not by a graph
+        self.fallbacks = 0  # evaluations that went through a graph because direct calls could not run
+        self._placed_once = False  # direct() has waited for the chunks to be on the workers
+        self._unreached = 0  # direct calls in a row that found a worker that never answered
 
     def unpack(self, theta):
         p, Z = kern.unpack(theta, self.d, self.m if self.opt else 0)
@@ -265,6 +277,36 @@ class Evaluations:
             (value, adj, st, jit0), grads, kuu = out[0], out[1:], None
         return value, adj, st, jit0, gstats.sum_in_order(in_chunk_order(order, grads)), kuu
 
+    def direct(self, params, Z):
+        """:meth:`one_graph`'s tasks without a graph (``Executor.call_on``): each worker's statistics straight to
+        the driver, added here in chunk order, then the sum to every worker for its objective and gradients.
+        The same functions on the same values, added in the same order: the same bits. Raises ``NotOnWorker``
+        when a worker is gone or does not hold its chunks (:meth:`passes` then goes through the graph)."""
+        if not self._placed_once:  # the chunks' own tasks may still run at the first evaluation
+            from distributed import wait
+
+            wait([r for r in self.refs if hasattr(r, "key")])
+            self._placed_once = True
+        groups = self.groups()
+        if any(w is None for w, _ in groups):
+            raise NotOnWorker("no cluster")
+        self.ex.release(self._held)
+        self._held = []
+        k = next(self._serial)
+        order = [idx for _, idx in groups]
+        stats = self.ex.call_on([
+            TaskSpec(f"gp-stats-{self.tok}-p{k}-g{idx[0]}", stats_group_task,
+                     (self.method, self.kernel, params, Z, [self.refs[c] for c in idx], self.jitter, self.backend), w)
+            for w, idx in groups])
+        st = gstats.sum_in_order(in_chunk_order(order, stats))
+        out = self.ex.call_on([
+            TaskSpec(f"gp-objgrad-{self.tok}-p{k}-g{idx[0]}", objective_grad_group_task,
+                     (self.method, self.kernel, params, Z, [self.refs[c] for c in idx], [[0]], [[st]], self.jitter,
+                      self.max_tries, self.backend, i == len(groups) - 1), w)
+            for i, (w, idx) in enumerate(groups)])
+        value, adj, st, jit0, kuu = out[-1][0]
+        return value, adj, st, jit0, gstats.sum_in_order(in_chunk_order(order, [g for _, g in out])), kuu
+
     def chunk_graph(self, params, Z):
         """:meth:`one_graph` with one task per chunk: the statistics tasks, a chain of ordered sums
         (:data:`GATHER_BATCH` chunks a link) whose last link computes the objective on a worker
@@ -298,10 +340,26 @@ class Evaluations:
 
     def passes(self, params, Z):
         """``(value, adjoints, summed statistics, starting jitter, summed Grad, Kuu path or None)``: the passes over the
-        chunks of one evaluation -- one graph for SGPR and DTC (:meth:`one_graph`); for FITC, whose
+        chunks of one evaluation -- for SGPR and DTC on a cluster, direct calls to the workers (:meth:`direct`; when
+        they cannot run -- a worker lost, a chunk moved -- or with ``direct=False``, one graph: :meth:`one_graph`,
+        which recomputes what was lost; the same bits either way); for FITC, whose
         statistics depend on the jitter, the statistics pass, the objective on the driver
         (:meth:`objective`, which may redo the statistics at a larger jitter) and the gradient pass."""
         if self.method in ONE_GRAPH_METHODS:
+            if self.direct_calls and self.ex.client is not None and len(self.refs) * self.m * self.m * 8 <= GROUP_STATS_BYTES:
+                try:
+                    out = self.direct(params, Z)
+                    self._unreached = 0
+                    return out
+                except NotOnWorker as exc:
+                    self.fallbacks += 1
+                    self._groups = None  # ask the scheduler again where the chunks are
+                    self._unreached = 0 if exc.reachable else self._unreached + 1
+                    if self._unreached >= UNREACHED_LIMIT:
+                        self.direct_calls = False
+                        logger.warning("sparse_gp: the workers cannot be reached from this process (%s); every "
+                                       "evaluation goes through the scheduler from now on (sparse_gp.evaluate=graph "
+                                       "skips the attempt)", exc)
             return self.one_graph(params, Z)
         value, adj, st, jit0 = self.objective(params, Z)
         # the adjoints (m x m) are one node of the graph: sent once, fetched once by each worker

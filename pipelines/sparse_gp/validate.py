@@ -31,6 +31,7 @@ SPARSE_GP = {
     "checkpoint_every": integer(lo=0),
     "in_process": choice("auto", True, False),
     "restarts": integer(lo=0, hi=1000),
+    "evaluate": choice("direct", "graph"),
 }
 GP_SYNTHETIC = {"function": choice("friedman1", "sine_1d"), "n": integer(lo=2), "d": integer(lo=1),
                 "noise_std": real(ge=0)}

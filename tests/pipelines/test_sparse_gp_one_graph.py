@@ -53,13 +53,31 @@ def test_one_graph_per_evaluation_is_placed_with_its_chunks_and_gives_the_in_pro
         assert ev.groups() == groups and not asked  # within GROUPS_TTL: the groups of the last time
         monkeypatch.setattr(sg, "GROUPS_TTL", 0.0)
         assert ev.groups() == groups and asked  # asked again: each chunk stays with the worker it was put on
-        before = client.run(_kuf_counts)
         theta = kern.pack(p, Z)
+        tasks_before = set(cluster2.scheduler.tasks)
+        before = client.run(_kuf_counts)
+        fd, gd = ev(theta)  # direct calls to the workers (the default): no task at all
+        after = client.run(_kuf_counts)
+        assert set(cluster2.scheduler.tasks) == tasks_before and ev.fallbacks == 0
+        assert sum(after[w]["hits"] - before[w]["hits"] for w in after) == 10
+        assert sum(after[w]["misses"] - before[w]["misses"] for w in after) == 0
+        ev.direct_calls = False  # one graph per evaluation
+        ev.records.clear()
+        before = client.run(_kuf_counts)
         f, g = ev(theta)
         after = client.run(_kuf_counts)
         # every gradient task found its chunk's Kuf where the statistics task left it
         assert sum(after[w]["hits"] - before[w]["hits"] for w in after) == 10
         assert sum(after[w]["misses"] - before[w]["misses"] for w in after) == 0
+        assert fd == f and np.array_equal(gd, g)
+        # direct calls that ask each worker for the other's chunks: the evaluation goes through a graph
+        ev.direct_calls = True
+        monkeypatch.setattr(sg, "GROUPS_TTL", 3600.0)
+        ev._groups = (ev._groups[0], [(w, idx) for (w, _), (_, idx) in zip(groups, groups[::-1])])
+        ev.records.clear()
+        f3, g3 = ev(theta)
+        assert ev.fallbacks == 1 and ev.direct_calls and f3 == f and np.array_equal(g3, g)
+        ev.direct_calls = False
         # one objective task whose adjoints every gradient task fetches (what more than
         # REDUNDANT_OBJECTIVE_GROUPS workers get): the same bits
         monkeypatch.setattr(sg, "REDUNDANT_OBJECTIVE_GROUPS", 1)
