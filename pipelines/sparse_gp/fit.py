@@ -29,7 +29,7 @@ def fit_collapsed(ctx, scfg, method, kernel, refs, data, params0, Z0, tok, backe
     m, d = Z0.shape
     max_iter = int(scfg["max_iter"])
     ev = Evaluations(ctx.executor, refs, method, kernel, d, m, Z0, opt, float(scfg["jitter"]),
-                     int(scfg["max_tries"]), backend, tok, direct=scfg["evaluate"] == "direct")
+                     int(scfg["max_tries"]), backend, tok, direct=scfg.get("evaluate", "direct") == "direct")
     theta0 = kern.pack(params0, Z0 if opt else None)
     saved = _resume_state(ctx, ev) if ctx.resumed else None
     if saved is None:

@@ -31,8 +31,9 @@ SPARSE_GP = {
     "checkpoint_every": integer(lo=0),
     "in_process": choice("auto", True, False),
     "restarts": integer(lo=0, hi=1000),
-    "evaluate": choice("direct", "graph"),
 }
+# optional (a run recorded before the key existed is reproduced with its default, direct: the same bits)
+SPARSE_GP_OPTIONAL = {"evaluate": choice("direct", "graph")}
 GP_SYNTHETIC = {"function": choice("friedman1", "sine_1d"), "n": integer(lo=2), "d": integer(lo=1),
                 "noise_std": real(ge=0)}
 
@@ -43,9 +44,10 @@ def check_sparse_gp(cfg: dict):
     from pgmflow.pipelines.sparse_gp import data as gp_data
     from pgmflow.pipelines.sparse_gp.evaluations import EXACT_MAX_N, LOG_BOX
 
-    unknown_keys(cfg, "sparse_gp", set(SPARSE_GP) | {"lengthscale", "slice_dim"})
+    unknown_keys(cfg, "sparse_gp", set(SPARSE_GP) | set(SPARSE_GP_OPTIONAL) | {"lengthscale", "slice_dim"})
     apply(cfg, {f"sparse_gp.{k}": r for k, r in SPARSE_GP.items()})
     s = cfg["sparse_gp"]
+    apply(cfg, {f"sparse_gp.{k}": r for k, r in SPARSE_GP_OPTIONAL.items() if k in s})
     lo, hi = (math.exp(v) for v in LOG_BOX)
     for key in ("variance", "noise"):
         if not lo <= s[key] <= hi:

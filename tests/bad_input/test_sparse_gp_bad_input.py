@@ -104,6 +104,7 @@ CASES = {
     "zero_noise": lambda p: (["sparse_gp.noise=0"], ["sparse_gp.noise=0", "must be > 0"]),
     "unknown_kernel": lambda p: (["sparse_gp.kernel=rbff"], ["sparse_gp.kernel='rbff'", "matern52"]),
     "unknown_method": lambda p: (["sparse_gp.method=vfe"], ["sparse_gp.method='vfe'", "svgp"]),
+    "unknown_evaluate": lambda p: (["sparse_gp.evaluate=tasks"], ["sparse_gp.evaluate='tasks'", "direct", "graph"]),
     "exact_on_too_many_rows": lambda p: (["gp_data.n=30000", "sparse_gp.method=exact"],
                                          ["sparse_gp.method='exact'", "more than 20000"]),
     "model_for_another_pipeline": lambda p: (["model=ising"], ["model=", "takes no model group"]),

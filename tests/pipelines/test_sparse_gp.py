@@ -85,6 +85,26 @@ def test_results_are_bit_identical_on_1_2_and_4_workers(store, cluster_factory):
         assert res == outs[0][2]
 
 
+def test_direct_calls_and_a_graph_per_evaluation_give_the_same_model(store, cluster2):
+    ov = BASE + NO_FIGS + ["gp_data.n=500", "sparse_gp.m=12", "sparse_gp.max_iter=5", "sparse_gp.chunk_size=128",
+                           "sparse_gp.in_process=false"]
+    (_, tr_d), (_, tr_g) = (run(ov + [f"sparse_gp.evaluate={e}"], store, cluster2) for e in ("direct", "graph"))
+    a, b = _model(tr_d), _model(tr_g)
+    assert a.keys() == b.keys()
+    for k in a:
+        np.testing.assert_array_equal(a[k], b[k], err_msg=k)
+    assert _history(tr_d, "bound") == _history(tr_g, "bound")
+
+
+def test_a_config_recorded_before_sparse_gp_evaluate_still_passes_preflight():
+    from pgmflow.pipelines.core.preflight import preflight_checks
+    from tests.conftest import compose
+
+    cfg = compose(["pipeline=sparse_gp", "gp_data=diabetes"])
+    assert cfg["sparse_gp"].pop("evaluate") == "direct"
+    preflight_checks(cfg)  # what `pgmflow reproduce` of an older run composes: the default applies
+
+
 def test_exact_gp_fits_at_least_as_well_as_sgpr(diabetes_sgpr, store, cluster2):
     res_s, _ = diabetes_sgpr
     res_e, tr = run(DIABETES + NO_FIGS + ["sparse_gp.method=exact"], store, cluster2)
