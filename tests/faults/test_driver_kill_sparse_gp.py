@@ -29,15 +29,17 @@ def _checkpointed(root, run_id) -> dict:
 
 
 @pytest.mark.slow
-def test_killed_sparse_gp_fit_continues_from_its_last_iteration(tmp_path):
+@pytest.mark.parametrize("evaluate", ["direct", "graph"])
+def test_killed_sparse_gp_fit_continues_from_its_last_iteration(tmp_path, evaluate):
     from distributed import LocalCluster
     from distributed.diagnostics.plugin import SchedulerPlugin
 
     from pgmflow.pipelines.core.tracking import Tracker
 
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    args = ARGS + [f"sparse_gp.evaluate={evaluate}"]
     # killed once a checkpoint of iteration 5 or later is in the run's artifacts
-    run_id = _kill_after_saves(ARGS, tmp_path, uri, "sparse_gp", min_files=1, subdir="checkpoints", ready=_enough)
+    run_id = _kill_after_saves(args, tmp_path, uri, "sparse_gp", min_files=1, subdir="checkpoints", ready=_enough)
     tr = Tracker(uri, "pgmflow")
     assert tr.client.get_run(run_id).info.status == "RUNNING"
     at_kill = _checkpointed(tmp_path, run_id)
@@ -48,15 +50,16 @@ def test_killed_sparse_gp_fit_continues_from_its_last_iteration(tmp_path):
     with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0",
                       silence_logs=logging.ERROR, env=env) as cl:
         cl.scheduler.add_plugin(counter)
-        resumed, tr_resumed = run(ARGS + [f"resume={run_id}"], uri, cl)
+        resumed, tr_resumed = run(args + [f"resume={run_id}"], uri, cl)
         stats_tasks, objectives = counter.counts["gp-stats-"], counter.counts["gp-objgrad-"]
-        full, tr_full = run(ARGS, uri, cl)  # undisturbed
+        full, tr_full = run(args, uri, cl)  # undisturbed
     assert resumed["iterations"] > at_kill["nit"], "the fit had ended before the kill: the test proves nothing"
     # only the evaluations after the checkpoint ran again: one statistics task and one objective-and-gradient
-    # task per worker holding chunks (the 5 chunks are spread over both workers)
+    # task per worker holding chunks (the 5 chunks are spread over both workers); direct calls make no tasks
     again = resumed["evaluations"] - at_kill["evaluations"]
-    assert objectives == again * min(N_CHUNKS, 2), (objectives, at_kill, resumed)
-    assert stats_tasks == again * min(N_CHUNKS, 2), (stats_tasks, at_kill, resumed)
+    per_evaluation = min(N_CHUNKS, 2) if evaluate == "graph" else 0
+    assert objectives == again * per_evaluation, (objectives, at_kill, resumed)
+    assert stats_tasks == again * per_evaluation, (stats_tasks, at_kill, resumed)
     assert resumed["evaluations"] == full["evaluations"] and resumed["iterations"] == full["iterations"]
     assert tr.client.get_run(run_id).data.tags["pgmflow.gp.resumed_from_iteration"] == str(at_kill["nit"])
 
