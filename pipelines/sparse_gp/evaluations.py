@@ -125,7 +125,8 @@ class Evaluations:
     without new passes; a Cholesky that fails at every jitter gives ``(inf, 0)`` (the line search
     backs off). ``count`` and ``seconds`` count the evaluations and their wall time. ``direct``: SGPR and DTC
     on a cluster evaluate by direct calls to the workers (:meth:`direct`), not by a graph (:meth:`one_graph`);
-    ``fallbacks`` counts the evaluations that went through a graph because the calls could not run.
+    ``direct_count`` counts the evaluations by direct calls, ``fallbacks`` those that went through a graph because the
+    calls could not run.
     """
 
     def __init__(self, ex, refs, method, kernel, d, m, Z0, optimize_inducing, jitter, max_tries, backend, tok,
@@ -144,6 +145,7 @@ class Evaluations:
         self._groups = None  # (time, groups()) of the last time the scheduler was asked
         self.direct_calls = bool(direct)  # SGPR and DTC: evaluate by Executor.call_on (direct), not by a graph
         self.fallbacks = 0  # evaluations that went through a graph because direct calls could not run
+        self.direct_count = 0  # evaluations by direct calls
         self._placed_once = False  # direct() has waited for the chunks to be on the workers
         self._unreached = 0  # direct calls in a row that found a worker that never answered
 
@@ -350,6 +352,7 @@ class Evaluations:
                 try:
                     out = self.direct(params, Z)
                     self._unreached = 0
+                    self.direct_count += 1
                     return out
                 except NotOnWorker as exc:
                     self.fallbacks += 1

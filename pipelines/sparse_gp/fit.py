@@ -59,6 +59,7 @@ def fit_collapsed(ctx, scfg, method, kernel, refs, data, params0, Z0, tok, backe
     seconds = time.monotonic() - t0
     bar.close()
     _note_jitter(ctx.say, ev, scfg)
+    _note_direct(ctx, ev)
     x = np.asarray(res.x)
     rec = ev.records.get(x.tobytes())
     if rec is None:  # the answer is the point a resumed run started from: its record again, not counted
@@ -74,6 +75,21 @@ def fit_collapsed(ctx, scfg, method, kernel, refs, data, params0, Z0, tok, backe
             "fit_seconds": seconds, "seconds_per_evaluation": ev.seconds / max(ev.count, 1),
             "checkpoint_seconds": saving,
             "jitter_max": max(ev.jitters), "jitter_final": rel, "jitter_abs_final": jit_abs}
+
+
+def _note_direct(ctx, ev):
+    """The tag ``pgmflow.gp.direct_evaluations`` (how many evaluations ran by direct calls to the workers, and how
+    many went through the scheduler because a worker was lost or its chunks had moved), and a note when any did."""
+    if not ev.direct_count and not ev.fallbacks:
+        return
+    from pgmflow.pipelines.core.tracking import QuietTracker
+
+    if not isinstance(ctx.tracker, QuietTracker):  # the main fit's (a restart's evaluations are not tagged)
+        ctx.tracker.set_tags({"pgmflow.gp.direct_evaluations": f"{ev.direct_count} direct, {ev.fallbacks} through a "
+                                                               "graph after a failed direct call"})
+    if ev.fallbacks:
+        ctx.say(f"note: {ev.fallbacks} evaluation(s) went through the scheduler: a worker was lost or "
+                "could not be reached, or held other chunks than expected (the same bits either way)")
 
 
 CHECKPOINT = "lbfgs"  # checkpoints/lbfgs_0.npz and lbfgs_1.npz, written in turn: the newer readable one counts

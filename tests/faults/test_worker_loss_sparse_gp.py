@@ -31,6 +31,9 @@ def test_worker_killed_mid_sparse_gp_fit_gives_identical_model(tmp_path, evaluat
     with killing_cluster(when, lambda cl: artifact_exists(art, "model.npz")) as (cl, kill):
         res_k, tr_killed = run(overrides, uri, cl)
     assert_killed_mid_run(kill)
+    if evaluate == "direct":  # the evaluation that found the worker gone went through a graph
+        tag = tr_killed.client.get_run(tr_killed.run_id).data.tags["pgmflow.gp.direct_evaluations"]
+        assert not tag.endswith(" 0 through a graph after a failed direct call"), tag
     res_ref, tr_ref = run(overrides, uri)  # synchronous scheduler, undisturbed
     assert_same_npz(tr_ref, tr_killed, "model.npz")
     assert res_k["test_nlpd"] == res_ref["test_nlpd"] and res_k["test_rmse"] == res_ref["test_rmse"]

@@ -88,7 +88,11 @@ def test_results_are_bit_identical_on_1_2_and_4_workers(store, cluster_factory):
 def test_direct_calls_and_a_graph_per_evaluation_give_the_same_model(store, cluster2):
     ov = BASE + NO_FIGS + ["gp_data.n=500", "sparse_gp.m=12", "sparse_gp.max_iter=5", "sparse_gp.chunk_size=128",
                            "sparse_gp.in_process=false"]
-    (_, tr_d), (_, tr_g) = (run(ov + [f"sparse_gp.evaluate={e}"], store, cluster2) for e in ("direct", "graph"))
+    (res_d, tr_d), (_, tr_g) = (run(ov + [f"sparse_gp.evaluate={e}"], store, cluster2) for e in ("direct", "graph"))
+    tags_d, tags_g = (t.client.get_run(t.run_id).data.tags for t in (tr_d, tr_g))
+    assert tags_d["pgmflow.gp.direct_evaluations"] == f"{res_d['evaluations']} direct, 0 through a graph after a " \
+                                                      "failed direct call"
+    assert "pgmflow.gp.direct_evaluations" not in tags_g
     a, b = _model(tr_d), _model(tr_g)
     assert a.keys() == b.keys()
     for k in a:
