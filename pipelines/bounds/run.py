@@ -111,7 +111,7 @@ def _marginals(ctx, model, opts) -> dict:
 def run(ctx) -> dict:
     cfg = ctx.cfg
     vcfg, mcfg = cfg["variational"], cfg["model"]
-    tracker, ex = ctx.tracker, ctx.executor
+    tracker = ctx.tracker
     opts = settings(vcfg, ctx.backend)
     jobs = _jobs(ctx, vcfg, mcfg)
     n = jobs[0][2].n

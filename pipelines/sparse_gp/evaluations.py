@@ -41,6 +41,8 @@ REDUNDANT_OBJECTIVE_GROUPS = 4
 UNREACHED_LIMIT = 3  # direct evaluations in a row that find a worker that never answered: then graphs only
 GROUPS_TTL = 1.0  # seconds for which the groups (who holds which chunk) are reused between evaluations
 
+logger = logging.getLogger("pgmflow.sparse_gp")
+
 
 def chunk_ranges(data, chunk_size):
     return gstats.chunk_bounds(data.n, chunk_size)
@@ -90,8 +92,6 @@ def initial_inducing(pool_std: np.ndarray, m: int, seed: int, n_iter: int, max_p
         raise ConfigError("sparse_gp.m", m, f"k-means++ cannot place the inducing inputs ({exc})",
                           "use fewer inducing inputs") from None
 
-
-logger = logging.getLogger("pgmflow.sparse_gp")
 
 GP_STREAM_RESTART = 3  # first identity element under rng.STAGE_GP: restarts' starting points (then: restart)
 
@@ -348,7 +348,8 @@ class Evaluations:
         statistics depend on the jitter, the statistics pass, the objective on the driver
         (:meth:`objective`, which may redo the statistics at a larger jitter) and the gradient pass."""
         if self.method in ONE_GRAPH_METHODS:
-            if self.direct_calls and self.ex.client is not None and len(self.refs) * self.m * self.m * 8 <= GROUP_STATS_BYTES:
+            small = len(self.refs) * self.m * self.m * 8 <= GROUP_STATS_BYTES  # else chunk_graph's chain of sums
+            if self.direct_calls and self.ex.client is not None and small:
                 try:
                     out = self.direct(params, Z)
                     self._unreached = 0

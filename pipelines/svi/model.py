@@ -134,7 +134,7 @@ class LDATransformer:
         X.sum_duplicates()
         X.eliminate_zeros()
         X.sort_indices()
-        D, K = X.shape[0], self.n_topics
+        D = X.shape[0]
         cols = np.unique(X.indices).astype(np.int64)  # the words used, sorted
         if cols.size == 0:  # no known word anywhere: the prior mean
             return np.tile(self.alpha / self.alpha.sum(), (D, 1))

@@ -83,7 +83,7 @@ def run(ctx) -> dict:
     cfg = ctx.cfg
     tcfg = cfg["tesla"]
     seed = int(cfg["seed"])
-    tracker, ex = ctx.tracker, ctx.executor
+    tracker = ctx.tracker
     data = networks.resolve(cfg)
     series = data.series
     T, p, N = len(series.n_per_time), series.X.shape[1], series.X.shape[0]

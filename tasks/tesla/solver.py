@@ -592,7 +592,7 @@ def _solve_block(design: Design, sl: slice, node: int, lam1: float, lam2: float,
     loss evaluation of the step search (the margins) and ``4 R p`` per certificate.
     """
     fista = _kernels()
-    X, T, p = design.X, theta.shape[0], theta.shape[1]
+    X, p = design.X, theta.shape[1]
     lo, hi, woff = design.lo[sl], design.hi[sl], design.woff[sl]
     R = _weighted_rows(design, sl)
     penalized = np.ones(p, np.bool_)
