@@ -543,6 +543,18 @@ class _PeakRSS(threading.Thread):
 
 
 def large(a):
+    tmp = Path(a.large_dir or tempfile.mkdtemp(prefix="pgmflow-gp-large-"))
+    try:
+        return _large_in(a, tmp)
+    finally:
+        if not a.large_dir:  # a folder of our own: the data file and the run's MLflow store go with it
+            import shutil
+
+            shutil.rmtree(tmp, ignore_errors=True)
+            print(f"removed {tmp} (--large-dir DIR keeps the data file and the MLflow store)", flush=True)
+
+
+def _large_in(a, tmp: Path):
     import resource
 
     from distributed import Client
@@ -553,7 +565,6 @@ def large(a):
     from pgmflow.pipelines.sparse_gp import data as gp_data
 
     n = a.large_n
-    tmp = Path(a.large_dir or tempfile.mkdtemp(prefix="pgmflow-gp-large-"))
     tmp.mkdir(parents=True, exist_ok=True)
     path = tmp / f"friedman1-{n}.npy"
     t0 = time.perf_counter()
@@ -657,7 +668,8 @@ def main():
     ap.add_argument("--large-iters", type=int, default=3)
     ap.add_argument("--large-chunk", type=int, default=20_000)
     ap.add_argument("--large-test-fraction", type=float, default=0.05)
-    ap.add_argument("--large-dir", default=None, help="where the .npy file goes (default: a new temporary folder)")
+    ap.add_argument("--large-dir", default=None, help="where the .npy file and the MLflow store go, kept (default: a "
+                    "new temporary folder, removed at the end)")
     ap.add_argument("--memory-limit", default="3GiB", help="memory_limit of each worker in --large")
     ap.add_argument("--backend", choices=("numpy", "cupy"), default="numpy",
                     help="where pgmflow's chunk statistics and gradients run: numpy (CPU) or cupy (the workers' GPU)")
