@@ -16,6 +16,7 @@ chunks) and the MLflow run ends FAILED with the same line.
 from __future__ import annotations
 
 import contextlib
+import functools
 import time
 from typing import Callable, NamedTuple, Sequence
 
@@ -26,6 +27,7 @@ import dask.callbacks
 class Executor:
     def __init__(self, client=None):
         self.client = client
+        self._reached: set = set()  # workers call_on has reached from this process
 
     @property
     def distributed(self) -> bool:
@@ -203,14 +205,11 @@ class Executor:
             raise NotOnWorker("a call without a worker")
         import asyncio
 
-        from distributed.protocol.pickle import dumps
-
-        client = self.client
-        reached = self.__dict__.setdefault("_reached", set())
+        client, reached = self.client, self._reached
         payloads = [(s.worker, _pickled((s.func, tuple(_with_deps(a, lambda h: _Stored(h.key), _HANDLE_TYPES,
                                                                      match=_HANDLE_TYPES) for a in s.args))))
                     for s in calls]
-        run, probe = dumps(_run_on_worker), dumps((_reply, ()))
+        run, probe = _run_payloads()
 
         async def one(worker, payload, timeout=None):
             try:
@@ -341,6 +340,14 @@ except ImportError:  # pragma: no cover - distributed is a core dependency
 
 def _reply():
     return None
+
+
+@functools.cache
+def _run_payloads() -> tuple[bytes, bytes]:
+    """What :meth:`Executor.call_on` sends to the ``run`` handler as its function, and a probe's arguments."""
+    from distributed.protocol.pickle import dumps
+
+    return dumps(_run_on_worker), dumps((_reply, ()))
 
 
 def _pickled(obj) -> bytes:

@@ -248,15 +248,10 @@ class Evaluations:
         k = next(self._serial)
         groups = self.groups()
         order = [idx for _, idx in groups]
-        specs = [TaskSpec(f"gp-stats-{self.tok}-p{k}-g{idx[0]}", stats_group_task,
-                          (self.method, self.kernel, params, Z, [self.refs[c] for c in idx], self.jitter, self.backend),
-                          w) for w, idx in groups]
+        specs = self._stats_specs(k, groups, params, Z)
         stats = [Dep(s.key) for s in specs]
         if len(groups) <= REDUNDANT_OBJECTIVE_GROUPS:
-            specs += [TaskSpec(f"gp-objgrad-{self.tok}-p{k}-g{idx[0]}", objective_grad_group_task,
-                               (self.method, self.kernel, params, Z, [self.refs[c] for c in idx], order, stats,
-                                self.jitter, self.max_tries, self.backend, i == len(groups) - 1), w)
-                      for i, (w, idx) in enumerate(groups)]
+            specs += self._objgrad_specs(k, groups, params, Z, order, stats)
         else:
             red = TaskSpec(f"gp-objective-{self.tok}-p{k}", objective_groups_task,
                            (self.method, self.kernel, params, Z, order, stats, self.jitter, self.max_tries))
@@ -273,11 +268,30 @@ class Evaluations:
         # scheduler (in this process for a local cluster) and the worker that has to send it twice
         out = self.ex.gather(handles, direct=self.ex.local, where=[s.worker for s in specs[len(groups):]])
         if len(groups) <= REDUNDANT_OBJECTIVE_GROUPS:
-            value, adj, st, jit0, kuu = out[-1][0]
-            grads = [g for _, g in out]
-        else:
-            (value, adj, st, jit0), grads, kuu = out[0], out[1:], None
-        return value, adj, st, jit0, gstats.sum_in_order(in_chunk_order(order, grads)), kuu
+            return self._objgrad_results(order, out)
+        (value, adj, st, jit0), grads = out[0], out[1:]
+        return value, adj, st, jit0, gstats.sum_in_order(in_chunk_order(order, grads)), None
+
+    def _stats_specs(self, k, groups, params, Z) -> list[TaskSpec]:
+        """Evaluation ``k``'s statistics pass: one ``stats_group_task`` per group, on its worker."""
+        return [TaskSpec(f"gp-stats-{self.tok}-p{k}-g{idx[0]}", stats_group_task,
+                         (self.method, self.kernel, params, Z, [self.refs[c] for c in idx], self.jitter, self.backend),
+                         w) for w, idx in groups]
+
+    def _objgrad_specs(self, k, groups, params, Z, order, stats) -> list[TaskSpec]:
+        """Evaluation ``k``'s objective-and-gradient pass: one ``objective_grad_group_task`` per group, on its
+        worker, from the statistics ``stats`` of the groups ``order`` (the last group keeps the driver's part)."""
+        return [TaskSpec(f"gp-objgrad-{self.tok}-p{k}-g{idx[0]}", objective_grad_group_task,
+                         (self.method, self.kernel, params, Z, [self.refs[c] for c in idx], order, stats,
+                          self.jitter, self.max_tries, self.backend, i == len(groups) - 1), w)
+                for i, (w, idx) in enumerate(groups)]
+
+    @staticmethod
+    def _objgrad_results(order, out):
+        """:meth:`passes`'s tuple from the results of :meth:`_objgrad_specs` (the last one holds the driver's part):
+        the gradients added in chunk order."""
+        value, adj, st, jit0, kuu = out[-1][0]
+        return value, adj, st, jit0, gstats.sum_in_order(in_chunk_order(order, [g for _, g in out])), kuu
 
     def direct(self, params, Z):
         """:meth:`one_graph`'s tasks without a graph (``Executor.call_on``): each worker's statistics straight to
@@ -296,18 +310,10 @@ class Evaluations:
         self._held = []
         k = next(self._serial)
         order = [idx for _, idx in groups]
-        stats = self.ex.call_on([
-            TaskSpec(f"gp-stats-{self.tok}-p{k}-g{idx[0]}", stats_group_task,
-                     (self.method, self.kernel, params, Z, [self.refs[c] for c in idx], self.jitter, self.backend), w)
-            for w, idx in groups])
-        st = gstats.sum_in_order(in_chunk_order(order, stats))
-        out = self.ex.call_on([
-            TaskSpec(f"gp-objgrad-{self.tok}-p{k}-g{idx[0]}", objective_grad_group_task,
-                     (self.method, self.kernel, params, Z, [self.refs[c] for c in idx], [[0]], [[st]], self.jitter,
-                      self.max_tries, self.backend, i == len(groups) - 1), w)
-            for i, (w, idx) in enumerate(groups)])
-        value, adj, st, jit0, kuu = out[-1][0]
-        return value, adj, st, jit0, gstats.sum_in_order(in_chunk_order(order, [g for _, g in out])), kuu
+        st = gstats.sum_in_order(in_chunk_order(order, self.ex.call_on(self._stats_specs(k, groups, params, Z))))
+        # every worker gets the sum, as the statistics of one group holding one chunk (adding it alone changes no bit)
+        out = self.ex.call_on(self._objgrad_specs(k, groups, params, Z, [[0]], [[st]]))
+        return self._objgrad_results(order, out)
 
     def chunk_graph(self, params, Z):
         """:meth:`one_graph` with one task per chunk: the statistics tasks, a chain of ordered sums
