@@ -108,7 +108,7 @@ def _marginals(ctx, model, opts) -> dict:
     return out
 
 
-def run(ctx) -> dict:
+def run(ctx, plan) -> dict:
     cfg = ctx.cfg
     vcfg, mcfg = cfg["variational"], cfg["model"]
     tracker = ctx.tracker

@@ -91,8 +91,10 @@ def check_flags(cfg: dict, name: str):
                 raise ConfigError(flag, True, f"{what}, not pipeline={name}", fix)
 
 
-def preflight_checks(cfg: dict) -> None:
-    """Validate a resolved config (plain dict). Raises ConfigError on the first problem."""
+def preflight_checks(cfg: dict):
+    """Validate a resolved config (plain dict) and return the workload's plan: what its ``validate``
+    returns, a frozen typed value that ``run(ctx, plan)`` works from (the settings with their types and
+    the inputs resolved once). Raises ConfigError on the first problem."""
     check_unknown_top_level(cfg)
     apply(cfg, TOP)
     _flag_types(cfg)
@@ -101,6 +103,7 @@ def preflight_checks(cfg: dict) -> None:
     from pgmflow.pipelines.core import cluster
 
     cluster.check_cluster_config(cfg.get("cluster") or {})
-    workload.load_validate()(cfg)
+    plan = workload.load_validate()(cfg)
     check_flags(cfg, name)
     check_backend(cfg)
+    return plan

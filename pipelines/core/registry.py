@@ -37,9 +37,12 @@ class Workload:
 
     name: the value of ``pipeline.name`` that selects it (``conf/pipeline/<name>.yaml``).
     run: ``"module:function"``; the function takes a :class:`~pgmflow.pipelines.core.runner.RunContext` and
-        returns the result dict (``objective`` in it, optionally ``objective_name`` / ``_direction``).
-    validate: ``"module:function"``; takes the resolved config (a dict) and raises ``ConfigError``
-        on the first problem in the workload's own sections (its data included).
+        the plan ``validate`` returned, ``run(ctx, plan)``, and returns the result dict (``objective`` in it,
+        optionally ``objective_name`` / ``_direction``).
+    validate: ``"module:function"``; takes the resolved config (a dict), raises ``ConfigError`` on the
+        first problem in the workload's own sections (its data included), and returns the run's plan: a
+        frozen, typed value (a frozen dataclass or NamedTuple) with the settings and the resolved inputs,
+        so that the config is read and every input loaded once per run.
     summary: one line for listings and help.
     memory_hint: ``(task-key prefix, setting)``: the first setting to change when one of the
         workload's tasks runs its worker out of memory (named in the out-of-memory message).

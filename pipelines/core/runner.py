@@ -1,7 +1,11 @@
 """The one-way flow of a run (DESIGN.md):
 
-conf -> preflight_checks(cfg) -> open cluster -> start MLflow run -> build graph -> tasks on
-workers -> ordered reduce -> metrics, figures, checkpoints -> end run.
+conf -> preflight_checks(cfg) -> plan -> open cluster -> start MLflow run -> run(ctx, plan): graph ->
+tasks on workers -> ordered reduce -> metrics, figures, checkpoints -> end run.
+
+The config dict is read once, by the workload's ``validate`` (called from the preflight checks), which
+returns the run's plan; the runner hands that plan to the workload's ``run``. ``RunContext.cfg`` stays
+for the core's own sections (tracking, progress) and for recording the config with the run.
 """
 
 from __future__ import annotations
@@ -141,7 +145,7 @@ def _execute(cfg: dict, stream, sweep_run: str | None, given=None) -> dict:
 
     if cfg.get("resume"):
         cfg = load_recorded_config(cfg)
-    preflight.preflight_checks(cfg)
+    plan = preflight.preflight_checks(cfg)
     backend = backend_mod.resolve_backend(cfg["backend"])
     device = backend_mod.gpu_status()[1] if backend == "cupy" else "cpu"
 
@@ -178,7 +182,7 @@ def _execute(cfg: dict, stream, sweep_run: str | None, given=None) -> dict:
                          device=device, resumed=bool(cfg.get("resume")), stream=stream)
         try:
             with threads.pinned_blas():  # the same bits on any scheduler: tasks/threads.py
-                result = registry.get(cfg["pipeline"]["name"]).load_run()(ctx)
+                result = registry.get(cfg["pipeline"]["name"]).load_run()(ctx, plan)
             objective = result.get("objective")
             if isinstance(objective, (int, float)) and objective == objective:
                 tracker.log_metrics({"objective": objective}, step=0, flush=True)

@@ -69,7 +69,7 @@ def in_process(scfg, data) -> bool:
     return not data.memmap and data.n * max(int(scfg["m"]), 1) <= IN_PROCESS_MAX_WORK
 
 
-def run(ctx) -> dict:
+def run(ctx, plan) -> dict:
     cfg = ctx.cfg
     scfg = cfg["sparse_gp"]
     seed = int(cfg["seed"])

@@ -168,7 +168,7 @@ def _first_words(ctx, su: Setup, states, start: int) -> tuple[list | None, list]
     return next_cols, heldout_cols
 
 
-def run(ctx) -> dict:
+def run(ctx, plan) -> dict:
     scfg = ctx.cfg["svi"]
     su = _setup(ctx)
     lda_model.log_corpus(ctx, su.info)  # MLflow dataset tracking: the corpus, with a digest

@@ -339,7 +339,7 @@ def _checkpoint(ctx, chains: Chains, rnd: int):
         **ref_mod.to_arrays(chains.qs, chains.leg_rts, chains.legs, xs[0].shape[-1] if xs[0].ndim == 2 else 1)))
 
 
-def run(ctx) -> dict:
+def run(ctx, plan) -> dict:
     plan = _plan(ctx)
     chains = _initial(ctx, plan)
     total_scans = plan.C * sum(2**r for r in range(chains.start_round, plan.n_rounds + 1))

@@ -79,7 +79,7 @@ def build_fits(ex, tok, series, methods, lam1, lam2, bandwidths, q, criterion, h
     return out
 
 
-def run(ctx) -> dict:
+def run(ctx, plan) -> dict:
     cfg = ctx.cfg
     tcfg = cfg["tesla"]
     seed = int(cfg["seed"])
