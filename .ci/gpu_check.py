@@ -192,6 +192,14 @@ def main() -> int:
         step("venv", [sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", venv], 60,
              summarize=lambda out: f"{venv.relative_to(REPO)} on {sys.executable} (Python {platform.python_version()})"
                                    ", system site-packages visible; no ensurepip: the image's pip installs into it")
+    if sys.prefix != sys.base_prefix and venv.exists():
+        # The image's python3 is itself a venv (/opt/torch/.venv): --system-site-packages shows the base
+        # interpreter's site-packages, not that venv's numpy/scipy/numba/CuPy. A .pth file adds them.
+        import sysconfig
+
+        site = Path(sysconfig.get_paths()["purelib"]), Path(sysconfig.get_paths()["platlib"])
+        inner = next(venv.glob("lib/python*/site-packages"))
+        (inner / "zz-image-site.pth").write_text("".join(f"{d}\n" for d in dict.fromkeys(site)))
     step("install", [py, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--no-index",
                      "--find-links", wheels, "-r", reqs], 180,
          summarize=lambda out: f"{sum(1 for ln in reqs.read_text().splitlines() if '==' in ln)} packages from "
