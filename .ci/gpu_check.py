@@ -356,6 +356,15 @@ def entry_point() -> list[str]:
     return [m.group(1), m.group(2)] if m else ["pgmflow.pipelines.core.cli", "main"]
 
 
+def _source_of(name: str) -> str:
+    """The checkout's file for a file in pgmflow's wheel (pyproject's package-dir mapping)."""
+    for pre, folder in (("pgmflow/pipelines/", "pipelines/"), ("pgmflow/tasks/", "tasks/"), ("pgmflow/conf/", "conf/"),
+                        ("pgmflow/", "pipelines/_pgmflow/")):
+        if name.startswith(pre):
+            return folder + name[len(pre):]
+    return name
+
+
 def wheel_differences(wheel: Path) -> list[str]:
     """The checkout's files that pgmflow's wheel lacks or holds otherwise (empty: the wheel is current)."""
     import zipfile  # noqa: PLC0415
@@ -364,7 +373,7 @@ def wheel_differences(wheel: Path) -> list[str]:
         inside = {n: z.read(n) for n in z.namelist() if not n.split("/")[0].endswith((".dist-info", ".data"))}
     diff = []
     for name, data in inside.items():
-        src = REPO / ("conf" + name[len("pgmflow_conf"):] if name.startswith("pgmflow_conf/") else name)
+        src = REPO / _source_of(name)
         if not src.is_file() or src.read_bytes() != data:
             diff.append(str(src.relative_to(REPO)))
     tops = {n.split("/")[0] for n in inside}
