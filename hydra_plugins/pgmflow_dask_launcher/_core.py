@@ -24,6 +24,20 @@ class JobFailed(CompactHydraException):
     """A sweep job's error, as one line (what Hydra prints if a sweeper re-raises it)."""
 
 
+def job_failure(ret) -> BaseException | None:
+    """The exception a failed Hydra ``JobReturn`` holds, through its public ``return_value`` (which raises
+    it, after writing a line of its own to stderr: kept out of the sweep's output)."""
+    import contextlib
+    import io
+
+    with contextlib.redirect_stderr(io.StringIO()):
+        try:
+            ret.return_value
+        except BaseException as exc:  # noqa: BLE001 - whatever the job raised is its failure
+            return exc
+    return None
+
+
 def _one_line(text: str, limit: int = 2000) -> str:
     return " ".join(str(text).split())[:limit]
 
@@ -323,7 +337,7 @@ def _finished(session, fut, item, returns):
         row.objective = float(value) if isinstance(value, (int, float)) else None
     else:
         row.status = "FAILED"
-        row.error = _one_line(str(ret._return_value))
+        row.error = _one_line(str(job_failure(ret)))
         with _quiet():
             session.fail_child(run_id, row.error)  # no-op when the job ended its run itself
     returns[idx] = ret

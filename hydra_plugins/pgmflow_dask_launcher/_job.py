@@ -25,7 +25,7 @@ def _run(payload: bytes):
     from hydra.core.utils import JobReturn, JobStatus, run_job, setup_globals
     from omegaconf import open_dict
 
-    from hydra_plugins.pgmflow_dask_launcher._core import JobFailed, _one_line
+    from hydra_plugins.pgmflow_dask_launcher._core import JobFailed, _one_line, job_failure
 
     p = pickle.loads(payload)
     setup_globals()
@@ -44,7 +44,7 @@ def _run(payload: bytes):
         ret.status = JobStatus.FAILED
         ret.return_value = exc
     if ret.status == JobStatus.FAILED:
-        exc = ret._return_value
+        exc = job_failure(ret)
         message = getattr(exc, "message", None) or f"{type(exc).__name__}: {exc}"
         ret.return_value = JobFailed(_one_line(message))
     return ret

@@ -76,20 +76,15 @@ def override_error(argv, exc):
     the CLI prints it and exits 2, the Python API raises it)."""
     import difflib
 
+    from hydra.errors import MissingConfigException
+
     from pgmflow.pipelines.core.errors import ConfigError
 
     text = str(exc)
     first = " ".join(text.strip().splitlines()[0].split()) if text.strip() else type(exc).__name__
-    if "Could not find" in text and "Available options" in text:
-        group = text.split("Could not find '")[1].split("'")[0]
-        grp, _, opt = group.rpartition("/")
-        options = []
-        for ln in text.split("Available options")[1].splitlines()[1:]:
-            if not ln.strip():
-                continue
-            if not ln.startswith(("\t", " ")):
-                break  # the end of the indented list ("Config search path:" follows)
-            options.append(ln.strip())
+    if isinstance(exc, MissingConfigException) and exc.options and exc.missing_cfg_file:
+        grp, _, opt = str(exc.missing_cfg_file).rpartition("/")  # "pipeline/nosuch": the group and the option
+        options = [str(o) for o in exc.options]
         near = difflib.get_close_matches(opt, options, n=1)
         hint = f"did you mean {grp}={near[0]}? " if near else ""
         return ConfigError(grp, opt, f"unknown option of config group '{grp}'", f"{hint}use one of {', '.join(options)}")

@@ -29,6 +29,7 @@ from pathlib import Path
 import yaml
 
 from pgmflow.pipelines.core.errors import ConfigError
+from pgmflow.pipelines.core.internals import KilledWorkerLogFilter
 from pgmflow.pipelines.core.tls import check_tls, make_security  # noqa: F401  (check_tls: part of this module's API)
 
 TYPES = ("local", "address", "slurm", "pbs", "kubernetes", "local_cuda", "synchronous")
@@ -377,16 +378,7 @@ def security_for(ccfg: dict):
     return make_security(check_cluster_config(ccfg).get("tls"))
 
 
-class _ReportedByPgmflow(logging.Filter):
-    """Drops the in-process scheduler's log line about a task whose workers all died: the driver
-    reports it itself, as one line that says what to change (pgmflow.pipelines.core.graph.WorkerMemoryError)."""
-
-    def filter(self, record):
-        msg = record.getMessage()
-        return not ("marked as failed because" in msg and "workers died" in msg)
-
-
-_FILTER = _ReportedByPgmflow()
+_FILTER = KilledWorkerLogFilter()
 
 
 def _quiet_logs():

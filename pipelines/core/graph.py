@@ -87,7 +87,7 @@ class Executor:
         """
         if self.client is None:
             watch_keys = {outputs[i].key: i for i in watch}
-            cb = _SyncCallback(watch_keys, on_done, on_result) if (on_done or on_result) and watch_keys else None
+            cb = _sync_callback(watch_keys, on_done, on_result) if (on_done or on_result) and watch_keys else None
             with cb if cb is not None else contextlib.nullcontext():
                 return list(dask.compute(*outputs, scheduler="synchronous", optimize_graph=False))
         from distributed import as_completed
@@ -114,17 +114,14 @@ class Executor:
         low-level graph directly. A :class:`TaskSpec`'s argument that is a :class:`Dep` (the result of an
         earlier spec), a handle, or a list holding them is a dependency; anything else is passed as it is.
         ``worker`` places the task there loosely (another worker may take it). Without a client the specs
-        run in order in this process; with a Dask too old for task specs, through ``dask.delayed``."""
+        run in order in this process."""
         if self.client is None:
             done: dict = {}
             for s in specs:
                 done[s.key] = s.func(*[_with_deps(a, lambda d: done[d.key]) for a in s.args])
             return [done[specs[i].key] for i in outputs]
-        try:
-            from dask._task_spec import List, Task, TaskRef
-            from dask.highlevelgraph import HighLevelGraph, MaterializedLayer
-        except ImportError:  # pragma: no cover - dask before 2024.12
-            return self._submit_delayed(specs, outputs)
+        from dask.highlevelgraph import HighLevelGraph, MaterializedLayer
+        from dask.task_spec import List, Task, TaskRef
 
         layers, deps = {}, {}
         for s in specs:
@@ -139,50 +136,14 @@ class Executor:
         keys = [specs[i].key for i in outputs]
         return list(self.client.get(HighLevelGraph(layers, deps), keys, sync=False))
 
-    def _submit_delayed(self, specs, outputs):  # pragma: no cover - dask before 2024.12
-        made: dict = {}
-        for s in specs:
-            args = [_with_deps(a, lambda d: made[d.key]) for a in s.args]
-            where = {"workers": [s.worker], "allow_other_workers": True} if s.worker is not None else {}
-            with dask.annotate(**where):
-                made[s.key] = dask.delayed(s.func, pure=True)(*args, dask_key_name=s.key)
-        return self.compute([made[specs[i].key] for i in outputs])
-
     def gather(self, handles, direct: bool | None = None, where: Sequence | None = None):
         """The results of ``handles``; ``direct``: fetched from the workers straight (see :attr:`local`).
-
-        ``where``: the worker each handle's task was placed on (:class:`TaskSpec`'s ``worker``). With
-        ``direct``, the results are then asked of those workers without first asking the scheduler who holds
-        them (one round trip through its event loop less, ~1 ms); a result not found there (its task ran on
-        another worker) or a task that failed goes the usual way."""
+        ``where`` (the workers the tasks were placed on) is accepted for callers that know it and not used:
+        ``client.gather(direct=True)`` asks the scheduler who holds each result."""
         if self.client is None:
             return handles
         with self._memory_errors():
-            if direct and where is not None and len(where) == len(handles) and None not in where:
-                fetched = self._gather_from(handles, where)
-                if fetched is not None:
-                    return fetched
             return self.client.gather(handles, direct=direct)
-
-    def _gather_from(self, handles, where):
-        try:
-            from distributed.utils_comm import gather_from_workers
-        except ImportError:  # pragma: no cover - a distributed without it
-            return None
-        from distributed import wait
-
-        wait(handles)
-        if any(h.status != "finished" for h in handles):
-            return None  # client.gather raises the task's own error
-        client = self.client
-
-        async def fetch():
-            return await gather_from_workers({h.key: [w] for h, w in zip(handles, where)}, rpc=client.rpc)
-
-        data, missing, failed, _ = client.sync(fetch)
-        if missing or failed:
-            return None
-        return [data[h.key] for h in handles]
 
     def call_on(self, calls: Sequence["TaskSpec"]) -> list:
         """Run ``func(*args)`` of each :class:`TaskSpec` on its ``worker``, all at once, straight from this process
@@ -483,17 +444,15 @@ class WorkerMemoryError(RuntimeError):
         super().__init__(f"{what}; fix: {', or '.join(fixes)}")
 
 
-class _SyncCallback(dask.callbacks.Callback):
-    def __init__(self, watch_keys, on_done, on_result=None):
-        super().__init__()
-        self.watch_keys = watch_keys
-        self.on_done = on_done
-        self.on_result = on_result
+def _sync_callback(watch_keys, on_done, on_result=None) -> dask.callbacks.Callback:
+    """A callback of the synchronous scheduler that reports each watched key as its task finishes."""
 
-    def _posttask(self, key, result, dsk, state, id):
-        i = self.watch_keys.get(key)
+    def posttask(key, result, dsk, state, worker_id):
+        i = watch_keys.get(key)
         if i is not None:
-            if self.on_result is not None:
-                self.on_result(i, result)
-            if self.on_done is not None:
-                self.on_done(i)
+            if on_result is not None:
+                on_result(i, result)
+            if on_done is not None:
+                on_done(i)
+
+    return dask.callbacks.Callback(posttask=posttask)

@@ -16,11 +16,9 @@ def register_hydra_plugins() -> None:
     registering the classes covers both; Hydra ignores a class it already has. Called by the CLI and the
     Python API before they compose a config.
     """
-    from hydra.core.plugins import Plugins
-
     from hydra_plugins.pgmflow_dask_launcher.dask_launcher import DaskLauncher
     from hydra_plugins.pgmflow_workloads.search_path import PgmflowWorkloadsSearchPath
 
-    plugins = Plugins.instance()
-    for cls in (DaskLauncher, PgmflowWorkloadsSearchPath):
-        plugins.register(cls)
+    from pgmflow.pipelines.core.internals import register_hydra_plugins as register
+
+    register(DaskLauncher, PgmflowWorkloadsSearchPath)

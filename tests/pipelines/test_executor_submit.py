@@ -52,7 +52,9 @@ def _fail(x):
     raise ValueError(f"bad {x}")
 
 
-def test_gather_from_where_the_tasks_were_placed_and_the_usual_way_otherwise(cluster2):
+def test_gather_direct_gives_the_results_in_order_and_a_tasks_own_error(cluster2):
+    """``direct=True`` through the public ``client.gather``; ``where`` (a placement the caller knows) changes
+    nothing in the results."""
     from distributed import Client
 
     with Client(cluster2) as client:
@@ -61,8 +63,8 @@ def test_gather_from_where_the_tasks_were_placed_and_the_usual_way_otherwise(clu
         specs = [TaskSpec(f"t-w{i}", _where, (i,), w) for i, w in enumerate(workers)]
         handles = ex.submit(specs, [0, 1])
         want = [(w, i) for i, w in enumerate(workers)]
-        assert ex.gather(handles, direct=True, where=workers) == want  # straight from the workers named
-        assert ex.gather(handles, direct=True, where=workers[::-1]) == want  # not there: asked of the scheduler
+        assert ex.gather(handles, direct=True, where=workers) == want
+        assert ex.gather(handles, direct=True, where=workers[::-1]) == want
         ex.release(handles)
         bad = ex.submit([TaskSpec("t-fail", _fail, (3,), workers[0])], [0])
         with pytest.raises(ValueError, match="bad 3"):  # the task's own error, as client.gather raises it
