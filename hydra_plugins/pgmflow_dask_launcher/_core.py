@@ -145,17 +145,14 @@ def run_job_task(payload: bytes, env: dict, timeout: float | None) -> tuple:
 
 def _resolved_task_config(job_cfg) -> dict:
     """The job's config as its task function will see it: resolved, without the hydra node."""
-    import copy
-
     from hydra.core.hydra_config import HydraConfig
+
+    from pgmflow.pipelines.core.config import resolved
 
     saved = HydraConfig.instance().cfg
     HydraConfig.instance().set_config(job_cfg)  # for ${hydra:...} interpolations
     try:
-        task_cfg = copy.deepcopy(job_cfg)
-        with open_dict(task_cfg):
-            del task_cfg["hydra"]
-        return OmegaConf.to_container(task_cfg, resolve=True)
+        return resolved(job_cfg)
     finally:
         HydraConfig.instance().cfg = saved
 

@@ -74,8 +74,8 @@ def compose(*overrides: str) -> dict:
     from hydra import initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
-    from pgmflow.pipelines.core.cli import override_error, resolved
-    from pgmflow.pipelines.core.config import conf_dir
+    from pgmflow.pipelines.core.cli import override_error
+    from pgmflow.pipelines.core.config import conf_dir, resolved
     from pgmflow.pipelines.core.hydra_setup import register_hydra_plugins
 
     argv = _check_overrides(overrides)

@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 import sys
 
-from pgmflow.pipelines.core.config import conf_dir, conf_groups
+from pgmflow.pipelines.core.config import conf_dir, conf_groups, resolved
 from pgmflow.pipelines.core.hydra_setup import register_hydra_plugins
 
 
@@ -27,22 +27,6 @@ def _report(message: str, code: int):
     sys.exit(code)
 
 
-def resolved(cfg) -> dict:
-    """A composed config as a plain dict, every ``${...}`` resolved and Hydra's own section dropped; an
-    interpolation that cannot be resolved is a :class:`ConfigError`. (The CLI and the Python API.)"""
-    from omegaconf import OmegaConf
-    from omegaconf.errors import OmegaConfBaseException
-
-    from pgmflow.pipelines.core.errors import ConfigError
-
-    try:
-        out = OmegaConf.to_container(cfg, resolve=True)
-    except OmegaConfBaseException as exc:
-        key = getattr(exc, "full_key", None) or "config"
-        raise ConfigError(str(key), "<interpolation>", f"cannot be resolved ({getattr(exc, 'msg', exc)})",
-                          "fix the ${...} reference") from None
-    out.pop("hydra", None)
-    return out
 
 
 def run_from_hydra(cfg):

@@ -82,3 +82,25 @@ def conf_keys(*confs: str) -> tuple[frozenset, dict]:
     return frozenset(top), {k: frozenset(v) for k, v in sections.items()}
 
 
+def resolved(cfg) -> dict:
+    """A composed config as a plain dict: Hydra's own section dropped, every ``${...}`` resolved (a
+    ``${hydra:...}`` one from the running Hydra's config); an interpolation that cannot be resolved is a
+    :class:`ConfigError` naming its key. The one way pgmflow turns a config into the dict that validation
+    reads: the CLI, the Python API and each job of a sweep."""
+    import copy
+
+    from omegaconf import OmegaConf, open_dict
+    from omegaconf.errors import OmegaConfBaseException
+
+    from pgmflow.pipelines.core.errors import ConfigError
+
+    cfg = copy.deepcopy(cfg)
+    if "hydra" in cfg:
+        with open_dict(cfg):
+            del cfg["hydra"]
+    try:
+        return OmegaConf.to_container(cfg, resolve=True)
+    except OmegaConfBaseException as exc:
+        key = getattr(exc, "full_key", None) or "config"
+        raise ConfigError(str(key), "<interpolation>", f"cannot be resolved ({getattr(exc, 'msg', exc)})",
+                          "fix the ${...} reference") from None
