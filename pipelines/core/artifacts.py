@@ -7,6 +7,7 @@ Every function takes the run's :class:`~pgmflow.pipelines.core.tracking.Tracker`
 
 from __future__ import annotations
 
+import csv
 import io
 import tempfile
 from pathlib import Path
@@ -41,14 +42,16 @@ def log_npz(tracker, name: str, arrays: dict, compressed: bool = False, artifact
 
 
 def csv_table(rows: list[dict]) -> str:
-    """Rows of one shape as CSV; floats with 10 significant digits."""
+    """Rows of one shape as CSV (the ``csv`` module's quoting, ``\n`` line ends); floats with 10 significant
+    digits. The one CSV writer of pgmflow's tables."""
     if not rows:
         return ""
     keys = list(rows[0])
     buf = io.StringIO()
-    buf.write(",".join(keys) + "\n")
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(keys)
     for r in rows:
-        buf.write(",".join(f"{r[k]:.10g}" if isinstance(r[k], float) else str(r[k]) for k in keys) + "\n")
+        w.writerow([f"{r[k]:.10g}" if isinstance(r[k], float) else r[k] for k in keys])
     return buf.getvalue()
 
 

@@ -23,9 +23,7 @@ tracking server at once.
 from __future__ import annotations
 
 import contextlib
-import csv
 import hashlib
-import io
 import json
 import math
 import sys
@@ -33,6 +31,7 @@ import time
 from dataclasses import dataclass, field
 
 from pgmflow.pipelines.core import tracking
+from pgmflow.pipelines.core.artifacts import csv_table
 
 PARENT_KEY_TAG = "pgmflow.sweep_key"
 CHILD_TAGS = ("pgmflow.config_hash", "pgmflow.sweep.job", "pgmflow.sweep.overrides")
@@ -145,12 +144,8 @@ class SweepSession:
     def write_summary(self, final: bool = False):
         """Log sweep_summary.csv and the objective figure to the parent run."""
         rows = self.table()
-        buf = io.StringIO()
-        w = csv.DictWriter(buf, fieldnames=list(rows[0]) if rows else ["job"])
-        w.writeheader()
-        w.writerows(rows)
         client = self.tracker.client
-        client.log_text(self.parent_id, buf.getvalue(), "sweep_summary.csv")
+        client.log_text(self.parent_id, csv_table(rows) or "job\n", "sweep_summary.csv")
         counts = {s: sum(r["status"] == s for r in rows) for s in ("FINISHED", "SKIPPED", "FAILED")}
         metrics = [("jobs_finished", counts["FINISHED"] + counts["SKIPPED"]), ("jobs_failed", counts["FAILED"]),
                    ("jobs", len(rows))]
