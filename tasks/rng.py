@@ -1,4 +1,4 @@
-"""Randomness from identity, never from placement (DESIGN.md).
+"""Randomness from identity, never from placement.
 
 Every random stream is derived from the one master ``seed`` and the *identity* of the work that
 uses it: ``numpy.random.SeedSequence(seed, spawn_key=(stage, *identity))``. Nothing here knows

@@ -1,4 +1,4 @@
-"""The one-way flow of a run (DESIGN.md):
+"""The one-way flow of a run (docs/architecture.md):
 
 conf -> preflight_checks(cfg) -> plan -> open cluster -> start MLflow run -> run(ctx, plan): graph ->
 tasks on workers -> ordered reduce -> metrics, figures, checkpoints -> end run.

@@ -1,5 +1,5 @@
 """The local E-step of LDA for a batch of documents (Hoffman, Blei, Wang and Paisley 2013, Alg. 2;
-seed 002, lines 1369-1432).
+the mean-field updates of Blei, Ng and Jordan 2003, "Latent Dirichlet allocation", JMLR 3, eqs. 6-7).
 
 For a document with unique words ``w_n`` and counts ``c_n`` the mean-field updates are::
 

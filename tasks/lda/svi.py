@@ -1,5 +1,5 @@
-"""The global step of stochastic variational inference for LDA (Hoffman et al. 2013, Alg. 2;
-seed 002, lines 1504-1590).
+"""The global step of stochastic variational inference for LDA (Hoffman, Blei, Wang and
+Paisley 2013, "Stochastic variational inference", JMLR 14, Alg. 2).
 
 ``q(beta_k) = Dir(lambda_k)``. After the E-step of minibatch ``t`` (``S`` documents of a corpus of
 ``D``) gives sufficient statistics ``sstats`` [K, V], the natural-gradient step is::
