@@ -122,11 +122,11 @@ LOCAL_KEYS = ("type", "tls", "n_workers", "threads_per_worker", "memory_limit", 
 
 # glibc's malloc in the worker processes of a local cluster. Dask's nanny sets MALLOC_TRIM_THRESHOLD_=65536,
 # which also freezes the mmap threshold at 128 KiB: every array of 128 KiB or more is a fresh mmap, returned at
-# once when freed, and its pages are faulted in again by the next task (0.3-0.5 ms per MiB in the 2-core VM
-# of the benchmarks: a sparse-GP chunk task makes ~4 MiB of such temporaries, the driver algebra on a worker
-# ~30 m x m matrices). With both thresholds at 4 MiB, arrays below 4 MiB come from the heap and are reused;
+# once when freed, and its pages are faulted in again by the next task (a sparse-GP chunk task makes several MiB
+# of such temporaries). With both thresholds at 4 MiB, arrays below 4 MiB come from the heap and are reused;
 # a worker keeps at most 4 MiB of freed memory that Dask's monitor counts as unmanaged. Larger arrays are still
-# mapped and returned as before. A profile's env: may set either variable to something else.
+# mapped and returned as before. A profile's env: may set either variable to something else. Measured effect:
+# benchmarks/results/local-cluster-settings-cpu-2core-epyc.md.
 WORKER_MALLOC_ENV = {"MALLOC_MMAP_THRESHOLD_": str(4 << 20), "MALLOC_TRIM_THRESHOLD_": str(4 << 20)}
 
 
@@ -159,20 +159,17 @@ def worker_malloc(env: dict | None = None):
 
 # Dask's periodic housekeeping in a local cluster: the scheduler and the nannies run in this process, the workers
 # beside it, all on the cores the tasks use, so every wake-up of an event loop preempts a task thread. With Dask's
-# defaults each worker wakes ~200 times a second: the statistical profiler samples the task thread every 10 ms (from
-# the event loop), the loop checks its own health every 20 ms, and the system monitor samples CPU, memory and disk
-# every 500 ms. Measured on the 2-core VM of the benchmarks (an SGPR evaluation: 10 chunk tasks and an objective,
-# back to back): the workers' event loops used 20 ms of CPU per evaluation and preempted each task thread ~70 times;
-# with these values 11 ms and ~20 times, and the evaluation took 317-322 ms instead of 337-346. The dashboard keeps
-# every page (its profile at a tenth of the samples). A value set in the user's own Dask configuration (a file,
-# DASK_* variables) is kept; a profile's dask_config: sets any key for its cluster.
+# defaults each worker wakes ~200 times a second (the statistical profiler, the loop's health check, the system
+# monitor); these values wake it a tenth as often, and the dashboard keeps every page (its profile at a tenth of
+# the samples). The memory monitor (each worker, and each nanny in this process, reads the worker's memory from
+# /proc every interval) runs every 500 ms: a worker still spills at its target, pauses at 80 % and is restarted at
+# 95 % of memory_limit, half a second later at most. Measured effect on the sparse GP's evaluations:
+# benchmarks/results/local-cluster-settings-cpu-2core-epyc.md. A value set in the user's own Dask configuration
+# (a file, DASK_* variables) is kept; a profile's dask_config: sets any key for its cluster.
 LOCAL_DASK_CONFIG = {
     "distributed.worker.profile.interval": "100ms",  # Dask: 10ms
     "distributed.admin.tick.interval": "500ms",  # Dask: 20ms (a blocked loop is still reported after tick.limit, 3s)
     "distributed.admin.system-monitor.interval": "2s",  # Dask: 500ms
-    # each worker, and each nanny (in this process), reads the worker's memory from /proc every interval (~0.5 ms of
-    # psutil each): at 100 ms the nannies alone took 2.4 ms of the scheduler's loop per SGPR evaluation. A worker
-    # still spills at its target, pauses at 80 % and is restarted at 95 % of memory_limit, half a second later at most.
     "distributed.worker.memory.monitor-interval": "500ms",  # Dask: 100ms
 }
 
