@@ -197,16 +197,17 @@ def run(*overrides: str, cluster=None, tracking_uri: str | None = None, progress
         if progress is not None:
             cfg["progress"] = bool(progress)
         own = _cluster_arg(cfg, cluster)
+        record = runner.RunRecord()
         try:
             if own is None:
-                result = runner.execute(cfg, stream=stream)
+                result = runner.execute(cfg, stream=stream, record=record)
             else:
                 with _as_client(own) as client:
-                    result = runner.execute(cfg, stream=stream, cluster=_client_handle(client))
+                    result = runner.execute(cfg, stream=stream, cluster=_client_handle(client), record=record)
         except (ConfigError, KeyboardInterrupt):
             raise
         except Exception as exc:
-            run_id = getattr(exc, "_pgmflow_run_id", None)
+            run_id = record.run_id if record.ended else None
             where = f" (MLflow run {run_id} ended FAILED)" if run_id else ""
             raise RunFailed(f"{type(exc).__name__}: {' '.join(str(exc).split())}{where}", run_id) from exc
         return _result(result, cfg)

@@ -114,7 +114,16 @@ def _sweep_cluster(ccfg: dict, address: str):
                                         type="sweep", n_workers=max(n, 1), address=address)
 
 
-def execute(cfg: dict, stream=None, cluster=None) -> dict:
+@dataclass
+class RunRecord:
+    """What the caller of :func:`execute` may want to know after a failure: the MLflow run that was started
+    (None when the config was refused before one was), and whether it was ended (FAILED or KILLED)."""
+
+    run_id: str | None = None
+    ended: bool = False
+
+
+def execute(cfg: dict, stream=None, cluster=None, record: RunRecord | None = None) -> dict:
     """Run one experiment from a resolved config (plain dict). Returns the pipeline's result dict.
 
     ``cluster``: a :class:`~pgmflow.pipelines.core.cluster.ClusterHandle` over a client the caller owns (the
@@ -122,13 +131,17 @@ def execute(cfg: dict, stream=None, cluster=None) -> dict:
 
     In a sweep job (``PGMFLOW_SWEEP_RUN_ID`` set by the launcher) the run already exists: it is
     taken over, and ends FAILED with the message if the config is refused before any task runs.
+
+    ``record``: filled in as the run goes (its run id once started, whether it was ended), for a caller that
+    reports a failure with the run's id (the Python API).
     """
     sweep_run = os.environ.get(SWEEP_RUN_ID)
     stream = sys.stdout if stream is None else stream  # looked up per call (tests swap sys.stdout)
+    record = RunRecord() if record is None else record
     try:
-        return _execute(cfg, stream, sweep_run, cluster)
+        return _execute(cfg, stream, sweep_run, cluster, record)
     except BaseException as exc:
-        if sweep_run and not getattr(exc, "_pgmflow_run_ended", False):
+        if sweep_run and not record.ended:
             message = getattr(exc, "message", None) or f"{type(exc).__name__}: {exc}"
             with contextlib.suppress(Exception):
                 tr = _tracker(cfg)
@@ -137,7 +150,7 @@ def execute(cfg: dict, stream=None, cluster=None) -> dict:
         raise
 
 
-def _execute(cfg: dict, stream, sweep_run: str | None, given=None) -> dict:
+def _execute(cfg: dict, stream, sweep_run: str | None, given, record: RunRecord) -> dict:
     from pgmflow.pipelines.core import cluster as cluster_mod
     from pgmflow.pipelines.core import preflight, tracking
     from pgmflow.tasks import backend as backend_mod
@@ -174,6 +187,7 @@ def _execute(cfg: dict, stream, sweep_run: str | None, given=None) -> dict:
             name = tcfg.get("run_name") or f"{cfg['pipeline']['name']}-{cfg.get('model', {}).get('name')}-" \
                                             f"{time.strftime('%Y%m%d-%H%M%S')}"
             tracker.start(name, cfg, tags)
+        record.run_id = tracker.run_id
         gpu_note = f" on {device}" if backend == "cupy" else (
             f" (auto: {backend_mod.gpu_status()[1]})" if cfg["backend"] == "auto" else "")
         print(f"pgmflow: {cfg['pipeline']['name']} run {tracker.run_id} on {ch.profile} ({ch.n_workers} worker"
@@ -200,9 +214,7 @@ def _execute(cfg: dict, stream, sweep_run: str | None, given=None) -> dict:
                 status, message = "FAILED", f"{type(exc).__name__}: {exc}"
             with contextlib.suppress(Exception):
                 tracker.end(status, message)
-            with contextlib.suppress(Exception):
-                exc._pgmflow_run_ended = True
-                exc._pgmflow_run_id = tracker.run_id
+            record.ended = True
             raise
         tracker.end("FINISHED")
         result["run_id"] = tracker.run_id
