@@ -5,18 +5,23 @@ from __future__ import annotations
 import numpy as np
 
 from pgmflow.pipelines.core.plotting import plt
+from pgmflow.pipelines.tesla.plan import Grid, TeslaPlan
+from pgmflow.pipelines.tesla.report import Estimates
 
 
-
-def tesla_figures(methods, adj, thetas, truth, recov, snaps, names, rule, choices, lam1, lam2, bandwidths) -> dict:
+def tesla_figures(plan: TeslaPlan, est: Estimates, choices) -> dict:
     """Figures of a TESLA run: network snapshots at chosen time points (one fixed networkx layout,
     so rewiring shows), edges over time, F1 over time (with a known truth), and the chosen grid
-    points per node."""
-    figs = {"network_snapshots": _snapshots(methods, adj, truth, snaps, names, rule),
+    points per node. est: the edge sets and recovery (:class:`~pgmflow.pipelines.tesla.report.Estimates`);
+    choices: ``{method: [NodeChoice per node]}``."""
+    methods, rule, truth = list(plan.estimation.methods), plan.report.rule, plan.data.truth
+    adj = {m: est.edges[(m, rule)] for m in methods}
+    figs = {"network_snapshots": _snapshots(methods, adj, truth, plan.report.snapshot_times,
+                                            plan.data.series.node_names, rule),
             "edges_over_time": _edges_over_time(methods, adj, truth, rule)}
-    if recov is not None:
-        figs["f1_over_time"] = _f1_over_time(methods, recov, rule)
-    figs["chosen_grid_points"] = _chosen_grid_points(methods, choices, lam1, lam2, bandwidths)
+    if truth is not None:
+        figs["f1_over_time"] = _f1_over_time(methods, {m: est.recovery[(m, rule)] for m in methods}, rule)
+    figs["chosen_grid_points"] = _chosen_grid_points(methods, choices, plan.estimation.grid)
     return figs
 
 
@@ -93,14 +98,15 @@ def _f1_over_time(methods, recov, rule):
     return fig
 
 
-def _chosen_grid_points(methods, choices, lam1, lam2, bandwidths):
+def _chosen_grid_points(methods, choices, grid: Grid):
+    lam1, lam2, bandwidths = grid.lambda1, grid.lambda2, grid.bandwidths
     fig, axes = plt.subplots(1, len(methods), figsize=(4 * len(methods), 3.5), squeeze=False)
     for ax, m in zip(axes[0], methods):
         counts = np.zeros((max(len(lam2), len(bandwidths), 1), len(lam1)))
         for ch in choices[m]:
             if not ch.isolated:
                 counts[ch.i_lam2, ch.i_lam1] += 1
-        second = lam2 if m == "tesla" else (bandwidths if m == "keller" else [0.0])
+        second = grid.second_axis(m)
         counts = counts[:len(second)]
         im = ax.imshow(counts, aspect="auto", cmap="Blues", origin="lower")
         ax.set_xticks(range(len(lam1)))

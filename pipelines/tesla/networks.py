@@ -7,13 +7,14 @@
 * ``csv`` -- long format with columns ``time, sample, node, value``.
 
 Every problem with the data is a :class:`ConfigError` naming the file, the value and the fix,
-raised by the preflight checks before any task runs. The resolved data is cached in-process, so
-the preflight's load is the run's load.
+raised by the preflight checks before any task runs. The validation reads the ``network`` section
+into a :class:`SyntheticNetwork` or a :class:`NetworkFile` and calls :func:`resolve` once; the run's
+plan carries the result, so the data is loaded once per run and nothing is cached between runs.
 """
 
 from __future__ import annotations
 
-import json
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import NamedTuple
 
@@ -26,6 +27,53 @@ SYNTHETIC_KEYS = ("p", "T", "samples_per_time", "n_edges", "rewire_every", "n_re
                   "weight_high", "ramp", "field", "burn_in")
 
 
+@dataclass(frozen=True)
+class SyntheticNetwork:
+    """A time-varying Ising network with known edges (``pgmflow.tasks.tesla.synthetic.time_varying_ising``,
+    after the simulation protocol of Ahmed & Xing 2009 and Kolar et al. 2010).
+
+    p: nodes. T: time points. samples_per_time: independent samples at each time point. n_edges: edges of
+    the initial graph (None: p). rewire_every: time points between rewirings. n_rewire: edges removed and
+    added at each rewiring. max_degree: the largest degree of any node. weight_low, weight_high: the range
+    of |edge weight|. ramp: time points over which a weight ramps in or out. field: the node field h.
+    burn_in: Gibbs sweeps before a sample is taken.
+    """
+
+    p: int
+    T: int
+    samples_per_time: int
+    n_edges: int | None
+    rewire_every: int
+    n_rewire: int
+    max_degree: int
+    weight_low: float
+    weight_high: float
+    ramp: int
+    field: float
+    burn_in: int
+
+    kind = "synthetic"
+
+    def parameters(self) -> dict:
+        """The generator's settings as recorded with the run's dataset (``network.*``)."""
+        return {"kind": self.kind, **asdict(self)}
+
+
+@dataclass(frozen=True)
+class NetworkFile:
+    """Samples from a file. kind: ``npz`` or ``csv`` (module docstring). path: the file, as given (relative
+    paths start from the directory pgmflow runs in). truth: an optional ``.npz`` with the true edges, or None.
+    """
+
+    kind: str
+    path: str
+    truth: str | None
+
+    def parameters(self) -> dict:
+        """The source's settings (``network.*``)."""
+        return asdict(self)
+
+
 class NetworkData(NamedTuple):
     """Samples over time and, for synthetic data, the true edges."""
 
@@ -36,50 +84,30 @@ class NetworkData(NamedTuple):
     notes: tuple  # lines worth telling the user (recoding, isolated nodes)
 
 
-_CACHE: dict[str, NetworkData] = {}
-
-
-def resolve(cfg: dict) -> NetworkData:
-    """The run's data (validated); ConfigError on any problem with it."""
-    ncfg = cfg.get("network")
-    key = json.dumps({"network": ncfg, "seed": cfg.get("seed")}, sort_keys=True, default=str)
-    if key in _CACHE:
-        return _CACHE[key]
+def resolve(network: SyntheticNetwork | NetworkFile, seed: int) -> NetworkData:
+    """The run's data (validated), generated with ``seed`` or read from the file; ConfigError on any
+    problem with it. Called once per run, by the validation."""
     from pgmflow.tasks.tesla import data as tdata
 
-    kind = ncfg["kind"]
     truth = None
     notes = []
-    if kind == "synthetic":
-        from pgmflow.tasks.tesla import synthetic
-
-        kw = {k: ncfg[k] for k in SYNTHETIC_KEYS if k in ncfg and ncfg[k] is not None}
-        p, T, n = int(kw.pop("p")), int(kw.pop("T")), int(kw.pop("samples_per_time"))
-        try:
-            net = synthetic.time_varying_ising(int(cfg["seed"]), p=p, T=T, samples_per_time=n, **kw)
-        except ValueError as exc:
-            raise ConfigError("network", f"synthetic p={p} T={T}", str(exc),
-                              "change the network.* settings (see conf/network/synthetic.yaml)") from None
-        series = tdata.from_array(net.X)
-        truth = np.asarray(net.edges, bool)
-        source = f"synthetic time-varying Ising network p={p} T={T} samples_per_time={n} seed={cfg['seed']}"
+    if isinstance(network, SyntheticNetwork):
+        series, truth, source = _generate(network, seed)
     else:
-        path = ncfg.get("path")
-        if not path:
-            raise ConfigError("network.path", path, f"network={kind} needs a file", f"add network.path=FILE.{kind}")
-        p = Path(str(path)).expanduser()
+        path = network.path
+        p = Path(path).expanduser()
         if not p.is_file():
-            raise ConfigError("network.path", str(path), "no such file" if not p.exists() else "not a regular file",
+            raise ConfigError("network.path", path, "no such file" if not p.exists() else "not a regular file",
                               "check the path (relative paths start from the directory pgmflow runs in)")
         p = p.resolve()
-        loader = tdata.load_npz if kind == "npz" else tdata.load_csv
+        loader = tdata.load_npz if network.kind == "npz" else tdata.load_csv
         try:
             series = loader(str(p))
         except tdata.TeslaDataError as exc:
-            raise ConfigError("network.path", str(path), f"{exc.problem}", exc.fix) from None
+            raise ConfigError("network.path", path, f"{exc.problem}", exc.fix) from None
         source = str(p)
-        if ncfg.get("truth"):
-            truth = _load_truth(ncfg["truth"], series)
+        if network.truth:
+            truth = _load_truth(network.truth, series)
     if getattr(series, "recoded_from_01", False):
         notes.append("values were 0/1: read 0 as -1 and 1 as +1")
     isolated = np.asarray(tdata.constant_nodes(series), dtype=np.int64)
@@ -88,9 +116,26 @@ def resolve(cfg: dict) -> NetworkData:
         more = f" and {isolated.size - 10} more" if isolated.size > 10 else ""
         notes.append(f"warning: {isolated.size} node(s) never change value and are reported as isolated "
                      f"(no edges): {', '.join(names)}{more}")
-    out = NetworkData(series, truth, source, isolated, tuple(notes))
-    _CACHE[key] = out
-    return out
+    return NetworkData(series, truth, source, isolated, tuple(notes))
+
+
+def _generate(net: SyntheticNetwork, seed: int):
+    """(series, true edges bool [T, p, p], source line) of the synthetic network."""
+    from pgmflow.tasks.tesla import data as tdata
+    from pgmflow.tasks.tesla import synthetic
+
+    kw = {"n_edges": net.n_edges, "rewire_every": net.rewire_every, "n_rewire": net.n_rewire,
+          "max_degree": net.max_degree, "weight_low": net.weight_low, "weight_high": net.weight_high,
+          "ramp": net.ramp, "field": net.field, "burn_in": net.burn_in}
+    kw = {k: v for k, v in kw.items() if v is not None}  # n_edges=None: the generator's default
+    p, T, n = net.p, net.T, net.samples_per_time
+    try:
+        sample = synthetic.time_varying_ising(seed, p=p, T=T, samples_per_time=n, **kw)
+    except ValueError as exc:
+        raise ConfigError("network", f"synthetic p={p} T={T}", str(exc),
+                          "change the network.* settings (see conf/network/synthetic.yaml)") from None
+    source = f"synthetic time-varying Ising network p={p} T={T} samples_per_time={n} seed={seed}"
+    return tdata.from_array(sample.X), np.asarray(sample.edges, bool), source
 
 
 def _load_truth(path, series) -> np.ndarray:

@@ -5,18 +5,31 @@ from __future__ import annotations
 
 import io
 import json
+from typing import NamedTuple
 
 import numpy as np
 
 from pgmflow.pipelines.core import artifacts
+from pgmflow.pipelines.tesla.plan import TeslaPlan
 from pgmflow.tasks.tesla import evaluate
 
 
-def _edges(data, methods, choices, rule, result) -> tuple[dict, dict, dict, dict]:
+class Estimates(NamedTuple):
+    """The chosen estimates of every method and their edge sets: a node's neighbourhood estimates are
+    combined into edges by the AND or the OR rule (Meinshausen & Buehlmann 2006; Ahmed & Xing 2009)."""
+
+    thetas: dict  # method -> float64 [p, T, p] the chosen paths, node by node
+    edges: dict  # (method, rule) -> bool [T, p, p] the edge sets under each rule
+    recovery: dict  # (method, rule) -> evaluate.Recovery against the truth (empty without one)
+    counts: dict  # method -> edges per time point [T] under the plan's rule
+
+
+def _edges(plan: TeslaPlan, choices, result) -> Estimates:
     """Edge sets of every method under both rules, counts per time, and recovery against the truth;
-    the summary numbers go into ``result``. Returns (thetas, edge sets, recovery, counts)."""
+    the summary numbers go into ``result``."""
+    truth, rule = plan.data.truth, plan.report.rule
     thetas, adj, recov, counts = {}, {}, {}, {}
-    for m in methods:
+    for m in plan.estimation.methods:
         th = np.stack([c.theta for c in choices[m]])  # [p, T, p]
         thetas[m] = th
         for r in evaluate.RULES:
@@ -25,71 +38,70 @@ def _edges(data, methods, choices, rule, result) -> tuple[dict, dict, dict, dict
         result[f"{m}_edges_mean"] = float(counts[m].mean())
         result[f"{m}_iterations"] = int(sum(c.n_iter for c in choices[m]))
         result[f"{m}_all_converged"] = bool(all(c.all_converged for c in choices[m]))
-        if data.truth is not None:
+        if truth is not None:
             for r in evaluate.RULES:
-                rec = evaluate.recovery(adj[(m, r)], data.truth)
+                rec = evaluate.recovery(adj[(m, r)], truth)
                 recov[(m, r)] = rec
                 sfx = "" if r == rule else f"_{r}"
                 result[f"{m}_f1{sfx}"] = rec.mean_f1
                 result[f"{m}_precision{sfx}"] = rec.mean_precision
                 result[f"{m}_recall{sfx}"] = rec.mean_recall
-    if data.truth is not None:
-        result["true_edges_mean"] = float(evaluate.edge_counts(data.truth).mean())
-    return thetas, adj, recov, counts
+    if truth is not None:
+        result["true_edges_mean"] = float(evaluate.edge_counts(truth).mean())
+    return Estimates(thetas, adj, recov, counts)
 
 
-def _objective(result, data, methods, choices, rule, criterion) -> dict:
+def _objective(plan: TeslaPlan, result, choices) -> dict:
     """The run's objective: the first method's F1 against the truth, else its summed selection score."""
-    primary = methods[0]
-    if data.truth is not None:
-        return {"objective": result[f"{primary}_f1"], "objective_name": f"{primary}_f1 (mean over time, {rule} rule; higher is better)",
+    primary, rule = plan.estimation.methods[0], plan.report.rule
+    if plan.data.truth is not None:
+        return {"objective": result[f"{primary}_f1"],
+                "objective_name": f"{primary}_f1 (mean over time, {rule} rule; higher is better)",
                 "objective_direction": "maximize"}
     return {"objective": float(np.nansum([np.nanmin(c.scores) for c in choices[primary] if not c.isolated])),
-            "objective_name": f"{primary} summed {criterion} score of the chosen grid points (lower is better)"}
+            "objective_name": f"{primary} summed {plan.estimation.selection.criterion} score of the chosen grid "
+                              "points (lower is better)"}
 
 
-def finish(ctx, cfg, data, methods, choices, lam1, lam2, bandwidths, rule, seconds) -> dict:
-    tracker, tcfg = ctx.tracker, cfg["tesla"]
+def finish(ctx, plan: TeslaPlan, choices, seconds: float) -> dict:
+    """Log the run's metrics, estimates, selection table, results and figures; return the results.
+    choices: ``{method: [NodeChoice per node]}``. seconds: the time the path solves took."""
+    tracker, data, methods, rule = ctx.tracker, plan.data, list(plan.estimation.methods), plan.report.rule
     series = data.series
     T = len(series.n_per_time)
     result = {"seconds": seconds, "time_points": T, "nodes": series.X.shape[1], "samples": int(series.X.shape[0]),
               "isolated_nodes": [series.node_names[i] for i in data.isolated]}
-    thetas, adj, recov, counts = _edges(data, methods, choices, rule, result)
-    result.update(_objective(result, data, methods, choices, rule, tcfg["criterion"]))
+    est = _edges(plan, choices, result)
+    result.update(_objective(plan, result, choices))
     artifacts.log_final_metrics(tracker, result, step=T, flush=False)
     for t in range(T):
-        row = {f"edges_{m}": float(counts[m][t]) for m in methods}
+        row = {f"edges_{m}": float(est.counts[m][t]) for m in methods}
         if data.truth is not None:
             row["edges_true"] = float(evaluate.edge_counts(data.truth[t:t + 1])[0])
-            row.update({f"f1_{m}": float(recov[(m, rule)].f1[t]) for m in methods})
+            row.update({f"f1_{m}": float(est.recovery[(m, rule)].f1[t]) for m in methods})
         tracker.log_metrics(row, step=t)
     tracker.flush()
-    artifacts.log_npz(tracker, "estimates.npz", _estimate_arrays(data, methods, choices, thetas, adj), compressed=True)
+    artifacts.log_npz(tracker, "estimates.npz", _estimate_arrays(data, methods, choices, est), compressed=True)
     tracker.log_text(_selection_csv(methods, choices, series.node_names), "tables/selection.csv")
     artifacts.log_results(tracker, result)
-    if tcfg.get("figures", True):
+    if plan.report.figures:
         from pgmflow.pipelines.tesla import figures
 
-        snaps = tcfg.get("snapshot_times")
-        snaps = [int(s) for s in snaps] if snaps else sorted(set(np.linspace(0, T - 1, min(4, T)).round().astype(int)))
-        artifacts.log_figures(tracker, figures.tesla_figures(
-            methods, {m: adj[(m, rule)] for m in methods}, thetas, data.truth,
-            {m: recov[(m, rule)] for m in methods} if data.truth is not None else None,
-            snaps, series.node_names, rule, choices, lam1, lam2, bandwidths))
+        artifacts.log_figures(tracker, figures.tesla_figures(plan, est, choices))
     _print_summary(ctx.say, result, methods, data.truth is not None, rule)
     return result
 
 
-def _estimate_arrays(data, methods, choices, thetas, adj) -> dict:
+def _estimate_arrays(data, methods, choices, est: Estimates) -> dict:
     arrays = {"node_names": np.asarray(data.series.node_names), "times": np.asarray(data.series.times)}
     for m in methods:
-        arrays[f"theta_{m}"] = thetas[m]
+        arrays[f"theta_{m}"] = est.thetas[m]
         arrays[f"lambda1_{m}"] = np.array([c.lam1 for c in choices[m]])
         arrays[f"lambda2_{m}"] = np.array([c.lam2 for c in choices[m]])
         arrays[f"bandwidth_{m}"] = np.array([c.bandwidth for c in choices[m]])
         arrays[f"scores_{m}"] = np.stack([c.scores for c in choices[m]])
         for r in evaluate.RULES:
-            arrays[f"edges_{r}_{m}"] = adj[(m, r)]
+            arrays[f"edges_{r}_{m}"] = est.edges[(m, r)]
     if data.truth is not None:
         arrays["edges_true"] = data.truth
     return arrays

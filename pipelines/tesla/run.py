@@ -19,45 +19,41 @@ import numpy as np
 from pgmflow.pipelines.core import datasets
 from pgmflow.pipelines.core.partial import PartialResults
 from pgmflow.pipelines.core.progress import Progress
-from pgmflow.pipelines.tesla import networks, report
+from pgmflow.pipelines.tesla import report
+from pgmflow.pipelines.tesla.networks import NetworkData
+from pgmflow.pipelines.tesla.plan import Estimation, TeslaPlan
 from pgmflow.tasks.tesla import path_tasks, solver
 
 
-def _grids(tcfg, T):
-    lam1 = [float(v) for v in tcfg["lambda1"]]
-    lam2 = [float(v) for v in tcfg["lambda2"]]
-    bw = [float(v) for v in tcfg["bandwidth"]]
-    return lam1, lam2, bw
-
-
-def build_fits(ex, tok, series, methods, lam1, lam2, bandwidths, q, criterion, heldout, isolated, max_iter, tol,
-               gamma=0.5, skip=frozenset(), screen=True):
+def build_fits(ex, tok: str, data: NetworkData, est: Estimation, skip=frozenset()) -> dict:
     """Delayed selection tasks: ``{method: [NodeChoice delayed per node]}`` (None for the ``(method,
-    node)`` pairs in ``skip``: finished before a resume). ``screen=False`` runs the full solver (no
-    strong rule / active set; the benchmark's reference)."""
+    node)`` pairs in ``skip``: finished before a resume). ``est.solver.active_sets=False`` runs the full
+    solver (no strong rule / active set; the benchmark's reference)."""
+    series, grid, sv, sel = data.series, est.grid, est.solver, est.selection
     X, tix, T = series.X, series.tix, len(series.n_per_time)
-    train = ~heldout
+    heldout = sel.criterion == "heldout"
+    train = ~sel.heldout
     full = solver.tesla_design(X, tix, T)
     designs = {}  # (method, a) -> (fit design handle, refit design handle or None)
-    fit_tesla = solver.tesla_design(X, tix, T, train=train) if criterion == "heldout" else full
+    fit_tesla = solver.tesla_design(X, tix, T, train=train) if heldout else full
     h_full = ex.scatter(full)
     h_fit = ex.scatter(fit_tesla) if fit_tesla is not full else h_full
-    if "tesla" in methods:
-        for a in range(len(lam2)):
+    if "tesla" in est.methods:
+        for a in range(len(grid.lambda2)):
             designs[("tesla", a)] = (h_fit, h_full)
-    if "static" in methods:
+    if "static" in est.methods:
         designs[("static", 0)] = (h_fit, h_full)
-    if "keller" in methods:
-        for a, h in enumerate(bandwidths):
+    if "keller" in est.methods:
+        for a, h in enumerate(grid.bandwidths):
             kf = solver.keller_design(X, tix, T, h)
             hk = ex.scatter(kf)
-            hkt = ex.scatter(solver.keller_design(X, tix, T, h, train=train)) if criterion == "heldout" else hk
+            hkt = ex.scatter(solver.keller_design(X, tix, T, h, train=train)) if heldout else hk
             designs[("keller", a)] = (hkt, hk)
-    iso = set(int(i) for i in isolated)
+    iso = set(int(i) for i in data.isolated)
     p = series.X.shape[1]
     out = {}
-    for m in methods:
-        n_a = len(lam2) if m == "tesla" else (len(bandwidths) if m == "keller" else 1)
+    for m in est.methods:
+        n_a = len(grid.second_axis(m))
         choices = []
         for i in range(p):
             if (m, i) in skip:
@@ -66,75 +62,66 @@ def build_fits(ex, tok, series, methods, lam1, lam2, bandwidths, q, criterion, h
             fits = []
             for a in range(n_a):
                 dfit, _ = designs[(m, a)]
-                l2 = lam2[a] if m == "tesla" else 0.0
-                bw = bandwidths[a] if m == "keller" else 0.0
+                l2 = grid.lambda2[a] if m == "tesla" else 0.0
+                bw = grid.bandwidths[a] if m == "keller" else 0.0
                 fits.append(dask.delayed(path_tasks.fit_node, pure=True)(
-                    dfit, i, np.asarray(lam1), l2, method=m, q=q, train=train, bandwidth=bw, isolated=i in iso,
-                    max_iter=max_iter, tol=tol, screen=screen, dask_key_name=f"tesla-fit-{tok}-{m}-n{i}-a{a}"))
-            refits = [designs[(m, a)][1] for a in range(n_a)] if criterion == "heldout" else None
+                    dfit, i, np.asarray(grid.lambda1), l2, method=m, q=sv.q, train=train, bandwidth=bw,
+                    isolated=i in iso, max_iter=sv.max_iter, tol=sv.tol, screen=sv.active_sets,
+                    dask_key_name=f"tesla-fit-{tok}-{m}-n{i}-a{a}"))
+            refits = [designs[(m, a)][1] for a in range(n_a)] if heldout else None
             choices.append(dask.delayed(path_tasks.select_node, pure=True)(
-                fits, criterion, refit_designs=refits, q=q, max_iter=max_iter, tol=tol, gamma=gamma, screen=screen,
-                dask_key_name=f"tesla-select-{tok}-{m}-n{i}"))
+                fits, sel.criterion, refit_designs=refits, q=sv.q, max_iter=sv.max_iter, tol=sv.tol,
+                gamma=sel.ebic_gamma, screen=sv.active_sets, dask_key_name=f"tesla-select-{tok}-{m}-n{i}"))
         out[m] = choices
     return out
 
 
-def run(ctx, plan) -> dict:
-    cfg = ctx.cfg
-    tcfg = cfg["tesla"]
-    seed = int(cfg["seed"])
-    tracker = ctx.tracker
-    data = networks.resolve(cfg)
-    series = data.series
+def run(ctx, plan: TeslaPlan) -> dict:
+    """One TESLA run from its plan (:func:`pgmflow.pipelines.tesla.validate.check_tesla`)."""
+    data, est, tracker = plan.data, plan.estimation, ctx.tracker
+    series, grid = data.series, est.grid
     T, p, N = len(series.n_per_time), series.X.shape[1], series.X.shape[0]
-    methods = list(tcfg["methods"])
-    lam1, lam2, bandwidths = _grids(tcfg, T)
-    q = int(cfg["model"]["q"])
-    criterion = str(tcfg["criterion"])
-    rule = str(tcfg["rule"])
-    max_iter, tol = int(tcfg["max_iter"]), float(tcfg["tol"])
-    heldout = path_tasks.heldout_rows(N, seed, float(tcfg["heldout_fraction"])) if criterion == "heldout" \
-        else np.zeros(N, bool)
+    methods = list(est.methods)
+    criterion, rule = est.selection.criterion, plan.report.rule
     for line in data.notes:
         ctx.say(line)
-    n_fit = sum(p * (len(lam2) if m == "tesla" else len(bandwidths) if m == "keller" else 1) for m in methods)
+    n_fit = est.n_path_tasks(p)
     ctx.say(f"{data.source}: T={T} time points, p={p} nodes, {N} samples; methods {', '.join(methods)}; "
-          f"grid {len(lam1)} lambda1 x {len(lam2)} lambda2 ({len(bandwidths)} KELLER bandwidths); {n_fit} path "
-            f"tasks, selection by {criterion}")
+            f"grid {len(grid.lambda1)} lambda1 x {len(grid.lambda2)} lambda2 ({len(grid.bandwidths)} KELLER "
+            f"bandwidths); {n_fit} path tasks, selection by {criterion}")
     tracker.set_tags({"pgmflow.tesla.source": data.source[:250], "pgmflow.tesla.methods": ",".join(methods),
                       "pgmflow.tesla.criterion": criterion, "pgmflow.tesla.rule": rule})
+    generated = plan.network.kind == "synthetic"
     datasets.log_input(tracker, "network samples", {k: getattr(series, k) for k in ("X", "tix", "times", "node_names")},
-                       context="training", path=None if cfg["network"]["kind"] == "synthetic" else data.source,
+                       context="training", path=None if generated else data.source,
                        generator="pgmflow.tasks.tesla.synthetic.time_varying_ising",
-                       parameters={**cfg["network"], "seed": seed})  # MLflow dataset tracking, with a digest
+                       parameters={**plan.network.parameters(), "seed": plan.seed})  # MLflow dataset tracking
     tracker.log_metrics({"time_points": T, "nodes": p, "samples": N, "isolated_nodes": int(data.isolated.size),
                          "path_tasks": n_fit}, step=0)
 
     t0 = time.monotonic()
-    choices = _solve(ctx, tcfg, series, methods, lam1, lam2, bandwidths, q, criterion, heldout, data.isolated,
-                     max_iter, tol)
+    choices = _solve(ctx, plan)
     seconds = time.monotonic() - t0
-    return report.finish(ctx, cfg, data, methods, choices, lam1, lam2, bandwidths, rule, seconds)
+    return report.finish(ctx, plan, choices, seconds)
 
 
 def _unit(m: str, i: int) -> str:
     return f"{m}/n{i}"
 
 
-def _solve(ctx, tcfg, series, methods, lam1, lam2, bandwidths, q, criterion, heldout, isolated, max_iter, tol):
+def _solve(ctx, plan: TeslaPlan) -> dict:
     """``{method: [NodeChoice per node]}``. Each node's selection (its whole grid of path solves) is saved
     as it completes (``partial/tesla_nodes_*.npz``); a resumed run reads them back and solves only the
     nodes that were not finished."""
-    p = series.X.shape[1]
+    methods = plan.estimation.methods
+    p = plan.data.series.X.shape[1]
     units = [(m, i) for m in methods for i in range(p)]
     saved = PartialResults(ctx.tracker, "tesla_nodes", path_tasks.NodeChoice, ctx.resumed,
-                           every=float(tcfg.get("checkpoint_seconds", 10.0)))
+                           every=plan.checkpoint_seconds)
     done = {u for u in units if _unit(*u) in saved}
     if ctx.resumed:
         ctx.say(saved.describe(len(units), "node selections"))
-    graph = build_fits(ctx.executor, ctx.token, series, methods, lam1, lam2, bandwidths, q, criterion, heldout,
-                       isolated, max_iter, tol, float(tcfg.get("ebic_gamma", 0.5)), skip=done,
-                       screen=bool(tcfg.get("active_sets", True)))
+    graph = build_fits(ctx.executor, ctx.token, plan.data, plan.estimation, skip=done)
     todo = [u for u in units if u not in done]
     flat = [graph[m][i] for m, i in todo]
     bar = Progress(len(units), "tesla", "node fits", enabled=ctx.progress)
@@ -149,5 +136,6 @@ def _solve(ctx, tcfg, series, methods, lam1, lam2, bandwidths, q, criterion, hel
     saved.close()
     bar.close()
     if ctx.resumed:
-        ctx.tracker.set_tags({"pgmflow.resume.tesla_nodes_saved": len(done), "pgmflow.resume.tesla_nodes_run": len(todo)})
+        ctx.tracker.set_tags({"pgmflow.resume.tesla_nodes_saved": len(done),
+                              "pgmflow.resume.tesla_nodes_run": len(todo)})
     return {m: [saved.done[_unit(m, i)] for i in range(p)] for m in methods}

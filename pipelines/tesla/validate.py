@@ -1,11 +1,19 @@
-"""Validation of pipeline=tesla: the tesla, model and network sections, then the data itself."""
+"""Validation of pipeline=tesla: the tesla, model and network sections, then the data itself.
+
+The one place the TESLA run reads its config: :func:`check_tesla` returns the run's
+:class:`~pgmflow.pipelines.tesla.plan.TeslaPlan` (typed settings and the data, loaded once here).
+"""
 
 from __future__ import annotations
 
 import numbers
 
+import numpy as np
+
 from pgmflow.pipelines.core.errors import ConfigError
 from pgmflow.pipelines.core.validation import apply, boolean, choice, get, integer, number_list, real, unknown_keys
+from pgmflow.pipelines.tesla import networks
+from pgmflow.pipelines.tesla.plan import Estimation, Grid, ReportSettings, Selection, SolverSettings, TeslaPlan
 
 TESLA_KEYS = {"methods", "lambda1", "lambda2", "bandwidth", "criterion", "ebic_gamma", "heldout_fraction", "rule",
               "max_iter", "tol", "active_sets", "snapshot_times", "figures", "checkpoint_seconds"}
@@ -35,15 +43,16 @@ NETWORK_SYNTHETIC = {
 }
 
 
-
-def check_tesla(cfg: dict):
-    """Every field of a TESLA run, then the data itself (loaded and checked before any task runs)."""
+def check_tesla(cfg: dict) -> TeslaPlan:
+    """Every field of a TESLA run, then the data itself (loaded and checked before any task runs, once
+    per run); returns the run's plan."""
     unknown_keys(cfg, "tesla", TESLA_KEYS)
     apply(cfg, {f"tesla.{k}": r for k, r in TESLA.items()})
     t = cfg["tesla"]
     methods = get(cfg, "tesla.methods")
     if not isinstance(methods, (list, tuple)) or not methods:
-        raise ConfigError("tesla.methods", methods, "must be a non-empty list", "use tesla.methods=[tesla,keller,static]")
+        raise ConfigError("tesla.methods", methods, "must be a non-empty list",
+                          "use tesla.methods=[tesla,keller,static]")
     for m in methods:
         if m not in TESLA_METHODS:
             raise ConfigError("tesla.methods", methods, f"unknown method {m!r}",
@@ -68,8 +77,6 @@ def check_tesla(cfg: dict):
     if not isinstance(n, dict) or "kind" not in n:
         raise ConfigError("network", n, "pipeline=tesla needs data", "use network=synthetic, or network=npz "
                           "network.path=FILE.npz, or network=csv network.path=FILE.csv")
-    from pgmflow.pipelines.tesla import networks
-
     if n["kind"] not in networks.KINDS:
         raise ConfigError("network.kind", n["kind"], "unknown data source", f"use one of: {', '.join(networks.KINDS)}")
     if n["kind"] == "synthetic":
@@ -80,9 +87,12 @@ def check_tesla(cfg: dict):
         if n["weight_low"] > n["weight_high"]:
             raise ConfigError("network.weight_low", n["weight_low"], f"is above network.weight_high={n['weight_high']}",
                               "swap them")
+        source = _synthetic(n)
     else:
         unknown_keys(cfg, "network", {"kind", "path", "truth"})
-    data = networks.resolve(cfg)
+        source = _network_file(n)
+    seed = int(cfg["seed"])
+    data = networks.resolve(source, seed)
     T = len(data.series.n_per_time)
     if T == 1 and "tesla" in methods and any(float(x) > 0 for x in t["lambda2"]):
         raise ConfigError("tesla.lambda2", t["lambda2"], "the data has a single time point (T=1), so there is "
@@ -96,12 +106,51 @@ def check_tesla(cfg: dict):
             if isinstance(s_, bool) or not isinstance(s_, numbers.Integral) or not 0 <= s_ < T:
                 raise ConfigError("tesla.snapshot_times", snaps, f"{s_!r} is not a time index in [0, {T - 1}]",
                                   f"use indices between 0 and {T - 1}")
+    N = data.series.X.shape[0]
+    held = np.zeros(N, bool)
     if t["criterion"] == "heldout":
         from pgmflow.tasks.tesla import path_tasks
 
-        N = data.series.X.shape[0]
-        held = path_tasks.heldout_rows(N, int(cfg["seed"]), float(f))
+        held = path_tasks.heldout_rows(N, seed, float(f))
         if held.all() or not held.any():
             raise ConfigError("tesla.heldout_fraction", f, f"leaves {int(held.sum())} of {N} samples held out",
                               "choose a fraction that holds out some but not all samples")
+    if snaps:
+        snapshot_times = tuple(int(s_) for s_ in snaps)
+    else:  # four evenly spaced time points
+        snapshot_times = tuple(int(s_) for s_ in sorted(set(np.linspace(0, T - 1, min(4, T)).round().astype(int))))
+    grid = Grid(lambda1=_floats(t["lambda1"]), lambda2=_floats(t["lambda2"]), bandwidths=_floats(t["bandwidth"]))
+    solver = SolverSettings(q=int(cfg["model"]["q"]), max_iter=int(t["max_iter"]), tol=float(t["tol"]),
+                            active_sets=bool(t["active_sets"]))
+    selection = Selection(criterion=str(t["criterion"]), ebic_gamma=float(t["ebic_gamma"]), heldout_fraction=float(f),
+                          heldout=held)
+    return TeslaPlan(seed=seed, network=source, data=data,
+                     estimation=Estimation(methods=tuple(str(m) for m in methods), grid=grid, solver=solver,
+                                           selection=selection),
+                     report=ReportSettings(rule=str(t["rule"]), snapshot_times=snapshot_times,
+                                           figures=bool(t["figures"])),
+                     checkpoint_seconds=float(t["checkpoint_seconds"]))
+
+
+def _floats(values) -> tuple[float, ...]:
+    return tuple(float(v) for v in values)
+
+
+def _synthetic(n: dict) -> networks.SyntheticNetwork:
+    """The generator's settings of ``network=synthetic`` (checked by the rules above), typed."""
+    n_edges = n.get("n_edges")
+    return networks.SyntheticNetwork(
+        p=int(n["p"]), T=int(n["T"]), samples_per_time=int(n["samples_per_time"]),
+        n_edges=None if n_edges is None else int(n_edges), rewire_every=int(n["rewire_every"]),
+        n_rewire=int(n["n_rewire"]), max_degree=int(n["max_degree"]), weight_low=float(n["weight_low"]),
+        weight_high=float(n["weight_high"]), ramp=int(n["ramp"]), field=float(n["field"]), burn_in=int(n["burn_in"]))
+
+
+def _network_file(n: dict) -> networks.NetworkFile:
+    """``network=npz`` or ``network=csv``: the file (required) and the optional truth file."""
+    kind, path = n["kind"], n.get("path")
+    if not path:
+        raise ConfigError("network.path", path, f"network={kind} needs a file", f"add network.path=FILE.{kind}")
+    truth = n.get("truth")
+    return networks.NetworkFile(kind=str(kind), path=str(path), truth=str(truth) if truth else None)
 

@@ -8,7 +8,6 @@ process-wide state is reset around each call, so each case starts as a fresh pro
 - Hydra's GlobalHydra singleton (cleared before and after);
 - the working directory, ``sys.argv`` and the environment (``PGMFLOW_ORIG_CWD`` is the case's
   folder; the sweep and ``HYDRA_FULL_ERROR`` variables are removed);
-- the per-process caches of resolved data (``pgmflow.pipelines.tesla.networks._CACHE``, ``pgmflow.pipelines.svi.corpora._RESOLVED``);
 - the root logger's handlers (Hydra reconfigures logging for each run);
 - warnings are recorded under Python's default filters and appended to stderr, as a new
   process would print them;
@@ -57,8 +56,6 @@ def pgmflow_in_process(args, cwd) -> Result:
     from hydra.core.global_hydra import GlobalHydra
 
     from pgmflow.pipelines.core import cli, runner
-    from pgmflow.pipelines.svi import corpora
-    from pgmflow.pipelines.tesla import networks
 
     out, err = io.StringIO(), io.StringIO()
     saved_env, saved_argv, saved_cwd = dict(os.environ), sys.argv, os.getcwd()
@@ -69,8 +66,6 @@ def pgmflow_in_process(args, cwd) -> Result:
     for k in _DROP_ENV:
         os.environ.pop(k, None)
     os.environ["PGMFLOW_ORIG_CWD"] = str(cwd)
-    networks._CACHE.clear()
-    corpora._RESOLVED.clear()
     GlobalHydra.instance().clear()
     with warnings.catch_warnings(record=True) as caught:
         warnings.resetwarnings()  # Python's defaults for a script run outside __main__

@@ -1,0 +1,115 @@
+"""The plan of a TESLA run: every setting with its type, and the data, resolved once.
+
+:func:`pgmflow.pipelines.tesla.validate.check_tesla` reads the config and returns a :class:`TeslaPlan`;
+``run(ctx, plan)`` and everything below it work from the plan and its pieces only. The estimators
+are TESLA (Ahmed & Xing 2009, eq. 13: temporally smoothed L1 logistic regression per node),
+KELLER (Song, Kolar & Xing 2009; Kolar et al. 2010: kernel-weighted L1 logistic regression) and
+static per-time-point neighbourhood selection (Meinshausen & Buehlmann 2006).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+import numpy as np
+
+from pgmflow.pipelines.tesla.networks import NetworkData, NetworkFile, SyntheticNetwork
+
+NetworkSource = SyntheticNetwork | NetworkFile  # where the data comes from
+
+
+@dataclass(frozen=True)
+class Grid:
+    """The penalty grid every node's path is solved over.
+
+    lambda1: the L1 penalties on the edge weights, solved in this order, each warm-started from the one
+    before (largest first). lambda2: TESLA's temporal smoothing penalties (Ahmed & Xing 2009, eq. 13).
+    bandwidths: KELLER's Gaussian kernel bandwidths h, in time points (Kolar et al. 2010).
+    """
+
+    lambda1: tuple[float, ...]
+    lambda2: tuple[float, ...]
+    bandwidths: tuple[float, ...]
+
+    def second_axis(self, method: str) -> tuple[float, ...]:
+        """The grid's second axis for ``method``: lambda2 (TESLA), the bandwidths (KELLER), one point (static)."""
+        return self.lambda2 if method == "tesla" else self.bandwidths if method == "keller" else (0.0,)
+
+
+@dataclass(frozen=True)
+class SolverSettings:
+    """How one node's path is solved (FISTA; docs/tesla.md).
+
+    q: the smoothing norm ``||theta^t - theta^{t-1}||_q^q``, 1 (fused) or 2 (ridge-like). max_iter: FISTA
+    iterations per solve at most. tol: the stopping test on the gradient-mapping norm. active_sets: the
+    active-set solver with a KKT certificate (True) or the full-update reference solver (False).
+    """
+
+    q: int
+    max_iter: int
+    tol: float
+    active_sets: bool
+
+
+@dataclass(frozen=True, eq=False)
+class Selection:
+    """How each node's grid point is chosen.
+
+    criterion: ``bic`` (as Ahmed & Xing 2009), ``ebic`` (extended BIC, Chen & Chen 2008) or ``heldout``
+    (held-out log-likelihood). ebic_gamma: the extended BIC's gamma. heldout_fraction: the share of
+    samples held out when criterion is ``heldout``. heldout: bool [N], the held-out samples (all False
+    unless criterion is ``heldout``; keyed by the seed alone).
+    """
+
+    criterion: str
+    ebic_gamma: float
+    heldout_fraction: float
+    heldout: np.ndarray
+
+
+@dataclass(frozen=True, eq=False)
+class Estimation:
+    """What is estimated and how: the graph's whole specification apart from the data.
+
+    methods: the estimators, among ``tesla``, ``keller``, ``static``, in order (the first is the run's
+    objective). grid, solver, selection: see :class:`Grid`, :class:`SolverSettings`, :class:`Selection`.
+    """
+
+    methods: tuple[str, ...]
+    grid: Grid
+    solver: SolverSettings
+    selection: Selection
+
+    def n_path_tasks(self, p: int) -> int:
+        """Path solves over ``p`` nodes: one per method, node and point of the grid's second axis."""
+        return sum(p * len(self.grid.second_axis(m)) for m in self.methods)
+
+
+@dataclass(frozen=True)
+class ReportSettings:
+    """What the end of the run reports.
+
+    rule: the edge rule of the reported edges and F1, ``and`` or ``or`` (Meinshausen & Buehlmann 2006;
+    both are saved). snapshot_times: the time points drawn in the network snapshots. figures: log figures.
+    """
+
+    rule: str
+    snapshot_times: tuple[int, ...]
+    figures: bool
+
+
+@dataclass(frozen=True, eq=False)
+class TeslaPlan:
+    """A TESLA run, typed: what ``run(ctx, plan)`` works from (the config is read in validation only).
+
+    seed: the master seed. network: where the data comes from (a generator's settings, or a file).
+    data: the data itself, loaded and checked once, in validation. estimation: the methods, grid, solver
+    and selection. report: the edge rule, snapshots and figures. checkpoint_seconds: finished nodes'
+    results are saved at most this often (0: as each finishes), so a resumed run solves only the rest.
+    """
+
+    seed: int
+    network: NetworkSource
+    data: NetworkData
+    estimation: Estimation
+    report: ReportSettings
+    checkpoint_seconds: float
