@@ -1,12 +1,17 @@
-"""From the ``corpus`` config section to a sharded corpus on disk, checked before any task runs.
+"""From a typed corpus source to a checked, sharded corpus on disk, before any task runs.
 
-Sources (``corpus.kind``): ``shipped`` (a corpus inside pgmflow), ``synthetic`` (LDA's generative
-process with known topics), ``uci`` (docword.txt + vocab.txt), ``text`` (a folder of plain-text
-files), ``matrix_market`` (.mtx), ``npz`` (scipy.sparse.save_npz) and ``sharded`` (a pgmflow corpus
-directory). Every source but ``shipped`` and ``sharded`` is converted once into the sharded format
-(``pgmflow.tasks.lda.corpus``) under ``corpus.cache_dir``, keyed by the source's path, size, modification time
-and the conversion settings; later runs reuse it. Conversion streams, so the driver's memory is
-bounded by one shard.
+Sources (``corpus.kind``), one class each, built from the ``corpus`` config section by the
+validation (``pgmflow.pipelines.svi.validate``): :class:`Shipped` (a corpus inside pgmflow),
+:class:`Synthetic` (LDA's generative process with known topics; Blei, Ng, Jordan 2003),
+:class:`UCI` (docword.txt + vocab.txt), :class:`TextFolder` (a folder of plain-text files),
+:class:`MatrixMarket` (.mtx), :class:`Npz` (scipy.sparse.save_npz) and :class:`Sharded` (a pgmflow
+corpus directory). Every source but ``shipped`` and ``sharded`` is converted once into the sharded
+format (``pgmflow.tasks.lda.corpus``) under its cache directory, keyed by the source's path, size,
+modification time and the conversion settings; later runs reuse it. Conversion streams, so the
+driver's memory is bounded by one shard.
+
+:func:`open_checked` opens a source and checks every shard; the validation calls it once per run and
+the run's plan carries the result, so nothing here keeps data between calls.
 """
 
 from __future__ import annotations
@@ -15,13 +20,15 @@ import hashlib
 import json
 import os
 import shutil
+from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar
 
 from pgmflow.pipelines.core.errors import ConfigError
 
 KINDS = ("shipped", "synthetic", "uci", "text", "matrix_market", "npz", "sharded")
-_SOURCE_FIELDS = {"uci": ("docword", "vocab"), "text": ("folder",), "matrix_market": ("path",), "npz": ("path",),
-                  "sharded": ("path",)}
+DEFAULT_CACHE = ".pgmflow/corpora"
+DEFAULT_DOCS_PER_SHARD = 10000
 
 
 def _orig_cwd() -> Path:
@@ -42,106 +49,253 @@ def _corpus_error(exc, field: str, value) -> ConfigError:
     return ConfigError(field, value, problem, fix)
 
 
-def _fingerprint(c: dict, kind: str) -> str:
-    h = hashlib.sha256()
-    h.update(kind.encode())
-    for f in _SOURCE_FIELDS.get(kind, ()):
-        v = c.get(f)
-        if v is None:
-            continue
-        p = _path(v)
-        h.update(str(p).encode())
-        if p.is_file():
-            st = p.stat()
-            h.update(f"{st.st_size}:{st.st_mtime_ns}".encode())
-        elif p.is_dir():
-            for q in sorted(p.rglob("*")):
-                if q.is_file():
-                    st = q.stat()
-                    h.update(f"{q}:{st.st_size}:{st.st_mtime_ns}".encode())
-    skip = {"cache_dir", "kind"}
-    h.update(json.dumps({k: v for k, v in sorted(c.items()) if k not in skip}, sort_keys=True, default=str).encode())
-    return h.hexdigest()[:16]
-
-
-def _cached(c: dict, kind: str, build) -> str:
-    cache = _path(c.get("cache_dir") or ".pgmflow/corpora")
-    out = cache / f"{kind}-{_fingerprint(c, kind)}"
-    if (out / "meta.json").exists():
-        return str(out)
-    tmp = cache / f".{out.name}.tmp-{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.parent.mkdir(parents=True, exist_ok=True)
-    import time
-
-    # progress on stdout: stderr carries only the one-line error if the source is bad
-    print(f"pgmflow: building the {kind} corpus once into {out} (later runs reuse it) ...", flush=True)
-    t0 = time.monotonic()
-    try:
-        build(str(tmp))
-        shutil.rmtree(out, ignore_errors=True)
-        os.replace(tmp, out)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    print(f"pgmflow: corpus built in {time.monotonic() - t0:.1f} s", flush=True)
-    return str(out)
-
-
-def _require(c: dict, field: str, kind: str, what: str) -> Path:
-    v = c.get(field)
-    if v in (None, "", "???"):
-        raise ConfigError(f"corpus.{field}", v, f"corpus={kind} needs {what}", f"set corpus.{field}=PATH")
-    p = _path(v)
+def _require(value, field: str, kind: str, what: str) -> Path:
+    if value in (None, "", "???"):
+        raise ConfigError(f"corpus.{field}", value, f"corpus={kind} needs {what}", f"set corpus.{field}=PATH")
+    p = _path(value)
     if not p.exists():
-        raise ConfigError(f"corpus.{field}", v, f"{p} does not exist", "give an existing path (relative paths are "
-                          "taken from the directory pgmflow was started in)")
+        raise ConfigError(f"corpus.{field}", value, f"{p} does not exist", "give an existing path (relative paths "
+                          "are taken from the directory pgmflow was started in)")
     return p
 
 
-def corpus_dir(cfg: dict) -> str:
-    """Convert (or find in the cache) the configured corpus; returns the sharded corpus directory."""
-    from pgmflow.tasks.lda import corpus as C
-    from pgmflow.tasks.lda import synthetic
+@dataclass(frozen=True)
+class Conversion:
+    """How a source is converted once into shards and kept.
 
-    c = dict(cfg.get("corpus") or {})
-    kind = c.get("kind")
-    if kind not in KINDS:
-        raise ConfigError("corpus.kind", kind, "unknown corpus source", f"use one of: {', '.join(KINDS)}")
-    per = int(c.get("docs_per_shard") or 10000)
-    field = {"uci": "docword", "text": "folder"}.get(kind, "path")
+    docs_per_shard: documents per shard (the unit of work and of placement on workers);
+    cache_dir: where converted corpora are kept (relative: to the launch directory; None: the default);
+    settings: the section's settings as written (JSON, ``kind`` and ``cache_dir`` left out), part of
+    the converted corpus's key in the cache and, for a generator, its recorded parameters."""
+
+    docs_per_shard: int
+    cache_dir: str | None
+    settings: str
+
+    def fingerprint(self, kind: str, sources: tuple) -> str:
+        """The cache key: the kind, each source path with its size and modification time (every file
+        of a folder), and the settings."""
+        h = hashlib.sha256()
+        h.update(kind.encode())
+        for v in sources:
+            if v is None:
+                continue
+            p = _path(v)
+            h.update(str(p).encode())
+            if p.is_file():
+                st = p.stat()
+                h.update(f"{st.st_size}:{st.st_mtime_ns}".encode())
+            elif p.is_dir():
+                for q in sorted(p.rglob("*")):
+                    if q.is_file():
+                        st = q.stat()
+                        h.update(f"{q}:{st.st_size}:{st.st_mtime_ns}".encode())
+        h.update(self.settings.encode())
+        return h.hexdigest()[:16]
+
+    def cached(self, kind: str, sources: tuple, build) -> str:
+        """The converted corpus's directory: found in the cache, or built by ``build(out_dir)`` into a
+        temporary directory and moved into place."""
+        import time
+
+        cache = _path(self.cache_dir or DEFAULT_CACHE)
+        out = cache / f"{kind}-{self.fingerprint(kind, sources)}"
+        if (out / "meta.json").exists():
+            return str(out)
+        tmp = cache / f".{out.name}.tmp-{os.getpid()}"
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.parent.mkdir(parents=True, exist_ok=True)
+        # progress on stdout: stderr carries only the one-line error if the source is bad
+        print(f"pgmflow: building the {kind} corpus once into {out} (later runs reuse it) ...", flush=True)
+        t0 = time.monotonic()
+        try:
+            build(str(tmp))
+            shutil.rmtree(out, ignore_errors=True)
+            os.replace(tmp, out)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+        print(f"pgmflow: corpus built in {time.monotonic() - t0:.1f} s", flush=True)
+        return str(out)
+
+
+class _Source:
+    """What every source offers: ``kind``; ``FIELD``, the ``corpus.*`` field that errors name, and
+    :meth:`field_value` its value as written; :meth:`directory` (the sharded corpus, converted if
+    needed); :meth:`dataset` (the name and origin under which the run records it)."""
+
+    kind: ClassVar[str]
+    FIELD: ClassVar[str] = "path"
+
+    def field_value(self, default=None):
+        return getattr(self, self.FIELD)
+
+    def directory(self) -> str:
+        raise NotImplementedError
+
+    def dataset(self, info) -> tuple[str, dict]:
+        v = self.field_value()
+        return f"corpus {self.kind}", {"path": str(v) if v else info.path}
+
+
+@dataclass(frozen=True)
+class Shipped(_Source):
+    """A corpus shipped inside pgmflow (``pgmflow.tasks.lda.data``). name: which one (None: the default)."""
+
+    name: str | None
+    kind: ClassVar[str] = "shipped"
+
+    def field_value(self, default=None):
+        return default
+
+    def directory(self) -> str:
+        from pgmflow.tasks.lda import corpus as C
+
+        return C.shipped_corpus_path(self.name or "docstrings")
+
+    def dataset(self, info) -> tuple[str, dict]:
+        return f"corpus {self.name}", {"path": info.path}
+
+
+@dataclass(frozen=True)
+class Sharded(_Source):
+    """A corpus already in pgmflow's sharded format, used in place. path: its directory (with meta.json)."""
+
+    path: str | None
+    kind: ClassVar[str] = "sharded"
+
+    def directory(self) -> str:
+        return str(_require(self.path, "path", self.kind, "a pgmflow corpus directory (with meta.json)"))
+
+
+@dataclass(frozen=True)
+class Synthetic(_Source):
+    """Documents drawn from LDA's generative process (Blei, Ng, Jordan 2003) with known topics.
+
+    n_docs, n_words, n_topics: documents, vocabulary size and true topics; alpha, eta: the true
+    symmetric Dirichlet priors of the proportions and of the topics; mean_length: the mean (Poisson)
+    document length; seed: the corpus's own seed; conversion: shards and cache."""
+
+    n_docs: int
+    n_words: int
+    n_topics: int
+    alpha: float
+    eta: float
+    mean_length: float
+    seed: int
+    conversion: Conversion
+    kind: ClassVar[str] = "synthetic"
+
+    def field_value(self, default=None):
+        return default
+
+    def directory(self) -> str:
+        from pgmflow.tasks.lda import synthetic
+
+        return self.conversion.cached(self.kind, (), lambda out: synthetic.generate_corpus(
+            out, self.n_docs, self.n_words, self.n_topics, seed=self.seed, alpha=self.alpha, eta=self.eta,
+            mean_length=self.mean_length, docs_per_shard=self.conversion.docs_per_shard))
+
+    def dataset(self, info) -> tuple[str, dict]:
+        return f"corpus {self.kind}", {"generator": "pgmflow.tasks.lda.synthetic.generate_corpus",
+                                       "parameters": json.loads(self.conversion.settings)}
+
+
+@dataclass(frozen=True)
+class UCI(_Source):
+    """UCI bag-of-words (Dua and Graff, the UCI repository). docword: docword.txt(.gz); vocab: vocab.txt."""
+
+    docword: str | None
+    vocab: str | None
+    conversion: Conversion
+    kind: ClassVar[str] = "uci"
+    FIELD: ClassVar[str] = "docword"
+
+    def directory(self) -> str:
+        from pgmflow.tasks.lda import corpus as C
+
+        dw = _require(self.docword, "docword", self.kind, "the docword.txt(.gz) file")
+        vp = _require(self.vocab, "vocab", self.kind, "the vocab.txt file")
+        per = self.conversion.docs_per_shard
+        return self.conversion.cached(self.kind, (self.docword, self.vocab), lambda out: C.from_uci(
+            str(dw), str(vp), out, docs_per_shard=per))
+
+
+@dataclass(frozen=True)
+class TextFolder(_Source):
+    """A folder of plain-text files, one document per file, tokenised and pruned.
+
+    folder: searched recursively; pattern: which files are documents; min_df, max_df: drop words in
+    fewer documents than min_df or in more than the fraction max_df of them; max_vocab: keep at most
+    this many most frequent words (None: all); stop_words: ``"english"``, None or a list of words."""
+
+    folder: str | None
+    pattern: str
+    min_df: int | float
+    max_df: int | float
+    max_vocab: int | None
+    stop_words: str | tuple | None
+    conversion: Conversion
+    kind: ClassVar[str] = "text"
+    FIELD: ClassVar[str] = "folder"
+
+    def directory(self) -> str:
+        from pgmflow.tasks.lda import corpus as C
+
+        folder = _require(self.folder, "folder", self.kind, "a folder of .txt files (one document per file)")
+        stop = list(self.stop_words) if isinstance(self.stop_words, tuple) else self.stop_words
+        return self.conversion.cached(self.kind, (self.folder,), lambda out: C.from_text_folder(
+            str(folder), out, min_df=self.min_df, max_df=self.max_df, max_vocab=self.max_vocab, stop_words=stop,
+            docs_per_shard=self.conversion.docs_per_shard, pattern=self.pattern))
+
+
+@dataclass(frozen=True)
+class MatrixMarket(_Source):
+    """A document-term matrix in Matrix Market format. path: the .mtx file; vocab: an optional
+    vocab.txt; transpose: documents are columns."""
+
+    path: str | None
+    vocab: str | None
+    transpose: bool
+    conversion: Conversion
+    kind: ClassVar[str] = "matrix_market"
+
+    def directory(self) -> str:
+        from pgmflow.tasks.lda import corpus as C
+
+        p = _require(self.path, "path", self.kind, "a Matrix Market (.mtx) file")
+        vocab = str(_path(self.vocab)) if self.vocab else None
+        return self.conversion.cached(self.kind, (self.path,), lambda out: C.from_matrix_market(
+            str(p), out, docs_per_shard=self.conversion.docs_per_shard, transpose=self.transpose, vocab_path=vocab))
+
+
+@dataclass(frozen=True)
+class Npz(_Source):
+    """A document-term matrix saved with scipy.sparse.save_npz, documents as rows. path: the .npz file."""
+
+    path: str | None
+    conversion: Conversion
+    kind: ClassVar[str] = "npz"
+
+    def directory(self) -> str:
+        from pgmflow.tasks.lda import corpus as C
+
+        p = _require(self.path, "path", self.kind, "a scipy.sparse .npz file")
+        return self.conversion.cached(self.kind, (self.path,), lambda out: C.from_npz(
+            str(p), out, docs_per_shard=self.conversion.docs_per_shard))
+
+
+Source = Shipped | Sharded | Synthetic | UCI | TextFolder | MatrixMarket | Npz
+
+
+def corpus_dir(source: Source) -> str:
+    """Convert (or find in the cache) the source; returns the sharded corpus directory."""
+    from pgmflow.tasks.lda import corpus as C
+
     try:
-        if kind == "shipped":
-            return C.shipped_corpus_path(c.get("name") or "docstrings")
-        if kind == "sharded":
-            return str(_require(c, "path", kind, "a pgmflow corpus directory (with meta.json)"))
-        if kind == "synthetic":
-            return _cached(c, kind, lambda out: synthetic.generate_corpus(
-                out, int(c["n_docs"]), int(c["n_words"]), int(c["n_topics"]), seed=int(c.get("seed") or 0),
-                alpha=float(c["alpha"]), eta=float(c["eta"]), mean_length=float(c["mean_length"]),
-                docs_per_shard=per))
-        if kind == "uci":
-            dw = _require(c, "docword", kind, "the docword.txt(.gz) file")
-            vp = _require(c, "vocab", kind, "the vocab.txt file")
-            return _cached(c, kind, lambda out: C.from_uci(str(dw), str(vp), out, docs_per_shard=per))
-        if kind == "text":
-            folder = _require(c, "folder", kind, "a folder of .txt files (one document per file)")
-            return _cached(c, kind, lambda out: C.from_text_folder(
-                str(folder), out, min_df=c.get("min_df", 2), max_df=c.get("max_df", 0.5),
-                max_vocab=c.get("max_vocab"), stop_words=c.get("stop_words", "english"), docs_per_shard=per,
-                pattern=c.get("pattern", "*.txt")))
-        if kind == "matrix_market":
-            p = _require(c, "path", kind, "a Matrix Market (.mtx) file")
-            vocab = str(_path(c["vocab"])) if c.get("vocab") else None
-            return _cached(c, kind, lambda out: C.from_matrix_market(
-                str(p), out, docs_per_shard=per, transpose=bool(c.get("transpose", False)), vocab_path=vocab))
-        if kind == "npz":
-            p = _require(c, "path", kind, "a scipy.sparse .npz file")
-            return _cached(c, kind, lambda out: C.from_npz(str(p), out, docs_per_shard=per))
-    except ConfigError:
-        raise
+        return source.directory()
     except C.CorpusError as exc:
-        raise _corpus_error(exc, f"corpus.{field}", c.get(field) if kind != "shipped" else c.get("name")) from None
-    raise AssertionError(kind)
+        name = source.name if isinstance(source, Shipped) else source.field_value()
+        raise _corpus_error(exc, f"corpus.{source.FIELD}", name) from None
 
 
 def _validated_stamp(info) -> str:
@@ -153,13 +307,13 @@ def _validated_stamp(info) -> str:
     return h.hexdigest()
 
 
-def open_checked(cfg: dict):
-    """The configured corpus, with every shard's contents checked once (cached by a stamp file)."""
+def open_checked(source: Source):
+    """The source's corpus (a ``CorpusInfo``), with every shard's contents checked once (remembered
+    by a stamp file in the launch directory, so later runs of an unchanged corpus skip the check)."""
     from pgmflow.tasks.lda import corpus as C
 
-    path = corpus_dir(cfg)
-    c = cfg.get("corpus") or {}
-    field = {"uci": "docword", "text": "folder"}.get(c.get("kind"), "path")
+    path = corpus_dir(source)
+    field, value = f"corpus.{source.FIELD}", source.field_value(path)
     try:
         info = C.open_corpus(path)
         # the stamp of a checked corpus lives in the launch directory, never inside the corpus
@@ -174,82 +328,23 @@ def open_checked(cfg: dict):
             except OSError:
                 pass  # nowhere to write: check again next time
     except C.CorpusError as exc:
-        raise _corpus_error(exc, f"corpus.{field}", c.get(field, path)) from None
+        raise _corpus_error(exc, field, value) from None
     if info.n_docs == 0 or info.n_tokens <= 0:
-        raise ConfigError(f"corpus.{field}", c.get(field, path), "the corpus is empty (no words in any document)",
+        raise ConfigError(field, value, "the corpus is empty (no words in any document)",
                           "point it at a corpus with documents")
     return info
 
 
-_RESOLVED: dict = {}
-
-
 def resolve(cfg: dict):
-    """CorpusInfo of the configured corpus (checked by preflight; cached for the run)."""
-    key = json.dumps(cfg.get("corpus"), sort_keys=True, default=str)
-    if key not in _RESOLVED:
-        _RESOLVED[key] = open_checked(cfg)
-    return _RESOLVED[key]
+    """The checked corpus of a config dict read back from a recorded run (a run itself gets its
+    corpus from its plan, which the validation builds)."""
+    from pgmflow.pipelines.svi import validate
+
+    return open_checked(validate.recorded_source(cfg))
 
 
-def heldout_fraction(scfg: dict, n_docs: int) -> float:
-    f = float(scfg["heldout_fraction"])
-    cap = scfg.get("max_heldout_docs")
-    if cap:
-        f = min(f, int(cap) / max(n_docs, 1))
-    return f
+def heldout_fraction(svi_section: dict, n_docs: int) -> float:
+    """The held-out fraction of a recorded run's ``svi`` section for a corpus of ``n_docs`` documents."""
+    from pgmflow.pipelines.svi import validate
 
-
-def pr_config(cfg: dict, info):
-    """The posterior-regularization constraints of ``cfg['pr']`` with words mapped to ids (None: none)."""
-    p = cfg.get("pr") or {}
-    K = int(cfg["model"]["K"])
-    seeds = p.get("seed_words")
-    cap = p.get("topic_cap")
-    if not seeds and cap is None:
-        return None
-    from pgmflow.tasks.lda import regularization
-
-    seed_ids = None
-    if seeds:
-        if not isinstance(seeds, dict):
-            raise ConfigError("pr.seed_words", seeds, "must map a topic index to a list of words",
-                              "e.g. pr.seed_words='{0: [matrix, eigenvalues], 3: [fourier]}'")
-        vocab = {w: i for i, w in enumerate(info.vocab)} if info.vocab else None
-        seed_ids = {}
-        for k, words in seeds.items():
-            try:
-                kk = int(k)
-            except (TypeError, ValueError):
-                raise ConfigError("pr.seed_words", k, "topic keys must be integers", f"use 0..{K - 1}") from None
-            if not 0 <= kk < K:
-                raise ConfigError("pr.seed_words", k, f"topic index outside 0..{K - 1}",
-                                  f"use a topic index below model.K={K}")
-            ids = []
-            for w in (words if isinstance(words, (list, tuple)) else [words]):
-                if isinstance(w, int) or (isinstance(w, str) and w.isdigit() and vocab is None):
-                    wid = int(w)
-                    if not 0 <= wid < info.n_words:
-                        raise ConfigError("pr.seed_words", w, f"word id outside 0..{info.n_words - 1}",
-                                          "use ids of the corpus vocabulary")
-                elif vocab is None:
-                    raise ConfigError("pr.seed_words", w, "this corpus has no vocabulary, so words must be ids",
-                                      "give integer word ids")
-                elif str(w) not in vocab:
-                    import difflib
-
-                    near = difflib.get_close_matches(str(w), list(vocab), n=3)
-                    raise ConfigError("pr.seed_words", w, "not in the corpus vocabulary",
-                                      f"did you mean {', '.join(near)}?" if near else "pick words of the vocabulary "
-                                      "(vocab.txt of the corpus)")
-                else:
-                    wid = vocab[str(w)]
-                ids.append(wid)
-            seed_ids[kk] = ids
-    try:
-        return regularization.make_pr_config(seed_ids, p.get("seed_mass", 0.7), cap, K, info.n_words,
-                                             max_iter=int(p.get("max_iter", 200)), tol=float(p.get("tol", 1e-6)))
-    except ValueError as exc:
-        field = "pr.topic_cap" if "cap" in str(exc) else "pr.seed_mass" if "mass" in str(exc) else "pr.seed_words"
-        raise ConfigError(field, p.get(field.split(".")[1]), f"{exc}", "relax the constraint so that some "
-                          "distribution over topics satisfies it") from None
+    return validate.heldout_settings(svi_section).fraction_for(n_docs)

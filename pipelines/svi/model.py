@@ -22,11 +22,16 @@ from __future__ import annotations
 
 import warnings
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from pgmflow.pipelines.core import models
 from pgmflow.pipelines.core.models import NPZ_KEY
+
+if TYPE_CHECKING:
+    from pgmflow.pipelines.svi.corpora import Source
+    from pgmflow.pipelines.svi.plan import EStep, Plan
 
 ARTIFACT_PATH = "lda_model"  # the pyfunc model's artifact path in the run
 NPZ_NAME = "lda_model.npz"
@@ -168,25 +173,25 @@ with warnings.catch_warnings(record=True):  # MLflow asks for type hints; the mo
             return pd.DataFrame(theta, columns=[f"topic_{k}" for k in range(theta.shape[1])])
 
 
-def from_run(corpus_info, lam, alpha, scfg: dict) -> LDATransformer:
+def from_run(corpus_info, lam, alpha, estep: EStep) -> LDATransformer:
     """The transformer of a finished run: its final lambda, alpha, the corpus's vocabulary and
-    tokeniser settings (``meta.json``), and the E-step settings ``svi.estep_max_iter`` / ``estep_tol``."""
+    tokeniser settings (``meta.json``), and the run's E-step settings."""
     tok = (corpus_info.meta or {}).get("tokenizer") or {}
     stop = tok.get("stop_words", None)
     # custom stop words ("415 custom words") are not recorded; none of them is in the vocabulary, so
     # leaving them in changes no count
     stop = stop if stop in ("english", None) else None
-    return LDATransformer(lam, alpha, corpus_info.vocab, int(scfg["estep_max_iter"]), float(scfg["estep_tol"]),
-                          int(tok.get("min_word_len", 1)), stop if tok else None)
+    return LDATransformer(lam, alpha, corpus_info.vocab, estep.max_iter, estep.tol, int(tok.get("min_word_len", 1)),
+                          stop if tok else None)
 
 
-def log_model(ctx, corpus_info, lam, alpha) -> None:
-    """Log the run's topics as the pyfunc model ``lda_model`` (see the module docstring)."""
+def log_model(ctx, plan: Plan, lam) -> None:
+    """Log the run's topics ``lam`` [K, V] as the pyfunc model ``lda_model`` (see the module docstring)."""
     import pandas as pd
     from mlflow.models import ModelSignature
     from mlflow.types import ColSpec, Schema
 
-    tr = from_run(corpus_info, lam, alpha, ctx.cfg["svi"])
+    tr = from_run(plan.corpus, lam, plan.model.alpha_vector(), plan.estep)
     outputs = Schema([ColSpec("double", f"topic_{k}") for k in range(tr.n_topics)])
     if tr.vocab:  # an example text: the top words of the first two topics
         top = np.argsort(-tr.lam, axis=1, kind="stable")[:2, :3]
@@ -199,9 +204,10 @@ def log_model(ctx, corpus_info, lam, alpha) -> None:
                       example, NPZ_NAME)
 
 
-def log_corpus(ctx, info) -> None:
-    """Record the run's corpus with ``pgmflow.pipelines.core.datasets.log_input``: its shards' arrays
-    (read one at a time) and vocabulary, from the corpus source or generator."""
+def log_corpus(ctx, source: Source, info) -> None:
+    """Record the run's corpus ``info`` with ``pgmflow.pipelines.core.datasets.log_input``: its shards'
+    arrays (read one at a time) and vocabulary, under the name and origin (a path, or the generator and
+    its parameters) of its ``source``."""
     from pgmflow.pipelines.core import datasets
     from pgmflow.tasks.lda import corpus as C
 
@@ -212,15 +218,7 @@ def log_corpus(ctx, info) -> None:
         if info.vocab:
             yield "vocab", np.array(info.vocab, dtype=str)
 
-    c = dict(ctx.cfg.get("corpus") or {})
-    kind = c.get("kind")
-    if kind == "synthetic":
-        where = {"generator": "pgmflow.tasks.lda.synthetic.generate_corpus",
-                 "parameters": {k: v for k, v in c.items() if k not in ("kind", "cache_dir")}}
-    else:
-        src = {"uci": c.get("docword"), "text": c.get("folder")}.get(kind, c.get("path"))
-        where = {"path": str(src) if src and kind != "shipped" else info.path}
-    name = f"corpus {c.get('name') if kind == 'shipped' else kind}"
+    name, where = source.dataset(info)
     datasets.log_input(ctx.tracker, name, arrays(), profile={"documents": info.n_docs, "words": info.n_words,
                                                              "tokens": info.n_tokens, "shards": len(info.shard_docs),
                                                              "converted_to": info.path}, **where)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import math
 from pathlib import Path
+from typing import NamedTuple
 
 import dask
 import numpy as np
@@ -14,51 +15,71 @@ from pgmflow.pipelines.core import artifacts
 from pgmflow.tasks.lda import evaluate, shard_tasks, svi
 
 
-def finish(ctx, su, state, history, states, heldout_cols, elapsed, docs_in_run, prepare_seconds) -> dict:
-    scfg = ctx.cfg["svi"]
+class Timing(NamedTuple):
+    """Seconds of the fit (every step, restarts included) and of the preparation before it (shards
+    loaded onto the workers, the first step's words)."""
+
+    fit_seconds: float
+    prepare_seconds: float
+
+
+def finish(ctx, fit, trained, timing: Timing) -> dict:
+    """Evaluate the final topics of ``trained`` (a ``run.Trained``), log the metrics and artifacts, print
+    the summary; returns the results. ``fit`` is the run's ``run.Fit`` (plan, shard futures)."""
+    plan, state = fit.plan, trained.state
     lam = state.lam
-    ppl, n_test = heldout_perplexity(ctx, su, states, heldout_cols, lam)
-    top = evaluate.top_words(lam, int(scfg["top_words"]))
-    vocab = su.info.vocab
+    ppl, n_test = heldout_perplexity(ctx, fit, lam)
+    top = evaluate.top_words(lam, plan.outputs.top_words)
+    vocab = plan.corpus.vocab
     names = [[(vocab[w] if vocab else str(int(w))) for w in row] for row in top]
-    coherence = _coherence(ctx, su, states, top)
+    coherence = _coherence(ctx, fit, top)
+    elapsed = timing.fit_seconds
     result = {"objective": ppl, "heldout_perplexity": ppl, "heldout_tokens": n_test,
               "coherence_umass_mean": float(coherence.mean()), "coherence_umass": coherence.tolist(),
-              "steps": state.count, "docs_seen": state.docs_seen, "train_docs": su.n_train,
-              "docs_per_second": docs_in_run / elapsed if elapsed > 0 else float("nan"),
-              "seconds": elapsed, "prepare_seconds": prepare_seconds, "driver_peak_rss_mb": _peak_rss_mb(),
+              "steps": state.count, "docs_seen": state.docs_seen, "train_docs": plan.schedule.n_train,
+              "docs_per_second": trained.docs / elapsed if elapsed > 0 else float("nan"),
+              "seconds": elapsed, "prepare_seconds": timing.prepare_seconds, "driver_peak_rss_mb": _peak_rss_mb(),
               "top_words": names}
-    if su.info.true_topics:
-        true = np.load(su.info.true_topics)
+    if plan.corpus.true_topics:
+        true = np.load(plan.corpus.true_topics)
         assign, cos = evaluate.match_topics(lam, true)
         result.update({"topic_recovery_mean_cosine": float(cos.mean()), "topic_recovery_min_cosine": float(cos.min()),
-                       "true_model_perplexity": _true_perplexity(ctx, su, states, true),
+                       "true_model_perplexity": _true_perplexity(ctx, fit, true),
                        "topic_assignment": assign.tolist()})
-    if su.pr is not None:
-        result.update(_pr_report(ctx, su, states, lam))
+    if plan.constraints is not None:
+        result.update(_pr_report(ctx, fit, lam))
     artifacts.log_final_metrics(ctx.tracker, result, step=state.count)
-    _log_artifacts(ctx, su, state, result, names, coherence, history)
+    _log_artifacts(ctx, plan, trained, result, Topics(names, coherence))
     _print_summary(ctx.say, result, names)
     return result
 
 
-def heldout_perplexity(ctx, su, states, heldout_cols, lam) -> tuple[float, float]:
-    """(perplexity, test tokens) of the held-out documents, per-shard sums added in shard order."""
-    scfg = ctx.cfg["svi"]
+class Topics(NamedTuple):
+    """The final topics' top words (names, [K][top_words]) and UMass coherence (Mimno et al. 2011), float64 [K]."""
+
+    names: list
+    coherence: np.ndarray
+
+
+def heldout_perplexity(ctx, fit, lam) -> tuple[float, float]:
+    """(perplexity, test tokens) of the held-out documents by document completion (Hoffman, Blei, Bach
+    2010, Sec. 4), per-shard sums added in shard order."""
+    plan = fit.plan
     rowsum = lam.sum(axis=1)
+    alpha = plan.model.alpha_vector()
     outs = [dask.delayed(shard_tasks.heldout_group, pure=True)(
-        states[g], heldout_cols[g], np.ascontiguousarray(lam[:, heldout_cols[g]]), rowsum, su.alpha,
-        int(scfg["estep_max_iter"]), float(scfg["estep_tol"])) for g in range(len(su.groups))]
+        fit.states[g], fit.heldout_cols[g], np.ascontiguousarray(lam[:, fit.heldout_cols[g]]), rowsum, alpha,
+        plan.estep.max_iter, plan.estep.tol) for g in range(len(fit.groups))]
     res = ctx.executor.gather_ordered(outs, flatten=True, key=lambda r: r[0])
     n_tokens = math.fsum(r[2] for r in res)
     return evaluate.perplexity(math.fsum(r[1] for r in res), n_tokens), n_tokens
 
 
-def _coherence(ctx, su, states, top) -> np.ndarray:
+def _coherence(ctx, fit, top) -> np.ndarray:
     """UMass topic coherence over the training documents, co-occurrences summed over shards in order."""
     ids = np.unique(top)
     parts = ctx.executor.gather_ordered([dask.delayed(shard_tasks.cooccurrence_group, pure=True)(
-        states[g], ids, dask_key_name=f"svi-cooc-{ctx.token}-g{g}") for g in range(len(su.groups))],
+        fit.states[g], ids, dask_key_name=f"svi-cooc-{ctx.token}-g{g}") for g in range(len(fit.groups))],
         flatten=True, key=lambda r: r[0])
     df = np.zeros(ids.size)
     co = np.zeros((ids.size, ids.size))
@@ -68,22 +89,23 @@ def _coherence(ctx, su, states, top) -> np.ndarray:
     return evaluate.umass_coherence(top, ids, df, co)
 
 
-def _log_artifacts(ctx, su, state, result, names, coherence, history):
-    tracker, scfg = ctx.tracker, ctx.cfg["svi"]
+def _log_artifacts(ctx, plan, trained, result: dict, topics: Topics):
+    tracker, state = ctx.tracker, trained.state
     lam = state.lam
-    artifacts.log_npz(tracker, "lambda.npz", dict(lam=lam, alpha=su.alpha, eta=np.float64(su.eta),
-                                                  count=np.int64(state.count)), compressed=True)
-    n_top = int(scfg["top_words"])
+    artifacts.log_npz(tracker, "lambda.npz", dict(lam=lam, alpha=plan.model.alpha_vector(),
+                                                  eta=np.float64(plan.model.eta), count=np.int64(state.count)),
+                      compressed=True)
+    n_top = plan.outputs.top_words
     rows = ["topic,coherence_umass," + ",".join(f"word_{i + 1}" for i in range(n_top))]
     for k in range(lam.shape[0]):
-        rows.append(f"{k},{coherence[k]:.4f}," + ",".join(_csv_field(w) for w in names[k]))
+        rows.append(f"{k},{topics.coherence[k]:.4f}," + ",".join(_csv_field(w) for w in topics.names[k]))
     tracker.log_text("\n".join(rows) + "\n", "tables/top_words.csv")
-    tracker.log_text(_top_words_markdown(names, coherence), "tables/top_words.md")
+    tracker.log_text(_top_words_markdown(topics.names, topics.coherence), "tables/top_words.md")
     artifacts.log_results(tracker, result)
-    if scfg.get("figures", True):
+    if plan.outputs.figures:
         from pgmflow.pipelines.svi import figures
 
-        artifacts.log_figures(tracker, figures.svi_figures(history, lam, names, su.info.vocab, coherence))
+        artifacts.log_figures(tracker, figures.svi_figures(trained.history, lam, topics, plan.corpus.vocab))
 
 
 def _peak_rss_mb() -> float:
@@ -107,29 +129,33 @@ def _top_words_markdown(names, coherence) -> str:
     return out.getvalue()
 
 
-def _true_perplexity(ctx, su, states, true) -> float:
+def _true_perplexity(ctx, fit, true) -> float:
     """Held-out perplexity of the true model (synthetic corpora): the floor SVI should approach."""
-    scfg = ctx.cfg["svi"]
-    a_path = Path(su.info.path) / "true_alpha.npy"
-    a_true = np.load(a_path) if a_path.exists() else su.alpha
+    plan = fit.plan
+    a_path = Path(plan.corpus.path) / "true_alpha.npy"
+    a_true = np.load(a_path) if a_path.exists() else plan.model.alpha_vector()
     res = ctx.executor.gather_ordered([dask.delayed(shard_tasks.true_heldout_group, pure=True)(
-        states[g], true, a_true, int(scfg["estep_max_iter"]), float(scfg["estep_tol"]),
-        dask_key_name=f"svi-true-{ctx.token}-g{g}") for g in range(len(su.groups))], flatten=True, key=lambda r: r[0])
+        fit.states[g], true, a_true, plan.estep.max_iter, plan.estep.tol,
+        dask_key_name=f"svi-true-{ctx.token}-g{g}") for g in range(len(fit.groups))], flatten=True,
+        key=lambda r: r[0])
     return evaluate.perplexity(math.fsum(r[1] for r in res), math.fsum(r[2] for r in res))
 
 
-def _pr_report(ctx, su, states, lam) -> dict:
-    """How the constraints changed the document posteriors: topics used per document with and without PR."""
-    scfg, ex, pr = ctx.cfg["svi"], ctx.executor, su.pr
+def _pr_report(ctx, fit, lam) -> dict:
+    """How the constraints (Ganchev et al. 2010) changed the document posteriors: topics used per
+    document with and without posterior regularization."""
+    plan, ex = fit.plan, ctx.executor
+    pr = plan.constraints
     rowsum = lam.sum(axis=1)
+    alpha = plan.model.alpha_vector()
     cols_g = ex.gather_ordered([dask.delayed(shard_tasks.words_of_group, pure=True)(
-        states[g], dask_key_name=f"svi-prw-{ctx.token}-g{g}") for g in range(len(su.groups))])
+        fit.states[g], dask_key_name=f"svi-prw-{ctx.token}-g{g}") for g in range(len(fit.groups))])
     res = {"with": [], "without": []}
     for label, p in (("with", pr), ("without", None)):
         tasks = [dask.delayed(shard_tasks.gamma_group, pure=True)(
-            states[g], cols_g[g], svi.exp_elog_beta(lam, cols_g[g], rowsum), su.alpha, int(scfg["estep_max_iter"]),
-            float(scfg["estep_tol"]), p, dask_key_name=f"svi-prg-{label}-{ctx.token}-g{g}")
-            for g in range(len(su.groups))]
+            fit.states[g], cols_g[g], svi.exp_elog_beta(lam, cols_g[g], rowsum), alpha, plan.estep.max_iter,
+            plan.estep.tol, p, dask_key_name=f"svi-prg-{label}-{ctx.token}-g{g}")
+            for g in range(len(fit.groups))]
         res[label] = [gam for grp in ex.gather_ordered(tasks) for _, _, gam in grp]
     out = {}
     for label in ("with", "without"):
