@@ -117,15 +117,15 @@ def _optimise(ctx, scfg, ev, theta0, box, max_iter, callback, trace, saved):
             spent[0] += time.monotonic() - t0
 
     exact = lbfgsb.available()
-    if saved is not None and ("wa" not in saved or str(saved.get("scipy", _scipy_version())) != _scipy_version()):
-        exact = False  # written by another scipy (or by the fallback): its internal state is not this one's
+    if saved is not None and not lbfgsb.continues(saved):
+        exact = False  # written by the scipy-driven optimiser of earlier versions (or by the fallback)
     if not exact:
         return _optimise_fresh(ctx, ev, theta0, box, max_iter, callback, trace, saved, checkpoint), spent[0]
     opt = lbfgsb.LBFGSB(ev, theta0, box, max_iter) if saved is None else lbfgsb.LBFGSB.from_state(ev, saved)
     if saved is not None:
         ctx.tracker.set_tags({"pgmflow.gp.resumed_from_iteration": opt.nit})
         ctx.say(f"resuming: L-BFGS-B continues from iteration {opt.nit} ({ev.count} evaluations done)")
-    res = opt.run(callback=callback, on_iteration=lambda o: checkpoint(o.nit, o.state(), o.task[0] != 1))
+    res = opt.run(callback=callback, on_iteration=lambda o: checkpoint(o.nit, o.state(), o.done))
     return res, spent[0]
 
 
