@@ -7,29 +7,26 @@ import math
 import dask
 import numpy as np
 
-from pgmflow.pipelines.bounds.models import ising_model, ising_rho, settings
-from pgmflow.pipelines.core.errors import ConfigError
+from pgmflow.pipelines.bounds.models import ising_model, ising_rho
+from pgmflow.pipelines.bounds.settings import VariationalSettings
 from pgmflow.tasks.bounds.per_temperature import bounds_task, lattice_of
 
 
-def tempering_bounds(ctx, target, betas_per_chain, traces, group: int) -> dict:
+def tempering_bounds(ctx, settings: VariationalSettings, target, betas_per_chain, traces, group: int) -> dict:
     """``bounds=true`` in the tempering pipeline: MF, Bethe and TRW at every level of chain 0's ladder
     (one task per level), beside the tempering estimate of log Z there.
 
-    The tempering estimate at level k is ``log Z_ref + stepping stone over levels 0..k`` of each
-    chain (the cumulative sum of the ladder's ratio estimates), with its standard error.
-    Returns the rows and the figure's data; the caller logs them.
+    ``target``: the task-side Ising target (``pgmflow.tasks.tempering.targets.IsingTarget``; the
+    validation refuses bounds=true on other targets). The tempering estimate at level k is
+    ``log Z_ref + stepping stone over levels 0..k`` of each chain (the cumulative sum of the ladder's
+    ratio estimates), with its standard error. Returns the rows and the figure's data; the caller logs them.
     """
     from pgmflow.tasks.tempering import estimators
 
-    if target.kind != "ising":
-        raise ConfigError("bounds", True, "variational bounds are for binary pairwise models",
-                          "use model=ising with bounds=true (or drop bounds=true)")
-    vcfg = ctx.cfg["variational"]
-    opts = settings(vcfg, ctx.backend)
+    opts = settings.solver_options(ctx.backend)
     ex = ctx.executor
     b = np.asarray(betas_per_chain[0], dtype=np.float64)
-    rho = ising_rho(target, ising_model(target, float(b[-1])), vcfg)
+    rho = ising_rho(target, ising_model(target, float(b[-1])), settings)
     rho = rho if isinstance(rho, str) else ex.scatter(rho)
     lat = lattice_of(target)
     tasks = [dask.delayed(bounds_task, pure=True)((target, float(bk)), rho, opts, lat,

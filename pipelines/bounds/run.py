@@ -12,42 +12,28 @@ import dask
 import numpy as np
 
 from pgmflow.pipelines.bounds import figures
-from pgmflow.pipelines.bounds.models import ising_model, ising_rho, ising_target, load_mrf, settings
+from pgmflow.pipelines.bounds.models import Temperature
+from pgmflow.pipelines.bounds.plan import BoundsPlan
 from pgmflow.pipelines.core import artifacts, datasets
 from pgmflow.pipelines.core.partial import PartialResults
 from pgmflow.pipelines.core.progress import Progress
-from pgmflow.tasks.bounds import summary, trw
-from pgmflow.tasks.bounds.per_temperature import bounds_task, lattice_of, small_exact, small_exact_marginals
-from pgmflow.tasks.tempering.exact import reference_log_z
+from pgmflow.tasks.bounds import summary
+from pgmflow.tasks.bounds.per_temperature import bounds_task, small_exact_marginals
 
 
-def _jobs(ctx, vcfg, mcfg) -> list[tuple]:
-    """``(T, Ising target or None, model, rho, lattice)`` per temperature."""
-    ex = ctx.executor
-    if mcfg["name"] == "ising":
-        jobs = []
-        for T in [float(t) for t in (vcfg.get("temperatures") or [mcfg["T"]])]:
-            target = ising_target(mcfg, T)
-            model = ising_model(target)
-            rho = ising_rho(target, model, vcfg)
-            jobs.append((T, target, model, rho if isinstance(rho, str) else ex.scatter(rho), lattice_of(target)))
-        return jobs
-    model, rho = load_mrf(mcfg)
-    if rho is None:
-        rho = trw.spanning_tree_rho(model, n_trees=int(vcfg["n_trees"]), seed=int(ctx.cfg["seed"]))
-    return [(1.0 / float(mcfg.get("beta", 1.0)), None, model, rho, None)]
-
-
-def _solve(ctx, jobs, opts) -> list:
+def _solve(ctx, plan: BoundsPlan) -> list:
     """The bounds at every temperature, in order. Each temperature's result is saved as it completes
     (``partial/bounds_*.npz``); a resumed run reads them back and computes only the missing ones."""
+    ex, jobs = ctx.executor, plan.model.temperatures
     saved = PartialResults(ctx.tracker, "bounds", summary.Bounds, ctx.resumed,
-                           every=float(ctx.cfg["variational"].get("checkpoint_seconds", 10.0)))
+                           every=plan.variational.checkpoint_seconds)
     if ctx.resumed:
         ctx.say(saved.describe(len(jobs), "temperatures"))
     todo = [k for k in range(len(jobs)) if f"T{k}" not in saved]
-    tasks = [dask.delayed(bounds_task, pure=True)((jobs[k][1], 1.0) if jobs[k][1] is not None else jobs[k][2],
-                                                  jobs[k][3], opts, jobs[k][4], dask_key_name=f"bounds-{ctx.token}-T{k}")
+    rhos = [job.rho if isinstance(job.rho, str) or job.target is None else ex.scatter(job.rho) for job in jobs]
+    opts = plan.variational.solver_options(ctx.backend)
+    tasks = [dask.delayed(bounds_task, pure=True)(jobs[k].task_model(), rhos[k], opts, jobs[k].lattice,
+                                                  dask_key_name=f"bounds-{ctx.token}-T{k}")
              for k in todo]
     bar = Progress(len(jobs), "bounds", "temperatures", enabled=ctx.progress)
     bar.update(len(jobs) - len(todo))
@@ -56,7 +42,7 @@ def _solve(ctx, jobs, opts) -> list:
         saved.add(f"T{todo[j]}", b)
         bar.update(1)
 
-    ctx.executor.release(ctx.executor.compute(tasks, watch=range(len(tasks)), on_result=finished))
+    ex.release(ex.compute(tasks, watch=range(len(tasks)), on_result=finished))
     saved.close()
     bar.close()
     if ctx.resumed:
@@ -65,11 +51,11 @@ def _solve(ctx, jobs, opts) -> list:
     return [saved.done[f"T{k}"] for k in range(len(jobs))]
 
 
-def _row(T, target, model, b) -> dict:
-    exact, how = reference_log_z(target) if target is not None else (small_exact(model), "enumeration")
-    return {"T": T, "beta": 1.0 / T, "mf": b.mf, "bethe": b.bethe, "trw": b.trw, "exact": exact, "exact_source": how,
-            "mf_converged": b.mf_converged, "bp_converged": b.bp_converged, "trw_converged": b.trw_converged,
-            "trw_minus_mf": b.trw - b.mf, "seconds": b.seconds}
+def _row(job: Temperature, b) -> dict:
+    exact, how = job.exact()
+    return {"T": job.T, "beta": 1.0 / job.T, "mf": b.mf, "bethe": b.bethe, "trw": b.trw, "exact": exact,
+            "exact_source": how, "mf_converged": b.mf_converged, "bp_converged": b.bp_converged,
+            "trw_converged": b.trw_converged, "trw_minus_mf": b.trw - b.mf, "seconds": b.seconds}
 
 
 def _result(tracker, rows, n) -> dict:
@@ -90,12 +76,11 @@ def _result(tracker, rows, n) -> dict:
     return result
 
 
-def _marginals(ctx, model, opts) -> dict:
+def _marginals(ctx, plan: BoundsPlan) -> dict:
     """``variational.marginals=true`` on an MRF: bounds on every node's marginal, as a table."""
-    vcfg = ctx.cfg["variational"]
-    mb = summary.marginal_bounds(model, damping=opts["damping"], max_iter=opts["max_iter"], tol=opts["tol"],
-                                 mf_restarts=opts["mf_restarts"], seed=int(ctx.cfg["seed"]),
-                                 n_trees=int(vcfg["n_trees"]))
+    v, model = plan.variational, plan.model.temperatures[0].model
+    mb = summary.marginal_bounds(model, damping=v.damping, max_iter=v.max_iter, tol=v.tol,
+                                 mf_restarts=v.mf_restarts, seed=plan.seed, n_trees=v.n_trees)
     exact_m = small_exact_marginals(model)
     artifacts.log_table(ctx.tracker, [{"node": int(i), "lower": float(lo), "upper": float(up),
                                        "exact": "" if exact_m is None else float((1 + exact_m[i]) / 2)}
@@ -108,26 +93,22 @@ def _marginals(ctx, model, opts) -> dict:
     return out
 
 
-def run(ctx, plan) -> dict:
-    cfg = ctx.cfg
-    vcfg, mcfg = cfg["variational"], cfg["model"]
-    tracker = ctx.tracker
-    opts = settings(vcfg, ctx.backend)
-    jobs = _jobs(ctx, vcfg, mcfg)
-    n = jobs[0][2].n
-    datasets.log_input(tracker, f"{mcfg['name']} model", datasets.arrays_of([job[2] for job in jobs]), parameters=mcfg,
-                       path=mcfg.get("path") if mcfg["name"] == "mrf" else None,
+def run(ctx, plan: BoundsPlan) -> dict:
+    tracker, model, v = ctx.tracker, plan.model, plan.variational
+    n = model.n
+    datasets.log_input(tracker, f"{model.name} model", datasets.arrays_of([job.model for job in model.temperatures]),
+                       parameters=model.spec, path=model.data_path,
                        generator="pgmflow.pipelines.bounds.models.ising_model")  # MLflow dataset tracking
-    ctx.say(f"bounds on {mcfg['name']} ({n} nodes, {jobs[0][2].E} edges) at {len(jobs)} temperature(s)")
-    res = _solve(ctx, jobs, opts)
-    rows = [_row(T, target, model, b) for (T, target, model, _, _), b in zip(jobs, res)]
+    ctx.say(f"bounds on {model.name} ({n} nodes, {model.E} edges) at {len(model.temperatures)} temperature(s)")
+    res = _solve(ctx, plan)
+    rows = [_row(job, b) for job, b in zip(model.temperatures, res)]
     result = _result(tracker, rows, n)
     artifacts.log_table(tracker, [{k: ("" if v is None else v) for k, v in r.items()} for r in rows],
                         "tables/bounds.csv")
-    if vcfg.get("marginals") and mcfg["name"] == "mrf":
-        result.update(_marginals(ctx, jobs[0][2], opts))
+    if v.marginals and model.node_marginals:
+        result.update(_marginals(ctx, plan))
     artifacts.log_results(tracker, result)
-    if vcfg.get("figures", True) and len(rows) > 1:
+    if v.figures and len(rows) > 1:
         fig = figures.bounds_figure([r["beta"] for r in rows], {k: [r[k] / n for r in rows] for k in
                                     ("mf", "bethe", "trw")},
                                     [None if r["exact"] is None else r["exact"] / n for r in rows], None, None)

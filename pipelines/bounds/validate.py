@@ -1,7 +1,10 @@
-"""Validation of pipeline=bounds (and of the variational section that bounds=true uses in tempering)."""
+"""Validation of pipeline=bounds (and of the variational section that bounds=true uses in tempering): the
+only reads of the config dict in the bounds workload; returns the typed plan."""
 
 from __future__ import annotations
 
+from pgmflow.pipelines.bounds.plan import BoundsPlan
+from pgmflow.pipelines.bounds.settings import VariationalSettings
 from pgmflow.pipelines.core.errors import ConfigError
 from pgmflow.pipelines.core.validation import apply, boolean, choice, get, integer, real, unknown_keys
 
@@ -26,7 +29,8 @@ VARIATIONAL = {
 }
 
 
-def check_variational(cfg: dict):
+def check_variational(cfg: dict) -> VariationalSettings:
+    """The ``variational`` section (pipeline=bounds, and bounds=true in tempering), typed."""
     unknown_keys(cfg, "variational", VARIATIONAL_KEYS)
     apply(cfg, {f"variational.{k}": r for k, r in VARIATIONAL.items()})
     d = cfg["variational"]["damping"]
@@ -39,28 +43,36 @@ def check_variational(cfg: dict):
                               "use e.g. variational.temperatures=[2.0,2.269,2.5]")
         for t in temps:
             real(gt=0)("variational.temperatures", t)
+    return VariationalSettings.from_section(cfg["variational"])
 
 
-def check_bounds(cfg: dict):
+def check_bounds(cfg: dict) -> tuple | None:
     """pipeline=bounds: an Ising model (validated as for tempering) or an MRF from a file (loaded and
-    checked: square, symmetric, finite couplings; rho from spanning trees)."""
+    checked: square, symmetric, finite couplings). Returns what :func:`load_mrf` read (None for Ising)."""
     model = cfg.get("model") or {}
     name = model.get("name")
     if name == "ising":
         unknown_keys(cfg, "model", set(ISING_RULES) | {"name"})
         apply(cfg, {f"model.{k}": r for k, r in ISING_RULES.items()})
-    elif name == "mrf":
+        return None
+    if name == "mrf":
         unknown_keys(cfg, "model", {"name", "path", "beta"})
         real(gt=0)("model.beta", get(cfg, "model.beta"))
         from pgmflow.pipelines.bounds.models import load_mrf
 
-        load_mrf(model)
-    else:
-        raise ConfigError("model", name, "pipeline=bounds works on binary pairwise models",
-                          "use model=ising or model=mrf model.path=FILE.npz")
+        return load_mrf(model)
+    raise ConfigError("model", name, "pipeline=bounds works on binary pairwise models",
+                      "use model=ising or model=mrf model.path=FILE.npz")
 
 
-def check_bounds_pipeline(cfg: dict):
-    """Everything pipeline=bounds reads: the model, then the variational section."""
-    check_bounds(cfg)
-    check_variational(cfg)
+def check_bounds_pipeline(cfg: dict) -> BoundsPlan:
+    """Everything pipeline=bounds reads: the model, then the variational section. Returns the plan, its
+    model built once (a model file read once per run)."""
+    from pgmflow.pipelines.bounds import models
+
+    loaded = check_bounds(cfg)
+    settings = check_variational(cfg)
+    seed = int(cfg["seed"])
+    model = (models.ising_lattices(cfg["model"], settings) if loaded is None
+             else models.file_mrf(cfg["model"], loaded, settings, seed))
+    return BoundsPlan(seed=seed, variational=settings, model=model)

@@ -7,12 +7,28 @@ standard errors, and the combination of several targets farmed in one run.
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 
 from pgmflow.tasks.tempering import diagnostics, engine, estimators, schedule, variational
 
 #: Keys of counts (summed over chains, not averaged): round trips and tempered restarts, whole chain and per leg.
 COUNTS = ("round_trips", "restarts")
+
+
+class ChainRound(NamedTuple):
+    """One chain at the end of a round.
+
+    betas: its ladder [K]; trace: the round's ``RoundTrace``; rts: its round-trip counters;
+    legs: the leg of each level (None: reference=fixed); leg_rts: per-leg round-trip counters (None
+    unless two legs)."""
+
+    betas: np.ndarray
+    trace: engine.RoundTrace
+    rts: diagnostics.RoundTripState
+    legs: np.ndarray | None = None
+    leg_rts: list | None = None
 
 
 def _stepping_stone(betas, loglik):
@@ -54,9 +70,12 @@ def chain_estimates(betas, trace, legs=None, leg_rts=None) -> dict:
     return out
 
 
-def round_summary(c, betas, trace, rts, target, exact_log_z, legs=None, leg_rts=None):
+def round_summary(c: int, target, chain: ChainRound) -> dict:
+    """Chain c's metrics of a round: estimates (offset by the reference's log Z), acceptance, round
+    trips, and the error against the target's exact log Z where known."""
+    betas, trace, rts = chain.betas, chain.trace, chain.rts
     rej = rejection(trace)
-    est = chain_estimates(betas, trace, legs, leg_rts)
+    est = chain_estimates(betas, trace, chain.legs, chain.leg_rts)
     lam, ss, ss_se, ti, ti_se = (est.pop(k) for k in ("barrier", "log_z_ss", "log_z_ss_se", "log_z_ti", "log_z_ti_se"))
     out = {"chain": c, "barrier": float(lam), "swap_accept_mean": float(1 - rej.mean()),
            "swap_accepted_frac": float(trace.accepted[trace.proposed].mean()) if trace.proposed.any() else float("nan"),
@@ -64,16 +83,17 @@ def round_summary(c, betas, trace, rts, target, exact_log_z, legs=None, leg_rts=
            "restarts": int(rts.restarts.sum()),
            "log_z_ss": target.log_z_reference + float(ss), "log_z_ss_se": float(ss_se),
            "log_z_ti": target.log_z_reference + float(ti), "log_z_ti_se": float(ti_se), **est}
-    if exact_log_z is not None:
-        out["log_z_ss_error"] = out["log_z_ss"] - exact_log_z
+    if target.exact_log_z is not None:
+        out["log_z_ss_error"] = out["log_z_ss"] - target.exact_log_z
     return out
 
 
 def per_level_table(betas, trace, target):
-    """Per-temperature estimates and diagnostics from one round's trace."""
+    """Per-temperature estimates and diagnostics from one round's trace (and the target's own columns,
+    e.g. a spin system's temperature, energy and specific heat)."""
     K = len(betas)
     rows = []
-    ess_e = diagnostics.effective_sample_size(trace.energy.T) if target.kind == "ising" else None
+    extra = target.level_columns(betas, trace)
     ess_ll = diagnostics.effective_sample_size(trace.loglik.T)
     ess_m = diagnostics.effective_sample_size(trace.abs_m.T)
     acc_pair = trace.accept_prob.mean(axis=0)
@@ -83,26 +103,20 @@ def per_level_table(betas, trace, target):
                "swap_accept_to_next": float(acc_pair[k]) if k < K - 1 else float("nan"),
                "mean_loglik": float(trace.loglik[:, k].mean()), "ess_loglik": float(ess_ll[k]),
                "mean_abs_m": float(trace.abs_m[:, k].mean()), "ess_abs_m": float(ess_m[k])}
-        if target.kind == "ising":
-            n = target.n_sites
-            beta = b * target.beta_model
-            e = trace.energy[:, k]
-            row.update({"temperature": (1.0 / beta) if beta > 0 else float("inf"), "energy_per_site": float(e.mean() / n),
-                        "specific_heat_per_site": float(beta**2 * e.var() / n), "ess_energy": float(ess_e[k])})
+        row.update(extra[k])
         rows.append(row)
     return rows
 
 
-def final_results(cfg, target, betas, traces, rts, exact_log_z, exact_how, history, legs=None, leg_rts=None):
-    """The run's results from the last round of each chain. betas, traces, rts: per chain; legs,
-    leg_rts: per chain (None entries for reference=fixed), or None."""
-    C = len(traces)
-    legs = [None] * C if legs is None else legs
-    leg_rts = [None] * C if leg_rts is None else leg_rts
+def final_results(target, chains: list[ChainRound], history: list) -> dict:
+    """The run's results from the last round of each chain of one target (``chains``, in order)."""
+    C = len(chains)
+    betas, traces, rts = [ch.betas for ch in chains], [ch.trace for ch in chains], [ch.rts for ch in chains]
+    exact_log_z, exact_how = target.exact_log_z, target.exact_source
     rows, per_level = [], []
     ss_all, ti_all, ests = [], [], []
     for c in range(C):
-        est = chain_estimates(betas[c], traces[c], legs[c], leg_rts[c])
+        est = chain_estimates(betas[c], traces[c], chains[c].legs, chains[c].leg_rts)
         ests.append(est)
         ss, ss_se, ti, ti_se = est["log_z_ss"], est["log_z_ss_se"], est["log_z_ti"], est["log_z_ti_se"]
         ss_all.append((target.log_z_reference + ss, ss_se))
@@ -130,10 +144,9 @@ def final_results(cfg, target, betas, traces, rts, exact_log_z, exact_how, histo
         vals = np.array([e[key] for e in ests])
         res[key] = (int(vals.sum()) if key.startswith(COUNTS) else
                     float(np.sqrt(np.sum(vals**2)) / C) if "_se_" in key else float(vals.mean()))
-    if target.kind == "ising":
-        res["log_z_ss_per_site"] = ss / target.n_sites
+    res.update(target.per_site_results(ss))
     if C >= 2:
-        series = np.stack([t.energy.T if target.kind == "ising" else t.loglik.T for t in traces], axis=1)  # [K, C, T]
+        series = np.stack([target.observable(t).T for t in traces], axis=1)  # [K, C, T]
         rhat = diagnostics.split_rhat(series)
         res["rhat_max"] = float(np.nanmax(rhat))
         res["rhat_per_level"] = [float(v) for v in rhat]
@@ -171,6 +184,7 @@ def print_summary(say, res, prefix=""):
     line = (f"pgmflow: {prefix}log Z = {res['log_z_ss']:.6f} ± {res['log_z_ss_se']:.6f} (stepping stone), "
             f"{res['log_z_ti']:.6f} ± {res['log_z_ti_se']:.6f} (thermodynamic integration)")
     if "log_z_exact" in res:
-        line += f"; exact {res['log_z_exact']:.6f} ({res['exact_log_z_source']}), error {res['log_z_ss_error_sigmas']:+.2f} SE"
+        line += (f"; exact {res['log_z_exact']:.6f} ({res['exact_log_z_source']}), "
+                 f"error {res['log_z_ss_error_sigmas']:+.2f} SE")
     line += f"; barrier Λ = {res['barrier']:.3f}, {res['round_trips']} round trips"
     say(line, prefix="", summary=True)

@@ -1,8 +1,9 @@
 """model=bayes: named priors per coordinate block, a data file, and an allow-listed log-likelihood.
 
 ``build_bayes(model)`` reads the data (``model.data``), builds the features and returns the task-side
-``pgmflow.tasks.tempering.bayes.BayesTarget`` (data inside: the plan scatters it to the workers once);
-``check_bayes`` refuses bad input in one line before any graph is built.
+``pgmflow.tasks.tempering.bayes.BayesTarget`` (data inside: the run scatters it to the workers once);
+``check_bayes`` refuses bad input in one line before any graph is built and returns the target it
+checked, which the plan keeps (the file is read once per run).
 """
 
 from __future__ import annotations
@@ -128,12 +129,16 @@ def prior_blocks(prior) -> tuple:
     return tuple(blocks)
 
 
-def build_bayes(model: dict):
+def build_bayes(model: dict, data: dict | None = None):
+    """The task-side target of a validated ``model=bayes`` section; ``data``: the likelihood's arrays when
+    already read (else read from ``model.data`` here, the one read of the file in a run)."""
     from pgmflow.tasks.tempering.bayes import BayesTarget
     from pgmflow.tasks.tempering.priors import PriorReference
 
-    return BayesTarget(reference=PriorReference(prior_blocks(model.get("prior"))), data=load_data(model["data"]),
-                       log_likelihood=model["log_likelihood"], grad_log_likelihood=model.get("grad_log_likelihood") or "",
+    data = load_data(model["data"]) if data is None else data
+    return BayesTarget(reference=PriorReference(prior_blocks(model.get("prior"))), data=data,
+                       log_likelihood=model["log_likelihood"],
+                       grad_log_likelihood=model.get("grad_log_likelihood") or "",
                        options=dict(model.get("likelihood_options") or {}))
 
 
@@ -158,7 +163,8 @@ def _check_callables(model: dict, explorer: str):
 
 
 def check_bayes(model: dict, explorer: str):
-    """Priors, data, callables, then the likelihood (and gradient) on prior draws: finite, right shape."""
+    """Priors, data, callables, then the likelihood (and gradient) on prior draws: finite, right shape.
+    Returns the task-side target it built and checked (the data read once)."""
     from pgmflow.tasks.tempering.targets import load_callable
 
     if not isinstance(model.get("data"), dict):
@@ -193,3 +199,4 @@ def check_bayes(model: dict, explorer: str):
     if grad is not None and not np.all(np.isfinite(grad)):
         raise ConfigError("model.grad_log_likelihood", model["grad_log_likelihood"], "returned NaN or inf on draws "
                           "from the prior", "return finite gradients")
+    return t

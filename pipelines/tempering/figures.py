@@ -31,22 +31,15 @@ def tempering_figures(target, betas, traces, history, results, legs=None) -> dic
 
 def _energy_traces(target, betas, traces, history, results):
     """Energy (or log-likelihood) traces per temperature, last round, chain 0."""
-    ising = target.kind == "ising"
     b = np.asarray(betas[0])
     tr = traces[0]
     K = len(b)
 
     fig, ax = plt.subplots(figsize=(8, 4.5))
     for k in _levels_to_show(K):
-        y = tr.energy[:, k] / target.n_sites if ising else tr.loglik[:, k]
-        if ising:
-            beta = b[k] * target.beta_model
-            lab = f"T = {1 / beta:.3g}" if beta > 0 else "T = inf (reference)"
-        else:
-            lab = f"b = {b[k]:.3g}"
-        ax.plot(tr.scans, y, lw=0.8, label=lab)
+        ax.plot(tr.scans, target.trace_values(tr, k), lw=0.8, label=target.level_label(b[k]))
     ax.set_xlabel("scan")
-    ax.set_ylabel("energy per site" if ising else "log-likelihood l(x)")
+    ax.set_ylabel(target.trace_ylabel)
     ax.set_title("Traces per temperature (last round, chain 0)")
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     fig.tight_layout()
@@ -78,9 +71,9 @@ def swap_acceptance_figure(curves, xlabel: str, title: str):
 
 def _swap_acceptance(target, betas, traces, history, results):
     """Swap acceptance per adjacent pair and the communication barrier Lambda(b)."""
-    curves = [(np.asarray(bc), t.accept_prob.mean(axis=0), f"chain {c}", "o-") for c, (bc, t) in enumerate(zip(betas, traces))]
-    xlabel = "b (annealing parameter; T = T_target / b)" if target.kind == "ising" else "b (annealing parameter)"
-    return swap_acceptance_figure(curves, xlabel, "Swap acceptance (equalised by the adaptive ladder)")
+    curves = [(np.asarray(bc), t.accept_prob.mean(axis=0), f"chain {c}", "o-")
+              for c, (bc, t) in enumerate(zip(betas, traces))]
+    return swap_acceptance_figure(curves, target.ladder_xlabel, "Swap acceptance (equalised by the adaptive ladder)")
 
 
 def _round_trips(target, betas, traces, history, results):
@@ -107,7 +100,6 @@ def _round_trips(target, betas, traces, history, results):
 
 def _autocorrelation(target, betas, traces, history, results):
     """Autocorrelation of the energy (log-likelihood) and |m| at a few levels, last round."""
-    ising = target.kind == "ising"
     b = np.asarray(betas[0])
     tr = traces[0]
     K = len(b)
@@ -115,8 +107,7 @@ def _autocorrelation(target, betas, traces, history, results):
     from pgmflow.tasks.tempering import diagnostics
 
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
-    series = [("energy" if ising else "log-likelihood", tr.energy if ising else tr.loglik),
-              ("|magnetisation|" if ising else "|x|", tr.abs_m)]
+    series = [(target.observable_name, target.observable(tr)), (target.magnitude_name, tr.abs_m)]
     max_lag = max(1, min(200, tr.scans.shape[0] // 4))
     for ax, (name, data) in zip(axes, series):
         for k in _levels_to_show(K, 5):

@@ -17,11 +17,11 @@ from pgmflow.tasks.tempering import diagnostics, schedule, variational
 REFERENCES = ("fixed", "variational", "stabilized")
 
 
-def legs_of(tcfg: dict, K: int) -> np.ndarray | None:
-    """The leg of each of the K levels at the start: None for reference=fixed (the historical single
-    path), zeros for variational, [0]*K0 + [1]*K1 (K0 = K // 2) for stabilized (the split then
-    follows the legs' barriers, :func:`adapt`, unless ``tempering.stabilized_split=half``)."""
-    ref = tcfg.get("reference", "fixed")
+def legs_of(ref: str, K: int) -> np.ndarray | None:
+    """The leg of each of the K levels at the start (``ref``: ``tempering.reference``): None for
+    reference=fixed (the historical single path), zeros for variational, [0]*K0 + [1]*K1 (K0 = K // 2)
+    for stabilized (the split then follows the legs' barriers, :func:`adapt`, unless
+    ``tempering.stabilized_split=half``)."""
     if ref == "fixed":
         return None
     if ref == "variational":

@@ -1,11 +1,13 @@
-"""Validation of pipeline=tempering: the tempering section, the target (model) and its options."""
+"""Validation of pipeline=tempering: the tempering section, the target (model) and its options. The only
+reads of the config dict in the tempering workload; returns the typed plan, its targets built once."""
 
 from __future__ import annotations
 
 from pgmflow.pipelines.bounds.validate import ISING_RULES
 from pgmflow.pipelines.core.errors import ConfigError
 from pgmflow.pipelines.core.validation import apply, boolean, check_importable, choice, integer, real, unknown_keys
-from pgmflow.pipelines.tempering.targets import MODELS, build_target, resolve_explorer
+from pgmflow.pipelines.tempering.plan import TemperingPlan, TemperingSettings
+from pgmflow.pipelines.tempering.targets import MODELS, TARGETS, Target, build_target
 
 TEMPERING = {
     "n_replicas": integer(lo=2, hi=4096),
@@ -89,9 +91,9 @@ def check_chain_overrides(overrides, model: dict, name: str):
                 MODEL_RULES[name][key](f"{path}[{i}].{key}", value)
 
 
-def check_custom_target(model: dict, explorer: str):
+def check_custom_target(model: dict, explorer: str) -> Target:
     """Import the user's log-density and evaluate it on reference draws: finite values, right shape.
-    Only modules on the allow-list (:func:`allowed_modules`) are imported."""
+    Only modules on the allow-list (:func:`allowed_modules`) are imported. Returns the target it checked."""
     import numpy as np
 
     from pgmflow.tasks.tempering import targets
@@ -113,7 +115,8 @@ def check_custom_target(model: dict, explorer: str):
         except Exception as exc:
             raise ConfigError(path, spec, f"cannot be imported ({type(exc).__name__}: {exc})",
                               "check the module is on PYTHONPATH and the name is 'package.module:function'") from None
-    t = build_target(model)
+    target = build_target(model)
+    t = target.task
     x = t.reference.sample(np.random.default_rng(0), 16)
     try:
         val = t.log_gamma(x)
@@ -129,6 +132,7 @@ def check_custom_target(model: dict, explorer: str):
         if not np.all(np.isfinite(g)):
             raise ConfigError("model.grad_log_density", model["grad_log_density"],
                               "returned NaN or inf on draws from the reference", "return finite gradients")
+    return target
 
 
 def check_reference(t: dict, name: str):
@@ -137,9 +141,9 @@ def check_reference(t: dict, name: str):
     ref = t.get("reference", "fixed")
     if ref == "fixed":
         return
-    if name == "ising":
+    if not TARGETS[name].continuous:
         raise ConfigError("tempering.reference", ref, "fits a Gaussian reference, which needs a continuous target",
-                          "use tempering.reference=fixed with model=ising")
+                          f"use tempering.reference=fixed with model={name}")
     if ref == "stabilized" and t["n_replicas"] < 4:
         raise ConfigError("tempering.n_replicas", t["n_replicas"], "is split between the two legs of "
                           "reference=stabilized, which need at least 2 levels each", "set tempering.n_replicas>=4")
@@ -148,7 +152,31 @@ def check_reference(t: dict, name: str):
                           "set tempering.ladder=null (each leg starts from tempering.initial_schedule)")
 
 
-def check_tempering(cfg: dict):
+def check_model(model: dict, name: str, explorer: str) -> Target:
+    """The model section's own rules beyond the field types; returns the target, built once."""
+    if name == "gaussian_mixture":
+        w = model.get("weights")
+        if w is not None:
+            if not isinstance(w, (list, tuple)) or len(w) != model["n_components"]:
+                raise ConfigError("model.weights", w, f"must be a list of {model['n_components']} positive numbers "
+                                  "(one per component)", "set model.weights=null for equal weights")
+            for v in w:
+                real(gt=0)("model.weights", v)
+    if name == "custom":
+        return check_custom_target(model, explorer)
+    if name == "gaussian":
+        d, rho = model["dim"], model["correlation"]
+        if not -1.0 / max(d - 1, 1) < rho < 1.0:
+            raise ConfigError("model.correlation", rho, f"makes the covariance singular or indefinite for d={d}",
+                              f"use a value in ({-1.0 / max(d - 1, 1):.4g}, 1)")
+    if name == "bayes":
+        from pgmflow.pipelines.tempering.bayes import check_bayes
+
+        return TARGETS[name].build(model, check_bayes(model, explorer))
+    return build_target(model)
+
+
+def check_tempering(cfg: dict) -> TemperingPlan:
     unknown_keys(cfg, "tempering", set(TEMPERING) | TEMPERING_OPTIONAL)
     apply(cfg, {f"tempering.{k}": r for k, r in TEMPERING.items()})
     t = cfg["tempering"]
@@ -160,33 +188,19 @@ def check_tempering(cfg: dict):
                           "model=custom")
     unknown_keys(cfg, "model", set(MODEL_RULES[name]) | MODEL_EXTRA[name] | {"name"})
     apply(cfg, {f"model.{k}": r for k, r in MODEL_RULES[name].items()})
-    explorer = resolve_explorer(t["explorer"], name)
+    explorer = TARGETS[name].resolve_explorer(t["explorer"])
     check_chain_overrides(t.get("chain_overrides"), model, name)
-    if name == "gaussian_mixture":
-        w = model.get("weights")
-        if w is not None:
-            if not isinstance(w, (list, tuple)) or len(w) != model["n_components"]:
-                raise ConfigError("model.weights", w, f"must be a list of {model['n_components']} positive numbers "
-                                  "(one per component)", "set model.weights=null for equal weights")
-            for v in w:
-                real(gt=0)("model.weights", v)
-    if name == "custom":
-        check_custom_target(model, explorer)
-    if name == "gaussian":
-        d, rho = model["dim"], model["correlation"]
-        if not -1.0 / max(d - 1, 1) < rho < 1.0:
-            raise ConfigError("model.correlation", rho, f"makes the covariance singular or indefinite for d={d}",
-                              f"use a value in ({-1.0 / max(d - 1, 1):.4g}, 1)")
-    if name == "bayes":
-        from pgmflow.pipelines.tempering.bayes import check_bayes
-
-        check_bayes(model, explorer)
+    target = check_model(model, name, explorer)
     check_reference(t, name)
 
+    bounds = None
     if cfg.get("bounds"):  # bounds=true: the variational bounds along the ladder (pgmflow.pipelines.bounds)
         from pgmflow.pipelines.bounds.validate import check_variational
 
-        check_variational(cfg)
-        if name != "ising":
+        bounds = check_variational(cfg)
+        if not target.supports_bounds:
             raise ConfigError("bounds", True, f"variational bounds need a binary pairwise model, not model={name}",
                               "use model=ising with bounds=true")
+    overrides = tuple(dict(ov) for ov in (t.get("chain_overrides") or [{}]))
+    return TemperingPlan(seed=int(cfg["seed"]), tempering=TemperingSettings.from_section(t, explorer),
+                         targets=tuple(target.variant(ov) for ov in overrides), overrides=overrides, bounds=bounds)

@@ -7,15 +7,20 @@ from __future__ import annotations
 
 from pgmflow.pipelines.bounds import figures as bounds_figures
 from pgmflow.pipelines.bounds.ladder import tempering_bounds
+from pgmflow.pipelines.bounds.settings import VariationalSettings
 from pgmflow.pipelines.core import artifacts
 
 
-def log_bounds(ctx, group_targets, per_group, final_betas, last_traces, G):
-    tracker = ctx.tracker
+def log_bounds(ctx, settings: VariationalSettings, targets: tuple, per_group: list, final_betas: list,
+               last_traces: list):
+    """The bounds along chain 0's ladder of each target (``targets``: the plan's Ising lattices), added to
+    each target's results (``per_group``), with a table and, if ``variational.figures``, a figure."""
+    tracker, G = ctx.tracker, len(targets)
     for g, res_g in enumerate(per_group):
         cs = res_g["chains"]
         suffix = f"_target{g}" if G > 1 else ""
-        out = tempering_bounds(ctx, group_targets[g], [final_betas[c] for c in cs], [last_traces[c] for c in cs], g)
+        out = tempering_bounds(ctx, settings, targets[g].task, [final_betas[c] for c in cs],
+                               [last_traces[c] for c in cs], g)
         rows = out["rows"]
         artifacts.log_table(tracker, rows, f"tables/bounds{suffix}.csv")
         last = rows[-1]
@@ -25,10 +30,10 @@ def log_bounds(ctx, group_targets, per_group, final_betas, last_traces, G):
                       "bounds_gap_trw_minus_tempering_per_site": last["gap_trw_minus_tempering"],
                       "bounds_order_holds": all(r["order_holds_2se"] for r in rows),
                       "bounds_all_converged": all(r["converged"] for r in rows)})
-        if ctx.cfg["variational"].get("figures", True):
-            _log_figure(tracker, group_targets[g], rows, suffix)
+        if settings.figures:
+            _log_figure(tracker, targets[g], rows, suffix)
         ctx.say(f"{'target ' + str(g) + ': ' if G > 1 else ''}bounds at T = "
-                f"{1.0 / group_targets[g].beta_model:.6g}: MF {last['mf_per_site']:.6f} <= tempering "
+                f"{1.0 / targets[g].beta_model:.6g}: MF {last['mf_per_site']:.6f} <= tempering "
                 f"{last['tempering_per_site']:.6f} ± {last['tempering_se_per_site']:.6f} <= TRW "
                 f"{last['trw_per_site']:.6f} per spin (Bethe {last['bethe_per_site']:.6f}); order holds (2 SE) at "
                 f"{sum(r['order_holds_2se'] for r in rows)}/{len(rows)} ladder temperatures")

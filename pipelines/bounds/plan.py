@@ -1,0 +1,25 @@
+"""The typed plan of ``pipeline=bounds``: the ``variational`` section's settings and the model built once
+(a model file read once per run).
+
+Naive mean field gives a lower bound on log Z, loopy belief propagation the Bethe approximation
+(Yedidia, Freeman & Weiss 2005), tree-reweighted BP an upper bound (Wainwright, Jaakkola & Willsky 2005).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pgmflow.pipelines.bounds.models import BoundsModel
+from pgmflow.pipelines.bounds.settings import VariationalSettings
+
+
+@dataclass(frozen=True)
+class BoundsPlan:
+    """A ``pipeline=bounds`` run: the seed, the settings and the model (its temperatures inside)."""
+
+    seed: int
+    variational: VariationalSettings
+    model: BoundsModel
+
+
+__all__ = ["BoundsPlan"]

@@ -1,0 +1,80 @@
+"""The typed plan of a tempering run: what ``validate`` returns and ``run(ctx, plan)`` works from.
+
+The settings of the ``tempering`` section with their types, and the targets built once (a data file
+read once): one per entry of ``tempering.chain_overrides`` (or just the model). Replica exchange as
+in Swendsen & Wang (1986) and Geyer (1991), with the non-reversible swaps and the adaptive ladder of
+Syed, Bouchard-Côté, Deligiannidis & Doucet (2022) and the variational reference of Surjanovic,
+Syed, Bouchard-Côté & Campbell (2022).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from collections.abc import Mapping
+
+from pgmflow.pipelines.bounds.settings import VariationalSettings
+from pgmflow.pipelines.tempering.targets import Target
+
+
+@dataclass(frozen=True)
+class TemperingSettings:
+    """The ``tempering`` section, validated and typed (see conf/pipeline/tempering.yaml)."""
+
+    n_replicas: int
+    n_rounds: int
+    n_chains: int
+    explorer: str  # resolved for the target: metropolis | heatbath | rwm | hmc
+    explorer_requested: str  # as configured ("auto" allowed); read only by the layout's cost estimate
+    sweeps_per_scan: int
+    n_leapfrog: int
+    step_size: float
+    swap: str  # deo (non-reversible) | seo (reversible)
+    adapt_schedule: bool
+    initial_schedule: str  # linear | power
+    schedule_power: float
+    n_blocks: int | None  # None: one block per worker
+    layout: str  # auto | chain | blocks
+    scans_per_task: int | None  # None: about 0.5 s of work per task
+    checkpoint_every: int  # 0: never
+    figures: bool
+    reference: str  # fixed | variational | stabilized
+    variational_family: str  # diagonal | full
+    variational_from_round: int
+    stabilized_split: str  # adaptive | half
+    ladder: tuple[float, ...] | None  # an explicit initial ladder from 0 to 1
+
+    @classmethod
+    def from_section(cls, t: Mapping, explorer: str) -> TemperingSettings:
+        """From the validated section; ``explorer``: the resolved explorer."""
+        ladder = t.get("ladder")
+        return cls(n_replicas=int(t["n_replicas"]), n_rounds=int(t["n_rounds"]), n_chains=int(t["n_chains"]),
+                   explorer=explorer, explorer_requested=str(t["explorer"]),
+                   sweeps_per_scan=int(t["sweeps_per_scan"]), n_leapfrog=int(t["n_leapfrog"]),
+                   step_size=float(t["step_size"]), swap=str(t["swap"]), adapt_schedule=bool(t["adapt_schedule"]),
+                   initial_schedule=str(t["initial_schedule"]), schedule_power=float(t["schedule_power"]),
+                   n_blocks=None if t["n_blocks"] == "auto" else int(t["n_blocks"]), layout=str(t["layout"]),
+                   scans_per_task=None if t["scans_per_task"] == "auto" else int(t["scans_per_task"]),
+                   checkpoint_every=int(t["checkpoint_every"]), figures=bool(t["figures"]),
+                   reference=str(t.get("reference", "fixed")),
+                   variational_family=str(t.get("variational_family", "diagonal")),
+                   variational_from_round=int(t.get("variational_from_round", 0)),
+                   stabilized_split=str(t.get("stabilized_split", "adaptive")),
+                   ladder=None if not ladder else tuple(float(v) for v in ladder))
+
+    @property
+    def n_levels(self) -> int:
+        """Levels of each ladder."""
+        return len(self.ladder) if self.ladder else self.n_replicas
+
+
+@dataclass(frozen=True)
+class TemperingPlan:
+    """A tempering run: the seed, the settings, the targets farmed at once (``targets[g]`` is built
+    from the model with ``overrides[g]``; each is run by ``tempering.n_chains`` chains) and, with
+    ``bounds=true``, the settings of the variational bounds along the ladder."""
+
+    seed: int
+    tempering: TemperingSettings
+    targets: tuple[Target, ...]
+    overrides: tuple[Mapping, ...]
+    bounds: VariationalSettings | None = None
