@@ -46,7 +46,6 @@ from collections.abc import Callable
 from typing import NamedTuple
 
 import numpy as np
-import scipy.linalg
 
 EPS = float(np.finfo(np.float64).eps)
 FORMAT = 1  # the layout of State in to_arrays; from_arrays refuses another
@@ -226,52 +225,50 @@ def projected_gradient_norm(x, g, lower, upper) -> float:
 # --- the compact representation --------------------------------------------------------------------
 
 class _Memory(NamedTuple):
-    """The compact form of B for the ``col`` pairs held: ``W = [Y', theta S']`` [n, 2 col] and the pieces of
-    the middle matrix ``M = [[-D, L'], [L, theta S'S]]^-1`` (Byrd, Nocedal & Schnabel 1994, eq. 3.5)."""
+    """The compact form of B for the ``col`` pairs held: ``W = [Y', theta S']`` [n, 2 col] and the middle
+    matrix ``M = [[-D, L'], [L, theta S'S]]^-1`` (Byrd, Nocedal & Schnabel 1994, eq. 3.5)."""
 
     S: np.ndarray  # [col, n]
     Y: np.ndarray  # [col, n]
     SY: np.ndarray  # [col, col]  S Y'
     SS: np.ndarray  # [col, col]  S S'
-    J: np.ndarray  # [col, col]  lower Cholesky factor of theta S'S + L D^-1 L'
+    M: np.ndarray  # [2 col, 2 col]
     theta: float
 
 
 def _memory(S, Y, col, theta) -> _Memory | None:
-    """The pieces for ``col`` pairs, or None when ``theta S'S + L D^-1 L'`` is not positive definite."""
+    """The pieces for ``col`` pairs, or None when ``T = theta S'S + L D^-1 L'`` is not positive definite
+    (the L-BFGS-B code's ``formt``) or M is not finite. ``T`` is the Schur complement of ``-D`` in
+    ``M^-1 = [[-D, L'], [L, theta S'S]]`` (Byrd et al. 1995, eq. 3.4), so::
+
+        M = [[-D^-1 + D^-1 L' T^-1 L D^-1,  D^-1 L' T^-1],
+             [T^-1 L D^-1,                  T^-1        ]]
+    """
     S, Y = S[:col], Y[:col]  # [col, n]
     SY = S @ Y.T  # [col, col]
     SS = S @ S.T  # [col, col]
     dg = np.diag(SY).copy()  # [col]  D
     L = np.tril(SY, -1)  # [col, col]  L_ij = s_i'y_j, i > j
-    T = theta * SS + (L / dg) @ L.T  # [col, col]
+    LD = L / dg  # [col, col]  L D^-1
+    T = theta * SS + LD @ L.T  # [col, col]
     try:
         J = np.linalg.cholesky(T)  # [col, col]
+        Jinv = np.linalg.inv(J)  # [col, col]
     except np.linalg.LinAlgError:
         return None
-    if not np.all(np.isfinite(J)):
+    Tinv = Jinv.T @ Jinv  # [col, col]
+    M21 = Tinv @ LD  # [col, col]  T^-1 L D^-1
+    M11 = np.diag(-1.0 / dg) + LD.T @ M21  # [col, col]
+    M = np.empty((2 * col, 2 * col))  # [2 col, 2 col]
+    M[:col, :col], M[:col, col:], M[col:, :col], M[col:, col:] = M11, M21.T, M21, Tinv
+    if not np.all(np.isfinite(M)):
         return None
-    return _Memory(S, Y, SY, SS, J, theta)
+    return _Memory(S, Y, SY, SS, M, theta)
 
 
 def _mv(mem: _Memory, v):
-    """``M v`` [2 col] for v [2 col] by the factorisation of ``M^-1`` (Byrd et al. 1995, eq. 3.4 and
-    the L-BFGS-B code's ``bmv``); None when a triangular factor is singular."""
-    col = mem.SY.shape[0]
-    dg = np.diag(mem.SY)  # [col]
-    sq = np.sqrt(dg)  # [col]
-    L = np.tril(mem.SY, -1)  # [col, col]
-    v1, v2 = v[:col], v[col:]
-    # [ D^1/2, 0 ; -L D^-1/2, J ] [p1; p2] = [v1; v2]
-    rhs = v2 + L @ (v1 / dg)  # [col]
-    if np.any(np.diag(mem.J) == 0):
-        return None
-    p2 = scipy.linalg.solve_triangular(mem.J, rhs, lower=True)  # [col]
-    p1 = v1 / sq  # [col]
-    # [ -D^1/2, D^-1/2 L' ; 0, J' ] [q1; q2] = [p1; p2]
-    q2 = scipy.linalg.solve_triangular(mem.J, p2, lower=True, trans="T")  # [col]
-    q1 = -p1 / sq + (L.T @ q2) / dg  # [col]
-    return np.concatenate([q1, q2])
+    """``M v`` [2 col] for v [2 col]."""
+    return mem.M @ v
 
 
 def _w_row(mem: _Memory, i):
@@ -283,8 +280,8 @@ def _w_row(mem: _Memory, i):
 
 def _cauchy(x, g, lower, upper, mem: _Memory | None, theta, pgnorm):
     """``(xcp [n], free [n] bool, c [2 col])``: the generalized Cauchy point, the variables free there
-    (not at a bound it reached, nor at a bound the gradient pushes against), and ``c = W'(xcp - x)``;
-    None when the middle matrix is singular (Byrd et al. 1995, algorithm CP)."""
+    (not at a bound it reached, nor at a bound the gradient pushes against), and ``c = W'(xcp - x)``
+    (Byrd et al. 1995, algorithm CP)."""
     n = x.size
     col = 0 if mem is None else mem.SY.shape[0]
     if pgnorm <= 0.0:
@@ -317,10 +314,7 @@ def _cauchy(x, g, lower, upper, mem: _Memory | None, theta, pgnorm):
     if col:
         p = np.concatenate([mem.Y @ d, theta * (mem.S @ d)])  # [2 col]  W'd
         c = np.zeros(2 * col)  # [2 col]
-        mp = _mv(mem, p)
-        if mp is None:
-            return None
-        f2 = -theta * f1 - float(mp @ p)
+        f2 = -theta * f1 - float(_mv(mem, p) @ p)
     else:
         p = c = np.zeros(0)
         f2 = -theta * f1
@@ -361,9 +355,7 @@ def _cauchy(x, g, lower, upper, mem: _Memory | None, theta, pgnorm):
         if col:
             c = c + dt * p
             wbp = _w_row(mem, ibp)  # [2 col]
-            v = _mv(mem, wbp)
-            if v is None:
-                return None
+            v = _mv(mem, wbp)  # [2 col]
             wmc, wmp, wmw = float(c @ v), float(p @ v), float(wbp @ v)
             p = p - dibp * wbp
             f1 = f1 + dibp * wmc
@@ -394,19 +386,16 @@ def _subspace(x, g, xcp, free, c, lower, upper, mem: _Memory, theta, constrained
     method, Byrd et al. 1995, section 5.1), projected onto the box, backtracked into it when the
     projection is no descent direction (Morales & Nocedal 2011); None when K is singular."""
     idx = np.flatnonzero(free)
+    Wz = np.concatenate([mem.Y[:, idx], theta * mem.S[:, idx]])  # [2 col, nf]  W'Z
     if not constrained:
         r = -g[idx]  # [nf]
     else:
-        mc = _mv(mem, c)
-        if mc is None:
-            return None
-        Wz = np.concatenate([mem.Y[:, idx], theta * mem.S[:, idx]])  # [2 col, nf]
-        r = -theta * (xcp[idx] - x[idx]) - g[idx] + Wz.T @ mc  # [nf]  -Z'(g + B (xcp - x))
-    Wz = np.concatenate([mem.Y[:, idx], theta * mem.S[:, idx]])  # [2 col, nf]  W'Z
+        r = -theta * (xcp[idx] - x[idx]) - g[idx] + Wz.T @ _mv(mem, c)  # [nf]  -Z'(g + B (xcp - x))
     col = mem.SY.shape[0]
     dg = np.diag(mem.SY)
     L = np.tril(mem.SY, -1)
-    Minv = np.block([[-np.diag(dg), L.T], [L, theta * mem.SS]])  # [2 col, 2 col]
+    Minv = np.empty((2 * col, 2 * col))  # [2 col, 2 col]
+    Minv[:col, :col], Minv[:col, col:], Minv[col:, :col], Minv[col:, col:] = -np.diag(dg), L.T, L, theta * mem.SS
     K = Minv - (Wz @ Wz.T) / theta  # [2 col, 2 col]
     try:
         v = np.linalg.solve(K, Wz @ r)  # [2 col]
@@ -415,7 +404,6 @@ def _subspace(x, g, xcp, free, c, lower, upper, mem: _Memory, theta, constrained
     if not np.all(np.isfinite(v)):
         return None
     du = r / theta + (Wz.T @ v) / (theta * theta)  # [nf]  (Z'BZ)^-1 r by Sherman-Morrison-Woodbury
-    assert col == v.size // 2
     z = xcp.copy()
     lo, hi = lower[idx], upper[idx]
     zt = np.minimum(np.maximum(xcp[idx] + du, lo), hi)  # [nf]  projected
@@ -426,27 +414,17 @@ def _subspace(x, g, xcp, free, c, lower, upper, mem: _Memory, theta, constrained
         return z
     # not a descent direction: the longest step along du from xcp that stays in the box
     z = xcp.copy()
-    xs = xcp[idx]
-    alpha, ibd = 1.0, -1
-    for i in range(idx.size):
-        dk = du[i]
-        t1 = 1.0
-        if dk < 0.0 and np.isfinite(lo[i]):
-            t2 = lo[i] - xs[i]
-            if t2 >= 0.0:
-                t1 = 0.0
-            elif dk * alpha < t2:
-                t1 = t2 / dk
-        elif dk > 0.0 and np.isfinite(hi[i]):
-            t2 = hi[i] - xs[i]
-            if t2 <= 0.0:
-                t1 = 0.0
-            elif dk * alpha > t2:
-                t1 = t2 / dk
-        if t1 < alpha:
-            alpha, ibd = t1, i
+    xs = xcp[idx]  # [nf]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        down = (du < 0.0) & np.isfinite(lo)  # [nf]
+        up = (du > 0.0) & np.isfinite(hi)  # [nf]
+        gap = np.where(down, lo - xs, np.where(up, hi - xs, 0.0))  # [nf]
+        ratio = np.where(down, np.where(gap >= 0.0, 0.0, gap / du),
+                         np.where(up, np.where(gap <= 0.0, 0.0, gap / du), np.inf))  # [nf]
+    ibd = int(np.argmin(ratio)) if ratio.size else -1
+    alpha = float(ratio[ibd]) if ibd >= 0 and ratio[ibd] < 1.0 else 1.0
     du = du.copy()
-    if alpha < 1.0 and ibd >= 0:
+    if alpha < 1.0:
         k = idx[ibd]
         if du[ibd] > 0.0:
             z[k] = hi[ibd]
@@ -630,11 +608,7 @@ def _direction(st: State) -> State:
             z = _subspace(st.x, st.g, st.x, np.ones(st.x.size, bool), None, st.lower, st.upper, mem, st.theta,
                           False)
         else:
-            cp = _cauchy(st.x, st.g, st.lower, st.upper, mem, st.theta, pg)
-            if cp is None:
-                st = _refresh(st)
-                continue
-            xcp, free, c = cp
+            xcp, free, c = _cauchy(st.x, st.g, st.lower, st.upper, mem, st.theta, pg)
             z = xcp if (not np.any(free) or not st.col) else _subspace(st.x, st.g, xcp, free, c, st.lower,
                                                                           st.upper, mem, st.theta, True)
         if z is None:
@@ -648,22 +622,16 @@ def _direction(st: State) -> State:
         if st.nit == 0:
             stpmax = 1.0
         else:
-            neg = (d < 0.0) & np.isfinite(st.lower)
-            pos = (d > 0.0) & np.isfinite(st.upper)
-            for i in np.flatnonzero(neg | pos):  # in index order, as the step bound shrinks
-                a1 = d[i]
-                if neg[i]:
-                    a2 = st.lower[i] - st.x[i]
-                    if a2 >= 0.0:
-                        stpmax = 0.0
-                    elif a1 * stpmax < a2:
-                        stpmax = a2 / a1
-                else:
-                    a2 = st.upper[i] - st.x[i]
-                    if a2 <= 0.0:
-                        stpmax = 0.0
-                    elif a1 * stpmax > a2:
-                        stpmax = a2 / a1
+            neg = (d < 0.0) & np.isfinite(st.lower)  # [n]
+            pos = (d > 0.0) & np.isfinite(st.upper)  # [n]
+            gap = np.where(neg, st.lower - st.x, np.where(pos, st.upper - st.x, 0.0))  # [n]
+            if np.any(neg & (gap >= 0.0)) or np.any(pos & (gap <= 0.0)):
+                stpmax = 0.0
+            elif np.any(neg | pos):
+                with np.errstate(divide="ignore", invalid="ignore"):
+                    stpmax = min(stpmax, float(np.min(np.where(neg | pos, gap / d, np.inf))))
+    if not dnorm > 0.0:
+        return _search_failed(st._replace(d=d, stpmax=float(stpmax), f0=st.f, gd0=0.0))
     stp = min(1.0 / dnorm, stpmax) if (st.nit == 0 and not boxed) else min(1.0, stpmax)
     gd0 = float(st.g @ d)
     st = st._replace(d=d, stpmax=float(stpmax), f0=st.f, gd0=gd0)
