@@ -42,10 +42,10 @@ class Fit:
     (``shard_tasks.ShardState``); heldout_cols: per group, the words of its held-out documents."""
 
     plan: Plan
-    groups: list
-    group_worker: list
-    states: list
-    heldout_cols: list
+    groups: list[list[int]]
+    group_worker: list[str | None]
+    states: list[list]  # [group][shard]: futures (or values, on the synchronous scheduler)
+    heldout_cols: list[np.ndarray]
 
 
 class Trained(NamedTuple):
@@ -79,7 +79,7 @@ def _announce(ctx, plan: Plan, n_groups: int) -> None:
             f"{len(info.shard_docs)} shards; K={plan.model.K}, S={sch.batch_docs}, {sch.n_steps} steps")
 
 
-def _load_shards(ctx, plan: Plan, groups: list, group_worker: list) -> Fit:
+def _load_shards(ctx, plan: Plan, groups: list[list[int]], group_worker: list[str | None]) -> Fit:
     """Each group's shards onto its worker, once (``prepare`` tasks pinned to the worker), and the words
     of each group's held-out documents."""
     ex = ctx.executor

@@ -53,6 +53,31 @@ def _optional_positive(path, v):
 def check_svi(cfg: dict) -> Plan:
     """Every field of an SVI run, then the corpus itself (converted and checked before any task runs);
     returns the run's plan."""
+    s = _check_svi_section(cfg)
+    model = _check_model(cfg)
+    pr = _check_pr(cfg)
+    source = corpus_source(_check_corpus(cfg))
+    info = corpora.open_checked(source)  # the one time a run opens its corpus
+    K = int(model["K"])
+    lda = LDAModel(K=K, alpha=_symmetric_prior(model.get("alpha"), K), eta=_symmetric_prior(model.get("eta"), K))
+    settings = PRSettings(seed_words=pr.get("seed_words"), seed_mass=pr.get("seed_mass", 0.7),
+                          topic_cap=pr.get("topic_cap"), max_iter=int(pr.get("max_iter", 200)),
+                          tol=float(pr.get("tol", 1e-6)))
+    constraints = pr_constraints(settings, lda.K, info)  # word lookups and feasibility
+    seed = int(cfg["seed"])
+    heldout = heldout_settings(s)
+    fraction = heldout.fraction_for(info.n_docs)
+    return Plan(seed=seed, model=lda, step_size=StepSize(tau0=float(s["tau0"]), kappa=float(s["kappa"])),
+                estep=EStep(max_iter=int(s["estep_max_iter"]), tol=float(s["estep_tol"])),
+                schedule=_schedule(s, info, seed, fraction), heldout=heldout, heldout_fraction=fraction,
+                outputs=Outputs(eval_every=int(s["eval_every"]), checkpoint_every=int(s["checkpoint_every"]),
+                                top_words=int(s["top_words"]), figures=bool(s.get("figures", True))),
+                restarts=int(s.get("restarts", 0)), keep_in_memory=bool(s["keep_in_memory"]), pr=settings,
+                constraints=constraints, source=source, corpus=info)
+
+
+def _check_svi_section(cfg: dict) -> dict:
+    """The ``svi`` section, checked; returns it."""
     unknown_keys(cfg, "svi", set(SVI) | {"kappa", "max_steps", "heldout_fraction", "max_heldout_docs"})
     apply(cfg, {f"svi.{k}": r for k, r in SVI.items()})
     s = cfg["svi"]
@@ -70,6 +95,11 @@ def check_svi(cfg: dict) -> Plan:
                           "use e.g. svi.heldout_fraction=0.05")
     if s.get("max_heldout_docs") is not None:
         integer(lo=1)("svi.max_heldout_docs", s["max_heldout_docs"])
+    return s
+
+
+def _check_model(cfg: dict) -> dict:
+    """The ``model`` section (LDA), checked; returns it."""
     model = cfg.get("model") or {}
     if model.get("name") not in SVI_MODELS:
         raise ConfigError("model", model.get("name"), "pipeline=svi fits topic models",
@@ -78,6 +108,11 @@ def check_svi(cfg: dict) -> Plan:
     apply(cfg, {f"model.{k}": r for k, r in LDA.items()})
     _optional_positive("model.alpha", model.get("alpha"))
     _optional_positive("model.eta", model.get("eta"))
+    return model
+
+
+def _check_pr(cfg: dict) -> dict:
+    """The ``pr`` section, checked (what needs the corpus: :func:`pr_constraints`); returns it."""
     unknown_keys(cfg, "pr", PR_KEYS)
     pr = cfg.get("pr") or {}
     mass = pr.get("seed_mass", 0.7)
@@ -93,6 +128,11 @@ def check_svi(cfg: dict) -> Plan:
                               "mass 1 on some topic, so sum_k max_n q_n(k) >= 1", "use pr.topic_cap >= 1 (or null)")
     integer(lo=1)("pr.max_iter", pr.get("max_iter", 200))
     real(gt=0)("pr.tol", pr.get("tol", 1e-6))
+    return pr
+
+
+def _check_corpus(cfg: dict) -> dict:
+    """The ``corpus`` section's fields, checked (the corpus itself: ``corpora.open_checked``); returns it."""
     c = cfg.get("corpus")
     if not isinstance(c, dict) or "kind" not in c:
         raise ConfigError("corpus", c, "pipeline=svi needs a corpus", "use corpus=docstrings, corpus=synthetic, "
@@ -104,23 +144,7 @@ def check_svi(cfg: dict) -> Plan:
         apply(cfg, {f"corpus.{k}": r for k, r in SYNTHETIC.items()})
     elif "docs_per_shard" in c:
         integer(lo=1)("corpus.docs_per_shard", c["docs_per_shard"])
-    source = corpus_source(c)
-    info = corpora.open_checked(source)  # the one time a run opens its corpus
-    K = int(model["K"])
-    lda = LDAModel(K=K, alpha=_symmetric_prior(model.get("alpha"), K), eta=_symmetric_prior(model.get("eta"), K))
-    settings = PRSettings(seed_words=pr.get("seed_words"), seed_mass=mass, topic_cap=pr.get("topic_cap"),
-                          max_iter=int(pr.get("max_iter", 200)), tol=float(pr.get("tol", 1e-6)))
-    constraints = pr_constraints(settings, lda.K, info)  # word lookups and feasibility
-    seed = int(cfg["seed"])
-    heldout = heldout_settings(s)
-    fraction = heldout.fraction_for(info.n_docs)
-    return Plan(seed=seed, model=lda, step_size=StepSize(tau0=float(s["tau0"]), kappa=float(kappa)),
-                estep=EStep(max_iter=int(s["estep_max_iter"]), tol=float(s["estep_tol"])),
-                schedule=_schedule(s, info, seed, fraction), heldout=heldout, heldout_fraction=fraction,
-                outputs=Outputs(eval_every=int(s["eval_every"]), checkpoint_every=int(s["checkpoint_every"]),
-                                top_words=int(s["top_words"]), figures=bool(s.get("figures", True))),
-                restarts=int(s.get("restarts", 0)), keep_in_memory=bool(s["keep_in_memory"]), pr=settings,
-                constraints=constraints, source=source, corpus=info)
+    return c
 
 
 def _symmetric_prior(v, K: int) -> float:

@@ -68,6 +68,14 @@ def _gz_garbage(tmp_path):
             f"corpus.vocab={tmp_path / 'vocab.txt'}"], "corpus.docword"
 
 
+def _no_training_documents(tmp_path):
+    """A one-document corpus whose only document is held out: validation refuses the split."""
+    from pgmflow.tasks.lda import corpus
+
+    c = corpus.write_corpus(str(tmp_path / "one"), [corpus.shard_from_dense(np.array([[2.0, 1.0, 0.0, 3.0]]))], 4)
+    return ["corpus=sharded", f"corpus.path={c.path}", "svi.heldout_fraction=0.999999"], "no training documents"
+
+
 CASES = {
     "negative_count": _negative,
     "vocabulary_size_mismatch": _vocab_mismatch,
@@ -86,6 +94,7 @@ CASES = {
     "missing_docword": lambda p: (["corpus=uci"], "corpus.docword"),
     "unknown_svi_key": lambda p: (["+svi.batchsize=10"], "svi.batchsize"),
     "batch_size_0": lambda p: (["svi.batch_size=0"], "svi.batch_size=0"),
+    "no_training_documents": _no_training_documents,
 }
 
 
