@@ -1,9 +1,10 @@
 """TESLA: time-varying network structure learning by temporally smoothed L1 logistic regression
 (with KELLER and a static baseline beside it).
 
-Modules: ``validate`` (the config rules), ``networks`` (data sources: synthetic, npz, csv), ``run``
-(one path task per node and grid point, one selection task per node), ``report`` (edge sets,
-recovery, artifacts), ``figures``. Worker-side code is in ``pgmflow.tasks.tesla``.
+Modules: ``validate`` (the config rules; returns the run's plan), ``plan`` (the frozen, typed
+``TeslaPlan`` and its pieces), ``networks`` (data sources: synthetic, npz, csv), ``run`` (one path task
+per node and grid point, one selection task per node), ``edges`` (edge sets and recovery), ``report``
+(metrics and artifacts), ``figures``. Worker-side code is in ``pgmflow.tasks.tesla``.
 """
 
 from pgmflow.pipelines.core.registry import Workload

@@ -73,24 +73,7 @@ def check_tesla(cfg: dict) -> TeslaPlan:
                           "use model=tesla (or drop the model= override)")
     unknown_keys(cfg, "model", {"name", "q"})
     choice(1, 2)("model.q", get(cfg, "model.q"))
-    n = cfg.get("network")
-    if not isinstance(n, dict) or "kind" not in n:
-        raise ConfigError("network", n, "pipeline=tesla needs data", "use network=synthetic, or network=npz "
-                          "network.path=FILE.npz, or network=csv network.path=FILE.csv")
-    if n["kind"] not in networks.KINDS:
-        raise ConfigError("network.kind", n["kind"], "unknown data source", f"use one of: {', '.join(networks.KINDS)}")
-    if n["kind"] == "synthetic":
-        unknown_keys(cfg, "network", set(networks.SYNTHETIC_KEYS) | {"kind"})
-        apply(cfg, {f"network.{k}": r for k, r in NETWORK_SYNTHETIC.items()})
-        if n.get("n_edges") is not None:
-            integer(lo=0)("network.n_edges", n["n_edges"])
-        if n["weight_low"] > n["weight_high"]:
-            raise ConfigError("network.weight_low", n["weight_low"], f"is above network.weight_high={n['weight_high']}",
-                              "swap them")
-        source = _synthetic(n)
-    else:
-        unknown_keys(cfg, "network", {"kind", "path", "truth"})
-        source = _network_file(n)
+    source = _network_source(cfg)
     seed = int(cfg["seed"])
     data = networks.resolve(source, seed)
     T = len(data.series.n_per_time)
@@ -134,6 +117,27 @@ def check_tesla(cfg: dict) -> TeslaPlan:
 
 def _floats(values) -> tuple[float, ...]:
     return tuple(float(v) for v in values)
+
+
+def _network_source(cfg: dict) -> networks.SyntheticNetwork | networks.NetworkFile:
+    """The ``network`` section, checked and typed: the generator's settings, or the file to read."""
+    n = cfg.get("network")
+    if not isinstance(n, dict) or "kind" not in n:
+        raise ConfigError("network", n, "pipeline=tesla needs data", "use network=synthetic, or network=npz "
+                          "network.path=FILE.npz, or network=csv network.path=FILE.csv")
+    if n["kind"] not in networks.KINDS:
+        raise ConfigError("network.kind", n["kind"], "unknown data source", f"use one of: {', '.join(networks.KINDS)}")
+    if n["kind"] != "synthetic":
+        unknown_keys(cfg, "network", {"kind", "path", "truth"})
+        return _network_file(n)
+    unknown_keys(cfg, "network", set(networks.SYNTHETIC_KEYS) | {"kind"})
+    apply(cfg, {f"network.{k}": r for k, r in NETWORK_SYNTHETIC.items()})
+    if n.get("n_edges") is not None:
+        integer(lo=0)("network.n_edges", n["n_edges"])
+    if n["weight_low"] > n["weight_high"]:
+        raise ConfigError("network.weight_low", n["weight_low"], f"is above network.weight_high={n['weight_high']}",
+                          "swap them")
+    return _synthetic(n)
 
 
 def _synthetic(n: dict) -> networks.SyntheticNetwork:
