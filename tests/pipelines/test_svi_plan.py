@@ -100,7 +100,8 @@ def _counting(monkeypatch, module, name, calls, label):
     monkeypatch.setattr(mod, name, counted)
 
 
-@pytest.mark.parametrize("kind", ["shipped", "synthetic", "uci", "text", "matrix_market", "npz", "sharded"])
+@pytest.mark.parametrize("kind", ["synthetic"] + [pytest.param(k, marks=pytest.mark.slow) for k in (
+    "shipped", "uci", "text", "matrix_market", "npz", "sharded")])  # about 10 s each (two runs)
 def test_each_corpus_source_is_opened_once_per_run(kind, tmp_path, mlflow_uri, monkeypatch):
     monkeypatch.chdir(tmp_path)  # the checked-corpus stamps (.pgmflow/validated) go here
     monkeypatch.setenv("PGMFLOW_ORIG_CWD", str(tmp_path))
