@@ -3,6 +3,11 @@
 Everything else in ``tasks/`` calls :func:`numba` or :func:`cupy` from here inside a cached
 builder function, so that importing ``tasks`` never pays for (or requires) either library.
 
+numba kernels have one form: plain module-level functions marked with :func:`kernel` (the njit
+options they need), compiled on first use by :func:`compile_kernels` from the module's cached
+accessor (``_kernels()``), which rebinds the module's globals to the dispatchers. Names a kernel
+takes from elsewhere (another module's kernels, ``numba.prange``) are passed as ``bind``.
+
 ``get_xp(name)`` returns the array module for a backend name (``"numpy"`` or ``"cupy"``);
 ``array_module(x)`` returns the module an array belongs to; ``to_numpy(x)`` copies any array to
 host memory. ``gpu_info()`` says which CUDA device, runtime and driver CuPy finds (or why none),
@@ -41,17 +46,56 @@ def kernel(**options):
     return mark
 
 
-def compile_kernels(module) -> dict:
-    """``njit`` every :func:`kernel`-marked function of ``module`` and rebind the module's globals to
-    the dispatchers, so that kernels calling each other call compiled code (numba resolves callees
+def compile_kernels(module, bind: dict | None = None) -> dict:
+    """``njit`` every :func:`kernel`-marked function defined in ``module`` and rebind the module's globals
+    to the dispatchers, so that kernels calling each other call compiled code (numba resolves callees
     through the caller's globals; binding them to module globals rather than closure cells also keeps
     numba's on-disk cache key free of pickled closures). Returns ``{name: dispatcher}``. Compilation
     itself happens at each kernel's first call (or is loaded from the on-disk cache); call this once
-    per module (its callers cache it)."""
+    per module, behind the module's cached accessor (``functools.lru_cache``).
+
+    ``bind`` (``{global name: object}``) sets further module globals before anything compiles: what
+    the kernels call or use from elsewhere, namely kernels of *other* modules (their compiled
+    dispatchers, so compile that module first through its own accessor) and ``numba.prange``. The
+    module declares each such name at module level with its plain-Python meaning, so that the kernels
+    stay callable as Python and a reader (or a linter) sees where the name comes from::
+
+        from pgmflow.tasks import fastexp
+
+        prange = range  # bound to numba.prange by _kernels()
+        _cexp = fastexp._capped_exp_nb  # bound to its dispatcher by _kernels()
+
+        @backend.kernel(cache=True, nogil=True, parallel=True)
+        def _exps(a, out):
+            for i in prange(a.shape[0]):
+                ...
+            _cexp(out, 0.0)
+
+        @functools.lru_cache(maxsize=None)
+        def _kernels():
+            return backend.compile_kernels(sys.modules[__name__], bind={
+                "prange": backend.numba().prange, "_cexp": fastexp._kernels()["_capped_exp_nb"]})
+
+    A global that still names another module's marked (uncompiled) kernel raises ``ValueError``: numba
+    could not call it, and compiling a second copy here would split the on-disk cache. Kernels whose
+    name is in ``bind`` raise too (a kernel of this module is compiled here, not bound).
+    """
     nb = numba()
-    marked = {name: fn for name, fn in vars(module).items()
-              if inspect.isfunction(fn) and getattr(fn, KERNEL_MARK, None) is not None}
-    compiled = {name: nb.njit(**getattr(fn, KERNEL_MARK))(fn) for name, fn in marked.items()}
+    bind = dict(bind or {})
+    own = {name: fn for name, fn in vars(module).items()
+           if inspect.isfunction(fn) and getattr(fn, KERNEL_MARK, None) is not None
+           and fn.__module__ == module.__name__}
+    clash = sorted(set(own) & set(bind))
+    if clash:
+        raise ValueError(f"compile_kernels({module.__name__}): bind names kernels of the module itself: {clash}")
+    for name, value in bind.items():
+        setattr(module, name, value)
+    foreign = sorted(name for name, fn in vars(module).items()
+                     if inspect.isfunction(fn) and getattr(fn, KERNEL_MARK, None) is not None and name not in own)
+    if foreign:
+        raise ValueError(f"compile_kernels({module.__name__}): {foreign} name kernels of other modules, not their "
+                         "compiled dispatchers; pass bind={name: that module's dispatcher}")
+    compiled = {name: nb.njit(**getattr(fn, KERNEL_MARK))(fn) for name, fn in own.items()}
     for name, dispatcher in compiled.items():
         setattr(module, name, dispatcher)
     return compiled

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import functools
 import math
+import sys
 
 import numpy as np
 
@@ -32,81 +33,86 @@ from pgmflow.tasks.bounds.messages import LatticeMessages, _lattice_prepare, che
 
 OVERFLOW_LIMIT = 600.0
 
+# Plain module-level functions marked for numba; _kernels() compiles them (pgmflow.tasks.backend.compile_kernels)
+# and rebinds their names to the dispatchers, prange to numba.prange (as plain Python, range).
+prange = range
+
+
+@backend.kernel(cache=True, nogil=True, fastmath=False)
+def _send(b, w_back, p, q, old, out, lo, hi, sqrt_damp):
+    """One direction along a row: ``out[k] = damp(old[k], (A p + q) / (A q + p))``, ``A = b / w_back``.
+    Returns how many messages moved by more than the tolerance (or are NaN). Contiguous and
+    branch-free, so the compiler vectorises it (divisions and square roots, no exp or log)."""
+    moved = 0
+    for k in range(out.shape[0]):
+        A = b[k] / w_back[k]
+        v = (A * p[k] + q[k]) / (A * q[k] + p[k])
+        if sqrt_damp:
+            v = math.sqrt(old[k] * v)
+        moved += not (old[k] * lo < v < old[k] * hi)
+        out[k] = v
+    return moved
+
+
+@backend.kernel(cache=True, nogil=True, fastmath=False, parallel=True)
+def _iterate(e2h, pr, qr, pd, qd, periodic, rho, sqrt_damp, wL, wR, wU, wD, max_iter, tol):
+    L, W = e2h.shape
+    B = np.empty((L, W))
+    nL = wL.copy()
+    nR = wR.copy()
+    nU = wU.copy()
+    nD = wD.copy()
+    moved = np.zeros(L, np.int64)
+    lo = math.exp(-2.0 * tol)
+    hi = math.exp(2.0 * tol)
+    it = 0
+    converged = False
+    while it < max_iter:
+        it += 1
+        for r in prange(L):
+            for c in range(W):
+                P = wL[r, c] * wR[r, c] * wU[r, c] * wD[r, c]
+                B[r, c] = e2h[r, c] * (P if rho == 1.0 else math.exp(rho * math.log(P)))
+        for r in prange(L):
+            m = 0
+            # to the right neighbour (r, c+1), into its left slot; bond (r, c)
+            m += _send(B[r, :W - 1], wR[r, :W - 1], pr[r, :W - 1], qr[r, :W - 1], wL[r, 1:], nL[r, 1:], lo, hi,
+                       sqrt_damp)
+            # to the left neighbour (r, c-1), into its right slot; bond (r, c-1)
+            m += _send(B[r, 1:], wL[r, 1:], pr[r, :W - 1], qr[r, :W - 1], wR[r, :W - 1], nR[r, :W - 1], lo, hi,
+                       sqrt_damp)
+            if periodic:  # the wrapping bond (r, W-1) - (r, 0)
+                m += _send(B[r, W - 1:], wR[r, W - 1:], pr[r, W - 1:], qr[r, W - 1:], wL[r, :1], nL[r, :1], lo,
+                           hi, sqrt_damp)
+                m += _send(B[r, :1], wL[r, :1], pr[r, W - 1:], qr[r, W - 1:], wR[r, W - 1:], nR[r, W - 1:], lo,
+                           hi, sqrt_damp)
+            if r < L - 1 or periodic:  # down to (r+1, c), into its upper slot; bond (r, c)
+                rd = (r + 1) % L
+                m += _send(B[r], wD[r], pd[r], qd[r], wU[rd], nU[rd], lo, hi, sqrt_damp)
+            if r > 0 or periodic:  # up to (r-1, c), into its lower slot; bond (r-1, c)
+                ru = (r - 1) % L
+                m += _send(B[r], wU[r], pd[ru], qd[ru], wD[ru], nD[ru], lo, hi, sqrt_damp)
+            moved[r] = m
+        total = 0
+        for r in range(L):
+            total += moved[r]
+        for r in prange(L):
+            for c in range(W):
+                wL[r, c] = nL[r, c]
+                wR[r, c] = nR[r, c]
+                wU[r, c] = nU[r, c]
+                wD[r, c] = nD[r, c]
+        if total == 0:
+            converged = True
+            break
+    return it, converged
+
 
 @functools.lru_cache(maxsize=None)
 def _kernels():
-    global _send, _iterate
-    nb = backend.numba()
-
-    @nb.njit(cache=True, nogil=True, fastmath=False)
-    def _send(b, w_back, p, q, old, out, lo, hi, sqrt_damp):
-        """One direction along a row: ``out[k] = damp(old[k], (A p + q) / (A q + p))``, ``A = b / w_back``.
-        Returns how many messages moved by more than the tolerance (or are NaN). Contiguous and
-        branch-free, so the compiler vectorises it (divisions and square roots, no exp or log)."""
-        moved = 0
-        for k in range(out.shape[0]):
-            A = b[k] / w_back[k]
-            v = (A * p[k] + q[k]) / (A * q[k] + p[k])
-            if sqrt_damp:
-                v = math.sqrt(old[k] * v)
-            moved += not (old[k] * lo < v < old[k] * hi)
-            out[k] = v
-        return moved
-
-    @nb.njit(cache=True, nogil=True, fastmath=False, parallel=True)
-    def _iterate(e2h, pr, qr, pd, qd, periodic, rho, sqrt_damp, wL, wR, wU, wD, max_iter, tol):
-        L, W = e2h.shape
-        B = np.empty((L, W))
-        nL = wL.copy()
-        nR = wR.copy()
-        nU = wU.copy()
-        nD = wD.copy()
-        moved = np.zeros(L, np.int64)
-        lo = math.exp(-2.0 * tol)
-        hi = math.exp(2.0 * tol)
-        it = 0
-        converged = False
-        while it < max_iter:
-            it += 1
-            for r in nb.prange(L):
-                for c in range(W):
-                    P = wL[r, c] * wR[r, c] * wU[r, c] * wD[r, c]
-                    B[r, c] = e2h[r, c] * (P if rho == 1.0 else math.exp(rho * math.log(P)))
-            for r in nb.prange(L):
-                m = 0
-                # to the right neighbour (r, c+1), into its left slot; bond (r, c)
-                m += _send(B[r, :W - 1], wR[r, :W - 1], pr[r, :W - 1], qr[r, :W - 1], wL[r, 1:], nL[r, 1:], lo, hi,
-                           sqrt_damp)
-                # to the left neighbour (r, c-1), into its right slot; bond (r, c-1)
-                m += _send(B[r, 1:], wL[r, 1:], pr[r, :W - 1], qr[r, :W - 1], wR[r, :W - 1], nR[r, :W - 1], lo, hi,
-                           sqrt_damp)
-                if periodic:  # the wrapping bond (r, W-1) - (r, 0)
-                    m += _send(B[r, W - 1:], wR[r, W - 1:], pr[r, W - 1:], qr[r, W - 1:], wL[r, :1], nL[r, :1], lo,
-                               hi, sqrt_damp)
-                    m += _send(B[r, :1], wL[r, :1], pr[r, W - 1:], qr[r, W - 1:], wR[r, W - 1:], nR[r, W - 1:], lo,
-                               hi, sqrt_damp)
-                if r < L - 1 or periodic:  # down to (r+1, c), into its upper slot; bond (r, c)
-                    rd = (r + 1) % L
-                    m += _send(B[r], wD[r], pd[r], qd[r], wU[rd], nU[rd], lo, hi, sqrt_damp)
-                if r > 0 or periodic:  # up to (r-1, c), into its lower slot; bond (r-1, c)
-                    ru = (r - 1) % L
-                    m += _send(B[r], wU[r], pd[ru], qd[ru], wD[ru], nD[ru], lo, hi, sqrt_damp)
-                moved[r] = m
-            total = 0
-            for r in range(L):
-                total += moved[r]
-            for r in nb.prange(L):
-                for c in range(W):
-                    wL[r, c] = nL[r, c]
-                    wR[r, c] = nR[r, c]
-                    wU[r, c] = nU[r, c]
-                    wD[r, c] = nD[r, c]
-            if total == 0:
-                converged = True
-                break
-        return it, converged
-
-    return _iterate
+    """Compile the kernels above (once per process; numba's on-disk cache serves later processes). Returns the
+    lattice iteration dispatcher."""
+    return backend.compile_kernels(sys.modules[__name__], bind={"prange": backend.numba().prange})["_iterate"]
 
 
 def applicable(h, Jr, Jd, rho_r, rho_d, damping) -> bool:

@@ -31,7 +31,8 @@ from __future__ import annotations
 
 import functools
 import math
-from typing import Any, NamedTuple
+import sys
+from typing import NamedTuple
 
 import numpy as np
 
@@ -142,7 +143,7 @@ def mean_field(mrf: PairwiseMRF, *, damping: float = 0.0, max_iter: int = 1000, 
     for si, m0 in enumerate(starts):
         m = np.array(m0, dtype=np.float64)
         hist = np.empty(int(max_iter) + 1)
-        it, conv = k["mf_sweeps"](h, adj.indptr, adj.nbr, Jn, ea, eb, mrf.J, m, float(damping),
+        it, conv = k["_mf_sweeps"](h, adj.indptr, adj.nbr, Jn, ea, eb, mrf.J, m, float(damping),
                                   int(max_iter), float(tol), hist)
         F = mf_bound(mrf, m)
         if best is None or F > best[0]:
@@ -153,59 +154,58 @@ def mean_field(mrf: PairwiseMRF, *, damping: float = 0.0, max_iter: int = 1000, 
 
 # --- numba kernels ----------------------------------------------------------------------------------
 
-_mf_entropy: Any = None  # bound by _kernels()
-_mf_value: Any = None  # bound by _kernels()
+# Plain module-level functions marked for numba; _kernels() compiles them (pgmflow.tasks.backend.compile_kernels)
+# and rebinds their names to the dispatchers.
+
+
+@backend.kernel(cache=True, nogil=True, fastmath=False)
+def _mf_entropy(m):
+    a = abs(m)
+    if a >= 1.0:
+        return 0.0
+    return 0.6931471805599453 - 0.5 * ((1.0 + a) * math.log1p(a) + (1.0 - a) * math.log1p(-a))
+
+
+@backend.kernel(cache=True, nogil=True, fastmath=False)
+def _mf_value(h, ea, eb, J, m):
+    F = 0.0
+    for i in range(h.size):
+        F += h[i] * m[i] + _mf_entropy(m[i])
+    for e in range(J.size):
+        F += J[e] * m[ea[e]] * m[eb[e]]
+    return F
+
+
+@backend.kernel(cache=True, nogil=True, fastmath=False)
+def _mf_sweeps(h, indptr, nbr, Jn, ea, eb, J, m, damping, max_iter, tol, history):
+    """Sweeps of coordinate ascent on m (in place); history[s] = F after s sweeps.
+    Returns (sweeps run, converged)."""
+    n = h.size
+    history[0] = _mf_value(h, ea, eb, J, m)
+    it = 0
+    converged = False
+    while it < max_iter:
+        res = 0.0
+        for i in range(n):
+            f = h[i]
+            for k in range(indptr[i], indptr[i + 1]):
+                f += Jn[k] * m[nbr[k]]
+            t = math.tanh(f)
+            d = abs(t - m[i])
+            res = max(res, d)
+            if damping > 0.0:
+                m[i] = damping * m[i] + (1.0 - damping) * t
+            else:
+                m[i] = t
+        it += 1
+        history[it] = _mf_value(h, ea, eb, J, m)
+        if res < tol:
+            converged = True
+            break
+    return it, converged
 
 
 @functools.lru_cache(maxsize=None)
 def _kernels():
-    # Callees are bound to module globals, not closure cells: numba's on-disk cache key hashes a
-    # function's closure variables, and a jitted callee pickles differently in every process.
-    global _mf_entropy, _mf_value
-    nb = backend.numba()
-
-    @nb.njit(cache=True, nogil=True, fastmath=False)
-    def _mf_entropy(m):
-        a = abs(m)
-        if a >= 1.0:
-            return 0.0
-        return 0.6931471805599453 - 0.5 * ((1.0 + a) * math.log1p(a) + (1.0 - a) * math.log1p(-a))
-
-    @nb.njit(cache=True, nogil=True, fastmath=False)
-    def _mf_value(h, ea, eb, J, m):
-        F = 0.0
-        for i in range(h.size):
-            F += h[i] * m[i] + _mf_entropy(m[i])
-        for e in range(J.size):
-            F += J[e] * m[ea[e]] * m[eb[e]]
-        return F
-
-    @nb.njit(cache=True, nogil=True, fastmath=False)
-    def mf_sweeps(h, indptr, nbr, Jn, ea, eb, J, m, damping, max_iter, tol, history):
-        """Sweeps of coordinate ascent on m (in place); history[s] = F after s sweeps.
-        Returns (sweeps run, converged)."""
-        n = h.size
-        history[0] = _mf_value(h, ea, eb, J, m)
-        it = 0
-        converged = False
-        while it < max_iter:
-            res = 0.0
-            for i in range(n):
-                f = h[i]
-                for k in range(indptr[i], indptr[i + 1]):
-                    f += Jn[k] * m[nbr[k]]
-                t = math.tanh(f)
-                d = abs(t - m[i])
-                res = max(res, d)
-                if damping > 0.0:
-                    m[i] = damping * m[i] + (1.0 - damping) * t
-                else:
-                    m[i] = t
-            it += 1
-            history[it] = _mf_value(h, ea, eb, J, m)
-            if res < tol:
-                converged = True
-                break
-        return it, converged
-
-    return {"mf_sweeps": mf_sweeps, "_mf_value": _mf_value, "_mf_entropy": _mf_entropy}
+    """Compile the kernels above (once per process; numba's on-disk cache serves later processes)."""
+    return backend.compile_kernels(sys.modules[__name__])

@@ -54,6 +54,7 @@ from __future__ import annotations
 
 import functools
 import math
+import sys
 from typing import NamedTuple
 
 import numpy as np
@@ -173,73 +174,80 @@ def _rho_basic(rho, E):
 
 # --- numba kernel over CSR ----------------------------------------------------------------------------
 
+# Plain module-level functions marked for numba; _kernels() compiles them (pgmflow.tasks.backend.compile_kernels)
+# and rebinds their names to the dispatchers, prange to numba.prange (as plain Python, range).
+prange = range
+
+
+@backend.kernel(cache=True, nogil=True, fastmath=False)
+def _lc_nb(y):
+    ay = abs(y)
+    return ay + math.log1p(math.exp(-2.0 * ay))
+
+
+@backend.kernel(cache=True, nogil=True, fastmath=False)
+def _msg_nb(K, a):
+    return 0.5 * (_lc_nb(a + K) - _lc_nb(a - K))
+
+
+@backend.kernel(cache=True, nogil=True, fastmath=False)
+def _msg_fast(K, tK, a):
+    # atanh(tanh K tanh a) with one exp and one log1p (half the transcendentals of the log-cosh
+    # form); for |K| > 4 the product nears +-1 and the log-cosh form keeps full precision
+    if abs(K) > 4.0:
+        return _msg_nb(K, a)
+    e = math.exp(-2.0 * abs(a))
+    t = (1.0 - e) / (1.0 + e)
+    x = tK * (t if a >= 0.0 else -t)
+    return 0.5 * math.log1p(2.0 * x / (1.0 - x))
+
+
+@backend.kernel(cache=True, nogil=True, fastmath=False, parallel=True)
+def _run_csr(indptr, nbr, eid, rev, h, K, tK, rho, damping, max_iter, tol, u):
+    n = h.shape[0]
+    m = u.shape[0]
+    S = np.empty(n)
+    new = np.empty(m)
+    dmax = np.zeros(n)
+    it = 0
+    converged = False
+    keep = 1.0 - damping
+    while it < max_iter:
+        it += 1
+        for i in prange(n):
+            s = 0.0
+            for k in range(indptr[i], indptr[i + 1]):
+                s += rho[eid[k]] * u[k]
+            S[i] = s
+        for i in prange(n):
+            d_i = 0.0
+            for k in range(indptr[i], indptr[i + 1]):
+                j = nbr[k]
+                e_k = eid[k]
+                a = h[j] + S[j] - u[rev[k]]
+                v = keep * u[k] + damping * _msg_fast(K[e_k], tK[e_k], a)
+                dv = abs(v - u[k])
+                if dv > d_i or math.isnan(dv):
+                    d_i = dv
+                new[k] = v
+            dmax[i] = d_i
+        delta = 0.0
+        for i in range(n):
+            if dmax[i] > delta or math.isnan(dmax[i]):
+                delta = dmax[i]
+        for k in prange(m):
+            u[k] = new[k]
+        if delta < tol:
+            converged = True
+            break
+    return it, converged
+
+
 @functools.lru_cache(maxsize=None)
 def _kernels():
-    # callees bound to module globals (see tasks/lda/estep.py: numba's cache key hashes closures)
-    global _lc_nb, _msg_nb, _msg_fast, _run_csr
-    nb = backend.numba()
-
-    @nb.njit(cache=True, nogil=True, fastmath=False)
-    def _lc_nb(y):
-        ay = abs(y)
-        return ay + math.log1p(math.exp(-2.0 * ay))
-
-    @nb.njit(cache=True, nogil=True, fastmath=False)
-    def _msg_nb(K, a):
-        return 0.5 * (_lc_nb(a + K) - _lc_nb(a - K))
-
-    @nb.njit(cache=True, nogil=True, fastmath=False)
-    def _msg_fast(K, tK, a):
-        # atanh(tanh K tanh a) with one exp and one log1p (half the transcendentals of the log-cosh
-        # form); for |K| > 4 the product nears +-1 and the log-cosh form keeps full precision
-        if abs(K) > 4.0:
-            return _msg_nb(K, a)
-        e = math.exp(-2.0 * abs(a))
-        t = (1.0 - e) / (1.0 + e)
-        x = tK * (t if a >= 0.0 else -t)
-        return 0.5 * math.log1p(2.0 * x / (1.0 - x))
-
-    @nb.njit(cache=True, nogil=True, fastmath=False, parallel=True)
-    def _run_csr(indptr, nbr, eid, rev, h, K, tK, rho, damping, max_iter, tol, u):
-        n = h.shape[0]
-        m = u.shape[0]
-        S = np.empty(n)
-        new = np.empty(m)
-        dmax = np.zeros(n)
-        it = 0
-        converged = False
-        keep = 1.0 - damping
-        while it < max_iter:
-            it += 1
-            for i in nb.prange(n):
-                s = 0.0
-                for k in range(indptr[i], indptr[i + 1]):
-                    s += rho[eid[k]] * u[k]
-                S[i] = s
-            for i in nb.prange(n):
-                d_i = 0.0
-                for k in range(indptr[i], indptr[i + 1]):
-                    j = nbr[k]
-                    e_k = eid[k]
-                    a = h[j] + S[j] - u[rev[k]]
-                    v = keep * u[k] + damping * _msg_fast(K[e_k], tK[e_k], a)
-                    dv = abs(v - u[k])
-                    if dv > d_i or math.isnan(dv):
-                        d_i = dv
-                    new[k] = v
-                dmax[i] = d_i
-            delta = 0.0
-            for i in range(n):
-                if dmax[i] > delta or math.isnan(dmax[i]):
-                    delta = dmax[i]
-            for k in nb.prange(m):
-                u[k] = new[k]
-            if delta < tol:
-                converged = True
-                break
-        return it, converged
-
-    return _run_csr
+    """Compile the kernels above (once per process; numba's on-disk cache serves later processes). Returns the
+    message-passing dispatcher."""
+    return backend.compile_kernels(sys.modules[__name__], bind={"prange": backend.numba().prange})["_run_csr"]
 
 
 def run_messages(mrf: PairwiseMRF, rho, damping: float = 0.5, max_iter: int = 10000, tol: float = 1e-10,

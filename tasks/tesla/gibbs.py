@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import functools
 import math
+import sys
 from typing import NamedTuple
 
 import numpy as np
@@ -151,7 +152,7 @@ def step(rng: np.random.Generator, state: GibbsState, h, J, n_sweeps: int) -> tu
     flips = np.zeros((n_sweeps, n_chains), dtype=np.int64)
     if n_sweeps and n_chains and p:
         indptr, indices, weights = _csr(J)
-        kernel = _kernels()["sweeps"]
+        kernel = _kernels()["_sweeps"]
         block = max(1, _UNIFORM_BUDGET // (n_chains * p))
         for s0 in range(0, n_sweeps, block):
             s1 = min(n_sweeps, s0 + block)
@@ -185,36 +186,39 @@ def _csr(J: np.ndarray):
     return indptr, cols.astype(np.int64), np.ascontiguousarray(J[rows, cols])
 
 
-# --- numba kernel -----------------------------------------------------------------------------------
+# --- numba kernels ----------------------------------------------------------------------------------
+
+# Plain module-level functions marked for numba; _kernels() compiles them (pgmflow.tasks.backend.compile_kernels),
+# rebinds their names to the dispatchers and binds prange to numba.prange (as plain Python, range).
+prange = range
+
+
+@backend.kernel(cache=True, nogil=True)
+def _sweep_chain(spins, c, h, indptr, indices, weights, u, flips):
+    S = u.shape[0]
+    p = spins.shape[1]
+    for s in range(S):
+        nf = 0
+        for i in range(p):
+            f = h[i]
+            for k in range(indptr[i], indptr[i + 1]):
+                f += weights[k] * spins[c, indices[k]]
+            prob = 1.0 / (1.0 + math.exp(-2.0 * f))
+            new = 1 if u[s, c, i] < prob else -1
+            if new != spins[c, i]:
+                nf += 1
+                spins[c, i] = new
+        flips[s, c] = nf
+
+
+@backend.kernel(cache=True, nogil=True, parallel=True)
+def _sweeps(spins, h, indptr, indices, weights, u, flips):
+    """spins int8 [C, p] (updated in place); u float64 [S, C, p]; flips int64 [S, C] (output)."""
+    for c in prange(spins.shape[0]):
+        _sweep_chain(spins, c, h, indptr, indices, weights, u, flips)
+
 
 @functools.lru_cache(maxsize=None)
 def _kernels():
-    # Jitted callees are bound to module globals, not closure cells, so that numba's on-disk cache
-    # key is the same in every process (see tasks/lda/estep.py).
-    global _sweep_chain
-    nb = backend.numba()
-
-    @nb.njit(cache=True, nogil=True)
-    def _sweep_chain(spins, c, h, indptr, indices, weights, u, flips):
-        S = u.shape[0]
-        p = spins.shape[1]
-        for s in range(S):
-            nf = 0
-            for i in range(p):
-                f = h[i]
-                for k in range(indptr[i], indptr[i + 1]):
-                    f += weights[k] * spins[c, indices[k]]
-                prob = 1.0 / (1.0 + math.exp(-2.0 * f))
-                new = 1 if u[s, c, i] < prob else -1
-                if new != spins[c, i]:
-                    nf += 1
-                    spins[c, i] = new
-            flips[s, c] = nf
-
-    @nb.njit(cache=True, nogil=True, parallel=True)
-    def sweeps(spins, h, indptr, indices, weights, u, flips):
-        """spins int8 [C, p] (updated in place); u float64 [S, C, p]; flips int64 [S, C] (output)."""
-        for c in nb.prange(spins.shape[0]):
-            _sweep_chain(spins, c, h, indptr, indices, weights, u, flips)
-
-    return {"sweeps": sweeps}
+    """Compile the kernels above (once per process; numba's on-disk cache serves later processes)."""
+    return backend.compile_kernels(sys.modules[__name__], bind={"prange": backend.numba().prange})

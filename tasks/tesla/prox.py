@@ -33,10 +33,10 @@ thresholding at ``lam1`` of ``tv(y, lam2)`` (Friedman, Hastie, Hoefling and Tibs
 column of a ``[T, p]`` matrix (time down the rows, one coefficient path per column), with the
 l1 part only on the columns marked ``penalized``.
 
-Numba kernels (for use inside other numba code): ``k = prox._kernels()`` returns a
-:class:`Kernels` named tuple ``(tv1d, prox_fused_lasso, fused_zero, tv1d_warm)`` and also binds
-the module globals ``prox._tv1d``, ``prox._prox_fused_lasso``, ``prox._fused_zero`` and
-``prox._tv1d_warm`` to the same dispatchers:
+Numba kernels (for use inside other numba code): ``k = prox._kernels()`` compiles them on first use
+and returns a :class:`Kernels` named tuple ``(tv1d, prox_fused_lasso, fused_zero, tv1d_warm)``; the
+module globals ``prox._tv1d``, ``prox._prox_fused_lasso``, ``prox._fused_zero`` and ``prox._tv1d_warm``
+are then the same dispatchers (before, the same functions as plain Python):
 
 - ``_tv1d(y, lam, x)``: y [n] float64, x [n] float64 (output), lam float >= 0. Any strides
   (e.g. ``Y[:, j]`` of a C-ordered matrix); ``x`` may be ``y`` itself, no other overlap.
@@ -48,20 +48,22 @@ the module globals ``prox._tv1d``, ``prox._prox_fused_lasso``, ``prox._fused_zer
   [n-1] int8 (+1 up, -1 down, 0 none), verified against the optimality conditions in two passes;
   False when the guess is wrong (then call ``_tv1d``). Contiguous y and x of the same length.
 
-None of the kernels checks its arguments (the Python wrappers do). To call them from your own jitted
-function, bind the dispatcher to a global of *your* module inside your cached builder (a
-closure cell would defeat numba's on-disk cache), e.g.::
+None of the kernels checks its arguments (the Python wrappers do). To call them from a kernel of
+your own module, name them there and pass the dispatcher as ``bind`` when your module compiles
+(:func:`pgmflow.tasks.backend.compile_kernels`; a module global, not a closure cell, keeps numba's
+on-disk cache key the same in every process), e.g.::
+
+    _prox = prox._prox_fused_lasso  # bound to its dispatcher by _kernels()
+
+    @backend.kernel(cache=True, nogil=True)
+    def _fista(...):
+        ...
+        _prox(V, step * lam1, step * lam2, penalized, X)
 
     @functools.lru_cache(maxsize=None)
-    def _my_kernels():
-        global _prox
-        _prox = prox._kernels().prox_fused_lasso
-        nb = backend.numba()
-
-        @nb.njit(cache=True, nogil=True)
-        def fista(...):
-            ...
-            _prox(V, step * lam1, step * lam2, penalized, X)
+    def _kernels():
+        return backend.compile_kernels(sys.modules[__name__],
+                                       bind={"_prox": prox._kernels().prox_fused_lasso})
 
 (numba's cache of the caller does not notice edits to this file: clear ``__pycache__`` then.)
 """
@@ -70,6 +72,7 @@ from __future__ import annotations
 
 import functools
 import math
+import sys
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -168,161 +171,122 @@ def prox_fused_lasso(Y: np.ndarray, lam1: float, lam2: float, penalized: np.ndar
 
 # --- numba kernels ----------------------------------------------------------------------------------
 
-_tv1d: Any = None  # bound by _kernels()
-_prox_fused_lasso: Any = None  # bound by _kernels()
-_fused_zero: Any = None  # bound by _kernels()
-_tv1d_warm: Any = None  # bound by _kernels()
+# Plain module-level functions marked for numba; _kernels() compiles them and rebinds these names to the
+# dispatchers (pgmflow.tasks.backend.compile_kernels), so that _prox_fused_lasso calls the compiled _tv1d.
 
 
-@functools.lru_cache(maxsize=None)
-def _kernels() -> Kernels:
-    # Callees are bound to module globals, not closure cells: numba's on-disk cache key hashes a
-    # function's closure variables, and a jitted callee pickles differently in every process.
-    global _tv1d, _prox_fused_lasso, _fused_zero, _tv1d_warm
-    nb = backend.numba()
+@backend.kernel(cache=True, nogil=True)
+def _fused_zero(y, lam1, lam2):
+    """True iff ``soft(tv(y, lam2), lam1)`` is zero everywhere, in one pass without solving.
 
-    @nb.njit(cache=True, nogil=True)
-    def _fused_zero(y, lam1, lam2):
-        """True iff ``soft(tv(y, lam2), lam1)`` is zero everywhere, in one pass without solving.
+    The taut string (the cumulative sum of ``tv(y, lam2)``) minimises every convex function of
+    its slopes among the strings F with ``F_0 = 0``, ``|F_k - S_k| <= lam2`` (``S_k`` the partial
+    sums of y) and ``F_n = S_n``; so all of its slopes lie in ``[-lam1, lam1]`` iff some such
+    string has slopes in that interval. The reachable values of ``F_k`` form one interval,
+    propagated forwards (widened by ``lam1``, clipped to the tube); the test fails as soon as it
+    is empty. Exact up to rounding: on a tie (``max |tv| == lam1``) either answer is the prox.
+    """
+    n = y.shape[0]
+    lo = 0.0
+    hi = 0.0
+    s = 0.0
+    for k in range(n - 1):
+        s += y[k]
+        lo = max(lo - lam1, s - lam2)
+        hi = min(hi + lam1, s + lam2)
+        if lo > hi:
+            return False
+    s += y[n - 1]
+    return lo - lam1 <= s <= hi + lam1
 
-        The taut string (the cumulative sum of ``tv(y, lam2)``) minimises every convex function of
-        its slopes among the strings F with ``F_0 = 0``, ``|F_k - S_k| <= lam2`` (``S_k`` the partial
-        sums of y) and ``F_n = S_n``; so all of its slopes lie in ``[-lam1, lam1]`` iff some such
-        string has slopes in that interval. The reachable values of ``F_k`` form one interval,
-        propagated forwards (widened by ``lam1``, clipped to the tube); the test fails as soon as it
-        is empty. Exact up to rounding: on a tie (``max |tv| == lam1``) either answer is the prox.
-        """
-        n = y.shape[0]
-        lo = 0.0
-        hi = 0.0
-        s = 0.0
-        for k in range(n - 1):
-            s += y[k]
-            lo = max(lo - lam1, s - lam2)
-            hi = min(hi + lam1, s + lam2)
-            if lo > hi:
+
+@backend.kernel(cache=True, nogil=True)
+def _tv1d_warm(y, lam, signs, x):
+    """``x = tv(y, lam)`` if ``signs`` ([n-1] int8: +1 a jump up after t, -1 down, 0 none) are
+    the jumps of the solution; returns False (x partly written) if they are not.
+
+    A jump set fixes the solution: each segment ``a..b`` between jumps has the dual value
+    ``-lam * sign`` at its jumps (0 at both ends of the series), hence the value
+    ``v = (sum y[a..b] - (S_b - S_{a-1})) / (b - a + 1)``. The guess is the optimum iff the
+    optimality conditions hold (module docstring): every partial sum of ``y - x`` inside a
+    segment lies in ``[-lam, lam]`` (up to 1e-12 relative: rounding) and every jump goes the
+    stated way (a zero-height jump is allowed: the dual value ``+-lam`` is then merely tight).
+    Two passes over y with no backtracking; a solver iterating the prox of nearby points
+    (FISTA) keeps the jump set of its last answer and falls back to :func:`_tv1d` on a miss.
+    """
+    n = y.shape[0]
+    a = 0
+    s_prev = 0.0
+    v_prev = 0.0
+    while a < n:
+        b = a
+        while b < n - 1 and signs[b] == 0:
+            b += 1
+        s_end = 0.0 if b == n - 1 else -lam * signs[b]
+        tot = 0.0
+        for i in range(a, b + 1):
+            tot += y[i]
+        v = (tot - (s_end - s_prev)) / (b - a + 1)
+        if a > 0:
+            if signs[a - 1] > 0:
+                if v < v_prev:
+                    return False
+            elif v > v_prev:
                 return False
-        s += y[n - 1]
-        return lo - lam1 <= s <= hi + lam1
+        eps = 1e-12 * (lam + abs(tot) + abs(v) * (b - a + 1))
+        part = s_prev
+        for k in range(a, b):
+            part += y[k] - v
+            if part > lam + eps or part < -lam - eps:
+                return False
+        for i in range(a, b + 1):
+            x[i] = v
+        s_prev = s_end
+        v_prev = v
+        a = b + 1
+    return True
 
-    @nb.njit(cache=True, nogil=True)
-    def _tv1d_warm(y, lam, signs, x):
-        """``x = tv(y, lam)`` if ``signs`` ([n-1] int8: +1 a jump up after t, -1 down, 0 none) are
-        the jumps of the solution; returns False (x partly written) if they are not.
 
-        A jump set fixes the solution: each segment ``a..b`` between jumps has the dual value
-        ``-lam * sign`` at its jumps (0 at both ends of the series), hence the value
-        ``v = (sum y[a..b] - (S_b - S_{a-1})) / (b - a + 1)``. The guess is the optimum iff the
-        optimality conditions hold (module docstring): every partial sum of ``y - x`` inside a
-        segment lies in ``[-lam, lam]`` (up to 1e-12 relative: rounding) and every jump goes the
-        stated way (a zero-height jump is allowed: the dual value ``+-lam`` is then merely tight).
-        Two passes over y with no backtracking; a solver iterating the prox of nearby points
-        (FISTA) keeps the jump set of its last answer and falls back to :func:`_tv1d` on a miss.
-        """
-        n = y.shape[0]
-        a = 0
-        s_prev = 0.0
-        v_prev = 0.0
-        while a < n:
-            b = a
-            while b < n - 1 and signs[b] == 0:
-                b += 1
-            s_end = 0.0 if b == n - 1 else -lam * signs[b]
-            tot = 0.0
-            for i in range(a, b + 1):
-                tot += y[i]
-            v = (tot - (s_end - s_prev)) / (b - a + 1)
-            if a > 0:
-                if signs[a - 1] > 0:
-                    if v < v_prev:
-                        return False
-                elif v > v_prev:
-                    return False
-            eps = 1e-12 * (lam + abs(tot) + abs(v) * (b - a + 1))
-            part = s_prev
-            for k in range(a, b):
-                part += y[k] - v
-                if part > lam + eps or part < -lam - eps:
-                    return False
-            for i in range(a, b + 1):
-                x[i] = v
-            s_prev = s_end
-            v_prev = v
-            a = b + 1
-        return True
-
-    @nb.njit(cache=True, nogil=True)
-    def _tv1d(y, lam, x):
-        """x [n] = tv(y [n], lam) (see the module docstring). Writes never pass reads: x may be y."""
-        n = y.shape[0]
-        if n == 0:
-            return
-        if n == 1 or not lam > 0.0:
-            for i in range(n):
-                x[i] = y[i]
-            return
-        # lam at or above tv_lambda_max(y): the mean everywhere (exact, and no catastrophic
-        # cancellation in y - lam for a huge lam)
-        s = 0.0
+@backend.kernel(cache=True, nogil=True)
+def _tv1d(y, lam, x):
+    """x [n] = tv(y [n], lam) (see the module docstring). Writes never pass reads: x may be y."""
+    n = y.shape[0]
+    if n == 0:
+        return
+    if n == 1 or not lam > 0.0:
         for i in range(n):
-            s += y[i]
-        mean = s / n
-        c = 0.0
-        big = 0.0
-        for i in range(n - 1):
-            c += y[i] - mean
-            if abs(c) > big:
-                big = abs(c)
-        if lam >= big:
-            for i in range(n):
-                x[i] = mean
-            return
-        # first segment: partial sum before it is 0, so its value lies in [y0 - lam, y0 + lam]
-        k = 0  # last index scanned
-        k0 = 0  # start of the current segment
-        km = 0  # last index where the lower candidate was tight (partial sum = +lam)
-        kp = 0  # last index where the upper candidate was tight (partial sum = -lam)
-        vmin = y[0] - lam
-        vmax = y[0] + lam
-        umin = lam  # partial sum at k of y - vmin (including the one before k0)
-        umax = -lam  # partial sum at k of y - vmax
-        while True:
-            if k == n - 1:
-                # end of the series: the final partial sum must be 0
-                if umin < 0.0:
-                    # even vmin is too high: jump down after km, restart there (partial sum +lam)
-                    for i in range(k0, km + 1):
-                        x[i] = vmin
-                    k0 = km + 1
-                    k = k0
-                    km = k0
-                    kp = k0
-                    vmin = y[k0]
-                    vmax = vmin + 2.0 * lam
-                    umin = lam
-                    umax = -lam
-                elif umax > 0.0:
-                    # even vmax is too low: jump up after kp, restart there (partial sum -lam)
-                    for i in range(k0, kp + 1):
-                        x[i] = vmax
-                    k0 = kp + 1
-                    k = k0
-                    km = k0
-                    kp = k0
-                    vmax = y[k0]
-                    vmin = vmax - 2.0 * lam
-                    umin = lam
-                    umax = -lam
-                else:
-                    v = vmin + umin / (k - k0 + 1)
-                    for i in range(k0, n):
-                        x[i] = v
-                    return
-                continue
-            yn = y[k + 1]
-            umin += yn - vmin
-            if umin < -lam:
-                # no value keeps the partial sums >= -lam through k+1: jump down after km
+            x[i] = y[i]
+        return
+    # lam at or above tv_lambda_max(y): the mean everywhere (exact, and no catastrophic
+    # cancellation in y - lam for a huge lam)
+    s = 0.0
+    for i in range(n):
+        s += y[i]
+    mean = s / n
+    c = 0.0
+    big = 0.0
+    for i in range(n - 1):
+        c += y[i] - mean
+        if abs(c) > big:
+            big = abs(c)
+    if lam >= big:
+        for i in range(n):
+            x[i] = mean
+        return
+    # first segment: partial sum before it is 0, so its value lies in [y0 - lam, y0 + lam]
+    k = 0  # last index scanned
+    k0 = 0  # start of the current segment
+    km = 0  # last index where the lower candidate was tight (partial sum = +lam)
+    kp = 0  # last index where the upper candidate was tight (partial sum = -lam)
+    vmin = y[0] - lam
+    vmax = y[0] + lam
+    umin = lam  # partial sum at k of y - vmin (including the one before k0)
+    umax = -lam  # partial sum at k of y - vmax
+    while True:
+        if k == n - 1:
+            # end of the series: the final partial sum must be 0
+            if umin < 0.0:
+                # even vmin is too high: jump down after km, restart there (partial sum +lam)
                 for i in range(k0, km + 1):
                     x[i] = vmin
                 k0 = km + 1
@@ -333,10 +297,8 @@ def _kernels() -> Kernels:
                 vmax = vmin + 2.0 * lam
                 umin = lam
                 umax = -lam
-                continue
-            umax += yn - vmax
-            if umax > lam:
-                # no value keeps the partial sums <= lam through k+1: jump up after kp
+            elif umax > 0.0:
+                # even vmax is too low: jump up after kp, restart there (partial sum -lam)
                 for i in range(k0, kp + 1):
                     x[i] = vmax
                 k0 = kp + 1
@@ -347,45 +309,85 @@ def _kernels() -> Kernels:
                 vmin = vmax - 2.0 * lam
                 umin = lam
                 umax = -lam
+            else:
+                v = vmin + umin / (k - k0 + 1)
+                for i in range(k0, n):
+                    x[i] = v
+                return
+            continue
+        yn = y[k + 1]
+        umin += yn - vmin
+        if umin < -lam:
+            # no value keeps the partial sums >= -lam through k+1: jump down after km
+            for i in range(k0, km + 1):
+                x[i] = vmin
+            k0 = km + 1
+            k = k0
+            km = k0
+            kp = k0
+            vmin = y[k0]
+            vmax = vmin + 2.0 * lam
+            umin = lam
+            umax = -lam
+            continue
+        umax += yn - vmax
+        if umax > lam:
+            # no value keeps the partial sums <= lam through k+1: jump up after kp
+            for i in range(k0, kp + 1):
+                x[i] = vmax
+            k0 = kp + 1
+            k = k0
+            km = k0
+            kp = k0
+            vmax = y[k0]
+            vmin = vmax - 2.0 * lam
+            umin = lam
+            umax = -lam
+            continue
+        k += 1
+        if umin >= lam:
+            # raise the lower candidate until its partial sum at k is exactly +lam
+            vmin += (umin - lam) / (k - k0 + 1)
+            umin = lam
+            km = k
+        if umax <= -lam:
+            # lower the upper candidate until its partial sum at k is exactly -lam
+            vmax += (umax + lam) / (k - k0 + 1)
+            umax = -lam
+            kp = k
+
+
+@backend.kernel(cache=True, nogil=True)
+def _prox_fused_lasso(Y, lam1, lam2, penalized, out):
+    """out[:, j] = soft(tv(Y[:, j], lam2), lam1 if penalized[j] else 0) for Y, out [T, p]."""
+    p = Y.shape[1]
+    T = Y.shape[0]
+    for j in range(p):
+        col = out[:, j]
+        if penalized[j] and lam1 > 0.0:
+            # tv(y) lies within [min y, max y]: if every |y_t| <= lam1 the result is exactly 0
+            big = 0.0
+            for t in range(T):
+                if abs(Y[t, j]) > big:
+                    big = abs(Y[t, j])
+            if big <= lam1:
+                for t in range(T):
+                    col[t] = 0.0
                 continue
-            k += 1
-            if umin >= lam:
-                # raise the lower candidate until its partial sum at k is exactly +lam
-                vmin += (umin - lam) / (k - k0 + 1)
-                umin = lam
-                km = k
-            if umax <= -lam:
-                # lower the upper candidate until its partial sum at k is exactly -lam
-                vmax += (umax + lam) / (k - k0 + 1)
-                umax = -lam
-                kp = k
+        _tv1d(Y[:, j], lam2, col)
+        if penalized[j] and lam1 > 0.0:
+            for t in range(T):
+                v = col[t]
+                if v > lam1:
+                    col[t] = v - lam1
+                elif v < -lam1:
+                    col[t] = v + lam1
+                else:
+                    col[t] = 0.0
 
-    @nb.njit(cache=True, nogil=True)
-    def _prox_fused_lasso(Y, lam1, lam2, penalized, out):
-        """out[:, j] = soft(tv(Y[:, j], lam2), lam1 if penalized[j] else 0) for Y, out [T, p]."""
-        p = Y.shape[1]
-        T = Y.shape[0]
-        for j in range(p):
-            col = out[:, j]
-            if penalized[j] and lam1 > 0.0:
-                # tv(y) lies within [min y, max y]: if every |y_t| <= lam1 the result is exactly 0
-                big = 0.0
-                for t in range(T):
-                    if abs(Y[t, j]) > big:
-                        big = abs(Y[t, j])
-                if big <= lam1:
-                    for t in range(T):
-                        col[t] = 0.0
-                    continue
-            _tv1d(Y[:, j], lam2, col)
-            if penalized[j] and lam1 > 0.0:
-                for t in range(T):
-                    v = col[t]
-                    if v > lam1:
-                        col[t] = v - lam1
-                    elif v < -lam1:
-                        col[t] = v + lam1
-                    else:
-                        col[t] = 0.0
 
-    return Kernels(_tv1d, _prox_fused_lasso, _fused_zero, _tv1d_warm)
+@functools.lru_cache(maxsize=None)
+def _kernels() -> Kernels:
+    """Compile the kernels above (once per process; numba's on-disk cache serves later processes)."""
+    k = backend.compile_kernels(sys.modules[__name__])
+    return Kernels(k["_tv1d"], k["_prox_fused_lasso"], k["_fused_zero"], k["_tv1d_warm"])

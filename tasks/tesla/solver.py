@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import functools
 import math
+import sys
 from typing import NamedTuple
 
 import numpy as np
@@ -166,381 +167,400 @@ def keller_design(X, tix, T: int, bandwidth: float, truncate: float = 3.0, train
 
 # --- numba kernels ----------------------------------------------------------------------------------
 
+# Plain module-level functions marked for numba; _kernels() compiles them (pgmflow.tasks.backend.compile_kernels)
+# and rebinds their names to the dispatchers. The kernels they call from other modules, named here with their
+# plain-Python meaning, are bound to those modules' dispatchers at the same time.
+_cexp = _fastexp._capped_exp_nb  # exp(min(a, cap)) in place, the same bits on every machine
+_tv = _prox._tv1d  # Condat's 1-D total-variation prox
+_fz = _prox._fused_zero  # the one-pass zero test of the fused-lasso prox
+_tvw = _prox._tv1d_warm  # the TV prox from a guessed jump set, verified
+
+
+@backend.kernel(cache=True, nogil=True)
+def _signed_margin(X, node, theta, t, d):
+    """``(u, y)`` for sample d at time t: ``u = 2 y theta^t . z_d`` with ``z_d`` = x_d whose own
+    entry is 1 (the field), ``y = x_{d,node}``; the sample's loss is ``log(1 + exp(-u))``."""
+    m = 0.0
+    for j in range(theta.shape[1]):
+        m += theta[t, j] * X[d, j]
+    yd = float(X[d, node])
+    m += theta[t, node] * (1.0 - yd)  # z_d[node] = 1, not x_d[node]
+    return 2.0 * yd * m, yd
+
+
+@backend.kernel(cache=True, nogil=True)
+def _softplus_neg(u):
+    """log(1 + exp(-u)) without overflow."""
+    if u > 0:
+        return math.log1p(math.exp(-u))
+    return -u + math.log1p(math.exp(u))
+
+
+@backend.kernel(cache=True, nogil=True)
+def _margins(X, node, lo, hi, woff, theta, nz, u):
+    """u[e] = 2 y_d theta^t . z_d for every (time point t, row d) term ``e = woff[t] + d - lo[t]``.
+
+    Per time point over the non-zero entries of theta^t (listed once, without the node's own
+    column, whose entry is the field: ``z_d[node] = 1``), two rows side by side; each margin sums
+    its terms in column order, then adds the field. ``nz`` [p] int64 scratch."""
+    T, p = theta.shape
+    for t in range(T):
+        nnz = 0
+        for j in range(p):
+            nz[nnz] = j
+            nnz += 1 if (theta[t, j] != 0.0 and j != node) else 0
+        a, b, off = lo[t], hi[t], woff[t] - lo[t]
+        th_node = theta[t, node]
+        d = a
+        while d + 1 < b:
+            x0 = X[d]
+            x1 = X[d + 1]
+            s0 = 0.0
+            s1 = 0.0
+            for k in range(nnz):
+                j = nz[k]
+                tj = theta[t, j]
+                s0 += tj * x0[j]
+                s1 += tj * x1[j]
+            u[off + d] = 2.0 * float(x0[node]) * (s0 + th_node)
+            u[off + d + 1] = 2.0 * float(x1[node]) * (s1 + th_node)
+            d += 2
+        if d < b:
+            x0 = X[d]
+            s0 = 0.0
+            for k in range(nnz):
+                j = nz[k]
+                s0 += theta[t, j] * x0[j]
+            u[off + d] = 2.0 * float(x0[node]) * (s0 + th_node)
+
+
+@backend.kernel(cache=True, nogil=True)
+def _exps(lo, hi, woff, u, ex):
+    """ex[e] = exp(-|u[e]|) over the block's terms, by the vectorised exponential of
+    ``pgmflow.tasks.fastexp`` (within 1 ulp of the C library's, the same bits on every machine)."""
+    T = lo.shape[0]
+    if T == 0:
+        return
+    a = woff[0]
+    b = woff[T - 1] + hi[T - 1] - lo[T - 1]
+    for e in range(a, b):
+        ex[e] = -abs(u[e])
+    _cexp(ex[a:b], 0.0)
+
+
+@backend.kernel(cache=True, nogil=True)
+def _loss_terms(lo, hi, woff, w, u, ex, buf):
+    """sum_e w_e log(1 + exp(-u_e)) = w_e (log1p(e_e) + max(-u_e, 0)) with ``e = exp(-|u|)`` in
+    (0, 1], over the block's terms in term order (``buf`` [len(w)] scratch).
+
+    ``log1p(e) = 2 atanh(s)``, ``s = e / (2 + e)`` in [0, 1/3], by the series
+    ``s (1 + s^2/3 + s^4/5 + ...)`` to the s^33 term (remainder below 2e-17 relative) in Horner
+    form: a loop LLVM vectorises (the C library's log1p is a call per element), within a few ulp.
+    Used by the step search, which compares losses of nearby points; reported losses use
+    :func:`_loss_value`."""
+    T = lo.shape[0]
+    if T == 0:
+        return 0.0
+    a = woff[0]
+    b = woff[T - 1] + hi[T - 1] - lo[T - 1]
+    for e in range(a, b):
+        x = ex[e]
+        sv = x / (2.0 + x)
+        s2 = sv * sv
+        q = ((((((((((((((((1.0 / 33.0) * s2 + 1.0 / 31.0) * s2 + 1.0 / 29.0) * s2 + 1.0 / 27.0) * s2
+                        + 1.0 / 25.0) * s2 + 1.0 / 23.0) * s2 + 1.0 / 21.0) * s2 + 1.0 / 19.0) * s2
+                    + 1.0 / 17.0) * s2 + 1.0 / 15.0) * s2 + 1.0 / 13.0) * s2 + 1.0 / 11.0) * s2
+                + 1.0 / 9.0) * s2 + 1.0 / 7.0) * s2 + 1.0 / 5.0) * s2 + 1.0 / 3.0) * s2 + 1.0
+        buf[e] = w[e] * (2.0 * sv * q + max(-u[e], 0.0))
+    total = 0.0
+    for e in range(a, b):
+        total += buf[e]
+    return total
+
+
+@backend.kernel(cache=True, nogil=True)
+def _accumulate(X, node, lo, hi, woff, w, u, ex, grad):
+    """grad[t] = sum_d w l'(y m) y z_d from the margins ``u`` and ``ex = exp(-|u|)``:
+    ``sigmoid(-u) = e / (1 + e)`` (u > 0) or ``1 / (1 + e)``, no overflow; each row's
+    contribution added over all columns at once."""
+    T, p = grad.shape
+    for t in range(T):
+        g = grad[t]
+        for j in range(p):
+            g[j] = 0.0
+        a, b, off = lo[t], hi[t], woff[t] - lo[t]
+        c_node = 0.0
+        for d in range(a, b):
+            wd = w[off + d]
+            if wd == 0.0:
+                continue
+            xr = X[d]
+            yd = float(xr[node])
+            # l(m y) = log(1 + exp(-u)); its derivative in m is -2 y sigmoid(-u)
+            e = ex[off + d]
+            c = -2.0 * wd * yd * (e if u[off + d] > 0.0 else 1.0) / (1.0 + e)
+            for j in range(p):
+                g[j] += c * xr[j]
+            c_node += c * (1.0 - yd)
+        g[node] += c_node
+
+
+@backend.kernel(cache=True, nogil=True)
+def _grad(X, node, lo, hi, woff, w, theta, grad, nz, scratch):
+    """grad[t] = sum_d w l'(y m) y z_d at theta (``nz`` [p] int64, ``scratch`` [2, len(w)]
+    float64: the margins and their exponentials, left there for :func:`_loss_terms`)."""
+    _margins(X, node, lo, hi, woff, theta, nz, scratch[0])
+    _exps(lo, hi, woff, scratch[0], scratch[1])
+    _accumulate(X, node, lo, hi, woff, w, scratch[0], scratch[1], grad)
+
+
+@backend.kernel(cache=True, nogil=True)
+def _smooth_value(y, lam2):
+    """lambda2 sum_t ||theta^t - theta^{t-1}||^2 (q = 2)."""
+    T, p = y.shape
+    s = 0.0
+    for t in range(1, T):
+        for j in range(p):
+            d = y[t, j] - y[t - 1, j]
+            s += d * d
+    return lam2 * s
+
+
+@backend.kernel(cache=True, nogil=True)
+def _smooth_grad(y, lam2, g):
+    """g += the gradient of lambda2 sum_t ||theta^t - theta^{t-1}||^2 (q = 2) at y."""
+    T, p = y.shape
+    for t in range(T):
+        for j in range(p):
+            s = 0.0
+            if t > 0:
+                s += y[t, j] - y[t - 1, j]
+            if t < T - 1:
+                s -= y[t + 1, j] - y[t, j]
+            g[t, j] += 2.0 * lam2 * s
+
+
+@backend.kernel(cache=True, nogil=True)
+def _prox_step(Y, G, step, lam1, lam2, penalized, out, state, ycol, xcol):
+    """out[:, j] = soft(tv(Y[:, j] - step G[:, j], lam2), lam1 if penalized[j]) for every column
+    (lam1, lam2 already scaled by the step): the exact fused-lasso prox (prox.py).
+
+    ``state`` [p, T] int8 is kept by the caller across the iterations of a solve (zeros at the
+    start): ``state[j, :T-1]`` the jump signs of column j's last TV solution (+1 up, -1 down, 0
+    none after t), ``state[j, T-1]`` 1 if its last output was non-zero. Per column, cheapest
+    first: a column that was zero takes the one-pass zero test (``prox._fused_zero``) and is 0 if
+    it passes; else the TV solution from the last jump signs, verified against the optimality
+    conditions (``prox._tv1d_warm``); else Condat's algorithm, whose jumps become the next guess.
+    ``ycol``, ``xcol`` [T] scratch.
+    """
+    T, p = Y.shape
+    for j in range(p):
+        for t in range(T):
+            ycol[t] = Y[t, j] - step * G[t, j]
+        sj = state[j]
+        pen = penalized[j] and lam1 > 0.0
+        if pen and sj[T - 1] == 0 and _fz(ycol, lam1, lam2):
+            for t in range(T):
+                out[t, j] = 0.0
+            continue
+        if lam2 > 0.0 and T > 1:
+            if not _tvw(ycol, lam2, sj, xcol):
+                _tv(ycol, lam2, xcol)
+                for t in range(T - 1):
+                    dx = xcol[t + 1] - xcol[t]
+                    sj[t] = 1 if dx > 0.0 else (-1 if dx < 0.0 else 0)
+        else:
+            for t in range(T):
+                xcol[t] = ycol[t]
+        nonzero = False
+        for t in range(T):
+            v = xcol[t]
+            if pen:
+                v = v - lam1 if v > lam1 else (v + lam1 if v < -lam1 else 0.0)
+            out[t, j] = v
+            nonzero |= v != 0.0
+        sj[T - 1] = 1 if nonzero else 0
+
+
+@backend.kernel(cache=True, nogil=True)
+def _loss_value(X, node, lo, hi, woff, w, theta):
+    total = 0.0
+    for t in range(theta.shape[0]):
+        for d in range(lo[t], hi[t]):
+            wd = w[woff[t] + d - lo[t]]
+            if wd != 0.0:
+                total += wd * _softplus_neg(_signed_margin(X, node, theta, t, d)[0])
+    return total
+
+
+@backend.kernel(cache=True, nogil=True)
+def _loglik_rows(X, tix, node, theta, out):
+    """out[d] = log P(x_{d,node} | x_{d,-node}; theta^{t_d}) for every row."""
+    for d in range(X.shape[0]):
+        out[d] = -_softplus_neg(_signed_margin(X, node, theta, tix[d], d)[0])
+
+
+@backend.kernel(cache=True, nogil=True)
+def _certify(X, node, lo, hi, woff, w, lam1, lam2, q, L, penalized, theta, active, violators):
+    """One prox-gradient step of the full problem from ``theta`` with step 1/L: returns the
+    gradient-mapping norm ``L ||theta - step||_inf`` (the full solver's stopping test) and marks
+    in ``violators`` the columns outside ``active`` that the step moves off zero (for a zero
+    column this is the KKT condition: the fused-lasso prox of ``-g_j / L`` is 0 iff that of
+    ``-g_j`` is, the penalty being positively homogeneous; so it does not depend on L)."""
+    T, p = theta.shape
+    g = np.empty_like(theta)
+    xn = np.empty_like(theta)
+    _grad(X, node, lo, hi, woff, w, theta, g, np.empty(p, np.int64), np.empty((2, w.shape[0])))
+    if q == 2 and lam2 > 0.0:
+        _smooth_grad(theta, lam2, g)
+    step = 1.0 / L
+    _prox_step(theta, g, step, step * lam1, step * lam2 if q == 1 else 0.0, penalized, xn,
+               np.zeros((p, T), np.int8), np.empty(T), np.empty(T))
+    gmax = 0.0
+    for j in range(p):
+        hit = False
+        for t in range(T):
+            a = abs(theta[t, j] - xn[t, j])
+            if a > gmax:
+                gmax = a
+            if xn[t, j] != 0.0:
+                hit = True
+        violators[j] = hit and not active[j]
+    return gmax * L
+
+
+@backend.kernel(cache=True, nogil=True)
+def _fista(X, node, lo, hi, woff, w, lam1, lam2, q, L, penalized, theta, max_iter, tol, adaptive):
+    """Minimise F from ``theta`` (overwritten with the solution). Returns (n_iter, converged,
+    n_loss): iterations (one gradient each) and the loss evaluations of the step search.
+
+    ``adaptive=False``: the fixed step 1/L. ``adaptive=True``: the step ``1/L_k`` with ``L_k <= L``
+    found by backtracking on the descent lemma ``f(x+) <= f(y) + <g, x+ - y> + L_k/2 |x+ - y|^2``
+    (Beck and Teboulle 2009), ``L_k`` shrunk before every iteration (halved until the first
+    backtrack, then x0.9, never below 1e-9 L) and doubled on a failed test, never above L (where
+    the test holds by the Lipschitz bound and is not evaluated). The global L bounds l'' by 1; near a solution
+    most margins are large and the local curvature is often 10-30x smaller, so the steps are too.
+    The margins are linear in theta, so those of the extrapolated point ``y = x+ + beta (x+ - x)``
+    are combined from the ones the step search computed at x+ and x (one margin pass per
+    iteration instead of two).
+
+    Both stop at the first iterate with ``L |y - x+|_inf <= tol`` (raw displacement over the
+    global L, whatever the step: a longer step only displaces more) and return x+. A caller
+    that needs the full problem's test at the solution takes it afterwards (:func:`_certify`).
+    """
+    T, p = theta.shape
+    x = theta.copy()
+    y = theta.copy()
+    xn = np.empty_like(theta)
+    g = np.empty_like(theta)
+    nz = np.empty(p, np.int64)
+    scratch = np.empty((5, w.shape[0]))
+    u_y, ex, buf, u_n, u_x = scratch[0], scratch[1], scratch[2], scratch[3], scratch[4]
+    ta = woff[0] if T > 0 else 0  # the block's terms: [ta, tb)
+    tb = woff[T - 1] + hi[T - 1] - lo[T - 1] if T > 0 else 0
+    state = np.zeros((p, T), np.int8)
+    ycol = np.empty(T)
+    xcol = np.empty(T)
+    l2p = lam2 if q == 1 else 0.0  # the prox's smoothing weight (q = 2 smooths in the gradient)
+    smooth = q == 2 and lam2 > 0.0
+    Lk = L
+    shrink = 0.5
+    tk = 1.0
+    converged = False
+    n_loss = 0
+    it = 0
+    for it in range(1, max_iter + 1):
+        if it == 1 or not adaptive:
+            _margins(X, node, lo, hi, woff, y, nz, u_y)
+            if it == 1:
+                for e in range(ta, tb):
+                    u_x[e] = u_y[e]  # y = x at the start
+        _exps(lo, hi, woff, u_y, ex)
+        _accumulate(X, node, lo, hi, woff, w, u_y, ex, g)
+        if smooth:
+            _smooth_grad(y, lam2, g)
+        fy = 0.0
+        if adaptive:
+            fy = _loss_terms(lo, hi, woff, w, u_y, ex, buf)
+            if smooth:
+                fy += _smooth_value(y, lam2)
+            Lk = max(Lk * shrink, 1e-9 * L)  # (a floor against runaway steps on a flat loss)
+        while True:
+            step = 1.0 / Lk
+            _prox_step(y, g, step, step * lam1, step * l2p, penalized, xn, state, ycol, xcol)
+            if not adaptive:
+                break
+            _margins(X, node, lo, hi, woff, xn, nz, u_n)
+            if Lk >= L:
+                break
+            gd = 0.0
+            dd = 0.0
+            for t in range(T):
+                for j in range(p):
+                    dl = xn[t, j] - y[t, j]
+                    gd += g[t, j] * dl
+                    dd += dl * dl
+            _exps(lo, hi, woff, u_n, ex)
+            fx = _loss_terms(lo, hi, woff, w, u_n, ex, buf)
+            if smooth:
+                fx += _smooth_value(xn, lam2)
+            n_loss += 1
+            if fx <= fy + gd + 0.5 * Lk * dd + 1e-15 * abs(fy):
+                break
+            Lk = min(2.0 * Lk, L)
+            shrink = 0.9
+        # optimality: the displacement |y - x+|, and the restart test <y - x+, x+ - x> > 0
+        gmax = 0.0
+        ip = 0.0
+        for t in range(T):
+            for j in range(p):
+                a = y[t, j] - xn[t, j]
+                if abs(a) > gmax:
+                    gmax = abs(a)
+                ip += a * (xn[t, j] - x[t, j])
+        if gmax * L <= tol:
+            for t in range(T):
+                for j in range(p):
+                    x[t, j] = xn[t, j]
+            converged = True
+            break
+        if ip > 0.0:
+            tk = 1.0
+            for t in range(T):
+                for j in range(p):
+                    y[t, j] = xn[t, j]
+                    x[t, j] = xn[t, j]
+            if adaptive:
+                for e in range(ta, tb):
+                    u_y[e] = u_n[e]
+                    u_x[e] = u_n[e]
+        else:
+            tn = 0.5 * (1.0 + math.sqrt(1.0 + 4.0 * tk * tk))
+            beta = (tk - 1.0) / tn
+            for t in range(T):
+                for j in range(p):
+                    y[t, j] = xn[t, j] + beta * (xn[t, j] - x[t, j])
+                    x[t, j] = xn[t, j]
+            if adaptive:
+                for e in range(ta, tb):
+                    u_y[e] = u_n[e] + beta * (u_n[e] - u_x[e])
+                    u_x[e] = u_n[e]
+            tk = tn
+    for t in range(T):
+        for j in range(p):
+            theta[t, j] = x[t, j]
+    return it, converged, n_loss
+
 
 @functools.lru_cache(maxsize=None)
 def _kernels():
-    # Callees bound to module globals (numba's disk cache hashes closure cells; see tasks/lda/estep.py).
-    global _signed_margin, _softplus_neg, _grad, _fista, _loglik_rows, _loss_value, _tv, _fz, _tvw
-    global _prox_step, _smooth_grad, _certify, _cexp, _margins, _exps, _loss_terms
-    global _accumulate, _smooth_value
-    nb = backend.numba()
-    _cexp = _fastexp._kernels()["_capped_exp_nb"]
-    _k = _prox._kernels()
-    _tv, _fz, _tvw = _k.tv1d, _k.fused_zero, _k.tv1d_warm
-
-    @nb.njit(cache=True, nogil=True)
-    def _signed_margin(X, node, theta, t, d):
-        """``(u, y)`` for sample d at time t: ``u = 2 y theta^t . z_d`` with ``z_d`` = x_d whose own
-        entry is 1 (the field), ``y = x_{d,node}``; the sample's loss is ``log(1 + exp(-u))``."""
-        m = 0.0
-        for j in range(theta.shape[1]):
-            m += theta[t, j] * X[d, j]
-        yd = float(X[d, node])
-        m += theta[t, node] * (1.0 - yd)  # z_d[node] = 1, not x_d[node]
-        return 2.0 * yd * m, yd
-
-    @nb.njit(cache=True, nogil=True)
-    def _softplus_neg(u):
-        """log(1 + exp(-u)) without overflow."""
-        if u > 0:
-            return math.log1p(math.exp(-u))
-        return -u + math.log1p(math.exp(u))
-
-    @nb.njit(cache=True, nogil=True)
-    def _margins(X, node, lo, hi, woff, theta, nz, u):
-        """u[e] = 2 y_d theta^t . z_d for every (time point t, row d) term ``e = woff[t] + d - lo[t]``.
-
-        Per time point over the non-zero entries of theta^t (listed once, without the node's own
-        column, whose entry is the field: ``z_d[node] = 1``), two rows side by side; each margin sums
-        its terms in column order, then adds the field. ``nz`` [p] int64 scratch."""
-        T, p = theta.shape
-        for t in range(T):
-            nnz = 0
-            for j in range(p):
-                nz[nnz] = j
-                nnz += 1 if (theta[t, j] != 0.0 and j != node) else 0
-            a, b, off = lo[t], hi[t], woff[t] - lo[t]
-            th_node = theta[t, node]
-            d = a
-            while d + 1 < b:
-                x0 = X[d]
-                x1 = X[d + 1]
-                s0 = 0.0
-                s1 = 0.0
-                for k in range(nnz):
-                    j = nz[k]
-                    tj = theta[t, j]
-                    s0 += tj * x0[j]
-                    s1 += tj * x1[j]
-                u[off + d] = 2.0 * float(x0[node]) * (s0 + th_node)
-                u[off + d + 1] = 2.0 * float(x1[node]) * (s1 + th_node)
-                d += 2
-            if d < b:
-                x0 = X[d]
-                s0 = 0.0
-                for k in range(nnz):
-                    j = nz[k]
-                    s0 += theta[t, j] * x0[j]
-                u[off + d] = 2.0 * float(x0[node]) * (s0 + th_node)
-
-    @nb.njit(cache=True, nogil=True)
-    def _exps(lo, hi, woff, u, ex):
-        """ex[e] = exp(-|u[e]|) over the block's terms, by the vectorised exponential of
-        ``pgmflow.tasks.fastexp`` (within 1 ulp of the C library's, the same bits on every machine)."""
-        T = lo.shape[0]
-        if T == 0:
-            return
-        a = woff[0]
-        b = woff[T - 1] + hi[T - 1] - lo[T - 1]
-        for e in range(a, b):
-            ex[e] = -abs(u[e])
-        _cexp(ex[a:b], 0.0)
-
-    @nb.njit(cache=True, nogil=True)
-    def _loss_terms(lo, hi, woff, w, u, ex, buf):
-        """sum_e w_e log(1 + exp(-u_e)) = w_e (log1p(e_e) + max(-u_e, 0)) with ``e = exp(-|u|)`` in
-        (0, 1], over the block's terms in term order (``buf`` [len(w)] scratch).
-
-        ``log1p(e) = 2 atanh(s)``, ``s = e / (2 + e)`` in [0, 1/3], by the series
-        ``s (1 + s^2/3 + s^4/5 + ...)`` to the s^33 term (remainder below 2e-17 relative) in Horner
-        form: a loop LLVM vectorises (the C library's log1p is a call per element), within a few ulp.
-        Used by the step search, which compares losses of nearby points; reported losses use
-        :func:`_loss_value`."""
-        T = lo.shape[0]
-        if T == 0:
-            return 0.0
-        a = woff[0]
-        b = woff[T - 1] + hi[T - 1] - lo[T - 1]
-        for e in range(a, b):
-            x = ex[e]
-            sv = x / (2.0 + x)
-            s2 = sv * sv
-            q = ((((((((((((((((1.0 / 33.0) * s2 + 1.0 / 31.0) * s2 + 1.0 / 29.0) * s2 + 1.0 / 27.0) * s2
-                            + 1.0 / 25.0) * s2 + 1.0 / 23.0) * s2 + 1.0 / 21.0) * s2 + 1.0 / 19.0) * s2
-                        + 1.0 / 17.0) * s2 + 1.0 / 15.0) * s2 + 1.0 / 13.0) * s2 + 1.0 / 11.0) * s2
-                    + 1.0 / 9.0) * s2 + 1.0 / 7.0) * s2 + 1.0 / 5.0) * s2 + 1.0 / 3.0) * s2 + 1.0
-            buf[e] = w[e] * (2.0 * sv * q + max(-u[e], 0.0))
-        total = 0.0
-        for e in range(a, b):
-            total += buf[e]
-        return total
-
-    @nb.njit(cache=True, nogil=True)
-    def _accumulate(X, node, lo, hi, woff, w, u, ex, grad):
-        """grad[t] = sum_d w l'(y m) y z_d from the margins ``u`` and ``ex = exp(-|u|)``:
-        ``sigmoid(-u) = e / (1 + e)`` (u > 0) or ``1 / (1 + e)``, no overflow; each row's
-        contribution added over all columns at once."""
-        T, p = grad.shape
-        for t in range(T):
-            g = grad[t]
-            for j in range(p):
-                g[j] = 0.0
-            a, b, off = lo[t], hi[t], woff[t] - lo[t]
-            c_node = 0.0
-            for d in range(a, b):
-                wd = w[off + d]
-                if wd == 0.0:
-                    continue
-                xr = X[d]
-                yd = float(xr[node])
-                # l(m y) = log(1 + exp(-u)); its derivative in m is -2 y sigmoid(-u)
-                e = ex[off + d]
-                c = -2.0 * wd * yd * (e if u[off + d] > 0.0 else 1.0) / (1.0 + e)
-                for j in range(p):
-                    g[j] += c * xr[j]
-                c_node += c * (1.0 - yd)
-            g[node] += c_node
-
-    @nb.njit(cache=True, nogil=True)
-    def _grad(X, node, lo, hi, woff, w, theta, grad, nz, scratch):
-        """grad[t] = sum_d w l'(y m) y z_d at theta (``nz`` [p] int64, ``scratch`` [2, len(w)]
-        float64: the margins and their exponentials, left there for :func:`_loss_terms`)."""
-        _margins(X, node, lo, hi, woff, theta, nz, scratch[0])
-        _exps(lo, hi, woff, scratch[0], scratch[1])
-        _accumulate(X, node, lo, hi, woff, w, scratch[0], scratch[1], grad)
-
-    @nb.njit(cache=True, nogil=True)
-    def _smooth_value(y, lam2):
-        """lambda2 sum_t ||theta^t - theta^{t-1}||^2 (q = 2)."""
-        T, p = y.shape
-        s = 0.0
-        for t in range(1, T):
-            for j in range(p):
-                d = y[t, j] - y[t - 1, j]
-                s += d * d
-        return lam2 * s
-
-    @nb.njit(cache=True, nogil=True)
-    def _smooth_grad(y, lam2, g):
-        """g += the gradient of lambda2 sum_t ||theta^t - theta^{t-1}||^2 (q = 2) at y."""
-        T, p = y.shape
-        for t in range(T):
-            for j in range(p):
-                s = 0.0
-                if t > 0:
-                    s += y[t, j] - y[t - 1, j]
-                if t < T - 1:
-                    s -= y[t + 1, j] - y[t, j]
-                g[t, j] += 2.0 * lam2 * s
-
-    @nb.njit(cache=True, nogil=True)
-    def _prox_step(Y, G, step, lam1, lam2, penalized, out, state, ycol, xcol):
-        """out[:, j] = soft(tv(Y[:, j] - step G[:, j], lam2), lam1 if penalized[j]) for every column
-        (lam1, lam2 already scaled by the step): the exact fused-lasso prox (prox.py).
-
-        ``state`` [p, T] int8 is kept by the caller across the iterations of a solve (zeros at the
-        start): ``state[j, :T-1]`` the jump signs of column j's last TV solution (+1 up, -1 down, 0
-        none after t), ``state[j, T-1]`` 1 if its last output was non-zero. Per column, cheapest
-        first: a column that was zero takes the one-pass zero test (``prox._fused_zero``) and is 0 if
-        it passes; else the TV solution from the last jump signs, verified against the optimality
-        conditions (``prox._tv1d_warm``); else Condat's algorithm, whose jumps become the next guess.
-        ``ycol``, ``xcol`` [T] scratch.
-        """
-        T, p = Y.shape
-        for j in range(p):
-            for t in range(T):
-                ycol[t] = Y[t, j] - step * G[t, j]
-            sj = state[j]
-            pen = penalized[j] and lam1 > 0.0
-            if pen and sj[T - 1] == 0 and _fz(ycol, lam1, lam2):
-                for t in range(T):
-                    out[t, j] = 0.0
-                continue
-            if lam2 > 0.0 and T > 1:
-                if not _tvw(ycol, lam2, sj, xcol):
-                    _tv(ycol, lam2, xcol)
-                    for t in range(T - 1):
-                        dx = xcol[t + 1] - xcol[t]
-                        sj[t] = 1 if dx > 0.0 else (-1 if dx < 0.0 else 0)
-            else:
-                for t in range(T):
-                    xcol[t] = ycol[t]
-            nonzero = False
-            for t in range(T):
-                v = xcol[t]
-                if pen:
-                    v = v - lam1 if v > lam1 else (v + lam1 if v < -lam1 else 0.0)
-                out[t, j] = v
-                nonzero |= v != 0.0
-            sj[T - 1] = 1 if nonzero else 0
-
-    @nb.njit(cache=True, nogil=True)
-    def _loss_value(X, node, lo, hi, woff, w, theta):
-        total = 0.0
-        for t in range(theta.shape[0]):
-            for d in range(lo[t], hi[t]):
-                wd = w[woff[t] + d - lo[t]]
-                if wd != 0.0:
-                    total += wd * _softplus_neg(_signed_margin(X, node, theta, t, d)[0])
-        return total
-
-    @nb.njit(cache=True, nogil=True)
-    def _loglik_rows(X, tix, node, theta, out):
-        """out[d] = log P(x_{d,node} | x_{d,-node}; theta^{t_d}) for every row."""
-        for d in range(X.shape[0]):
-            out[d] = -_softplus_neg(_signed_margin(X, node, theta, tix[d], d)[0])
-
-    @nb.njit(cache=True, nogil=True)
-    def _certify(X, node, lo, hi, woff, w, lam1, lam2, q, L, penalized, theta, active, violators):
-        """One prox-gradient step of the full problem from ``theta`` with step 1/L: returns the
-        gradient-mapping norm ``L ||theta - step||_inf`` (the full solver's stopping test) and marks
-        in ``violators`` the columns outside ``active`` that the step moves off zero (for a zero
-        column this is the KKT condition: the fused-lasso prox of ``-g_j / L`` is 0 iff that of
-        ``-g_j`` is, the penalty being positively homogeneous; so it does not depend on L)."""
-        T, p = theta.shape
-        g = np.empty_like(theta)
-        xn = np.empty_like(theta)
-        _grad(X, node, lo, hi, woff, w, theta, g, np.empty(p, np.int64), np.empty((2, w.shape[0])))
-        if q == 2 and lam2 > 0.0:
-            _smooth_grad(theta, lam2, g)
-        step = 1.0 / L
-        _prox_step(theta, g, step, step * lam1, step * lam2 if q == 1 else 0.0, penalized, xn,
-                   np.zeros((p, T), np.int8), np.empty(T), np.empty(T))
-        gmax = 0.0
-        for j in range(p):
-            hit = False
-            for t in range(T):
-                a = abs(theta[t, j] - xn[t, j])
-                if a > gmax:
-                    gmax = a
-                if xn[t, j] != 0.0:
-                    hit = True
-            violators[j] = hit and not active[j]
-        return gmax * L
-
-    @nb.njit(cache=True, nogil=True)
-    def _fista(X, node, lo, hi, woff, w, lam1, lam2, q, L, penalized, theta, max_iter, tol, adaptive):
-        """Minimise F from ``theta`` (overwritten with the solution). Returns (n_iter, converged,
-        n_loss): iterations (one gradient each) and the loss evaluations of the step search.
-
-        ``adaptive=False``: the fixed step 1/L. ``adaptive=True``: the step ``1/L_k`` with ``L_k <= L``
-        found by backtracking on the descent lemma ``f(x+) <= f(y) + <g, x+ - y> + L_k/2 |x+ - y|^2``
-        (Beck and Teboulle 2009), ``L_k`` shrunk before every iteration (halved until the first
-        backtrack, then x0.9, never below 1e-9 L) and doubled on a failed test, never above L (where
-        the test holds by the Lipschitz bound and is not evaluated). The global L bounds l'' by 1; near a solution
-        most margins are large and the local curvature is often 10-30x smaller, so the steps are too.
-        The margins are linear in theta, so those of the extrapolated point ``y = x+ + beta (x+ - x)``
-        are combined from the ones the step search computed at x+ and x (one margin pass per
-        iteration instead of two).
-
-        Both stop at the first iterate with ``L |y - x+|_inf <= tol`` (raw displacement over the
-        global L, whatever the step: a longer step only displaces more) and return x+. A caller
-        that needs the full problem's test at the solution takes it afterwards (:func:`_certify`).
-        """
-        T, p = theta.shape
-        x = theta.copy()
-        y = theta.copy()
-        xn = np.empty_like(theta)
-        g = np.empty_like(theta)
-        nz = np.empty(p, np.int64)
-        scratch = np.empty((5, w.shape[0]))
-        u_y, ex, buf, u_n, u_x = scratch[0], scratch[1], scratch[2], scratch[3], scratch[4]
-        ta = woff[0] if T > 0 else 0  # the block's terms: [ta, tb)
-        tb = woff[T - 1] + hi[T - 1] - lo[T - 1] if T > 0 else 0
-        state = np.zeros((p, T), np.int8)
-        ycol = np.empty(T)
-        xcol = np.empty(T)
-        l2p = lam2 if q == 1 else 0.0  # the prox's smoothing weight (q = 2 smooths in the gradient)
-        smooth = q == 2 and lam2 > 0.0
-        Lk = L
-        shrink = 0.5
-        tk = 1.0
-        converged = False
-        n_loss = 0
-        it = 0
-        for it in range(1, max_iter + 1):
-            if it == 1 or not adaptive:
-                _margins(X, node, lo, hi, woff, y, nz, u_y)
-                if it == 1:
-                    for e in range(ta, tb):
-                        u_x[e] = u_y[e]  # y = x at the start
-            _exps(lo, hi, woff, u_y, ex)
-            _accumulate(X, node, lo, hi, woff, w, u_y, ex, g)
-            if smooth:
-                _smooth_grad(y, lam2, g)
-            fy = 0.0
-            if adaptive:
-                fy = _loss_terms(lo, hi, woff, w, u_y, ex, buf)
-                if smooth:
-                    fy += _smooth_value(y, lam2)
-                Lk = max(Lk * shrink, 1e-9 * L)  # (a floor against runaway steps on a flat loss)
-            while True:
-                step = 1.0 / Lk
-                _prox_step(y, g, step, step * lam1, step * l2p, penalized, xn, state, ycol, xcol)
-                if not adaptive:
-                    break
-                _margins(X, node, lo, hi, woff, xn, nz, u_n)
-                if Lk >= L:
-                    break
-                gd = 0.0
-                dd = 0.0
-                for t in range(T):
-                    for j in range(p):
-                        dl = xn[t, j] - y[t, j]
-                        gd += g[t, j] * dl
-                        dd += dl * dl
-                _exps(lo, hi, woff, u_n, ex)
-                fx = _loss_terms(lo, hi, woff, w, u_n, ex, buf)
-                if smooth:
-                    fx += _smooth_value(xn, lam2)
-                n_loss += 1
-                if fx <= fy + gd + 0.5 * Lk * dd + 1e-15 * abs(fy):
-                    break
-                Lk = min(2.0 * Lk, L)
-                shrink = 0.9
-            # optimality: the displacement |y - x+|, and the restart test <y - x+, x+ - x> > 0
-            gmax = 0.0
-            ip = 0.0
-            for t in range(T):
-                for j in range(p):
-                    a = y[t, j] - xn[t, j]
-                    if abs(a) > gmax:
-                        gmax = abs(a)
-                    ip += a * (xn[t, j] - x[t, j])
-            if gmax * L <= tol:
-                for t in range(T):
-                    for j in range(p):
-                        x[t, j] = xn[t, j]
-                converged = True
-                break
-            if ip > 0.0:
-                tk = 1.0
-                for t in range(T):
-                    for j in range(p):
-                        y[t, j] = xn[t, j]
-                        x[t, j] = xn[t, j]
-                if adaptive:
-                    for e in range(ta, tb):
-                        u_y[e] = u_n[e]
-                        u_x[e] = u_n[e]
-            else:
-                tn = 0.5 * (1.0 + math.sqrt(1.0 + 4.0 * tk * tk))
-                beta = (tk - 1.0) / tn
-                for t in range(T):
-                    for j in range(p):
-                        y[t, j] = xn[t, j] + beta * (xn[t, j] - x[t, j])
-                        x[t, j] = xn[t, j]
-                if adaptive:
-                    for e in range(ta, tb):
-                        u_y[e] = u_n[e] + beta * (u_n[e] - u_x[e])
-                        u_x[e] = u_n[e]
-                tk = tn
-        for t in range(T):
-            for j in range(p):
-                theta[t, j] = x[t, j]
-        return it, converged, n_loss
-
-    return _fista
+    """Compile the kernels above (once per process; numba's on-disk cache serves later processes) after
+    the ones they call from ``fastexp`` and ``prox``, which are bound to this module's names. Returns
+    the FISTA dispatcher."""
+    k = _prox._kernels()
+    bind = {"_cexp": _fastexp._kernels()["_capped_exp_nb"],
+            "_tv": k.tv1d, "_fz": k.fused_zero, "_tvw": k.tv1d_warm}
+    return backend.compile_kernels(sys.modules[__name__], bind=bind)["_fista"]
 
 
 def penalty(theta, node: int, lam1: float, lam2: float, q: int) -> float:
