@@ -6,8 +6,8 @@ can be recomputed from its identity (sweep, site, replica, chain) alone, so CPU 
 and any placement of work on workers draw the same bits. Two implementations live here:
 
 * :func:`philox4x32_numpy` -- a vectorised NumPy reference over arrays of counters and keys;
-* :func:`numba_philox4x32` -- a cached builder returning a numba ``njit`` function that other
-  numba kernels call per counter (it inlines, and vectorises when called in a plain loop).
+* :func:`numba_philox4x32` -- the module-level kernel ``_philox4x32``, compiled on first use, that
+  other numba kernels call per counter (it inlines, and vectorises when called in a plain loop).
 
 The CUDA C version used by the GPU kernels lives next to its kernel (it needs ``__umulhi``);
 all three are tested against the Random123 known-answer vectors (``kat_vectors``) and against
@@ -26,6 +26,7 @@ its high and low word)::
 from __future__ import annotations
 
 import functools
+import sys
 
 import numpy as np
 
@@ -99,9 +100,43 @@ def philox4x32_numpy(counter, key) -> np.ndarray:
     return np.stack([c0, c1, c2, c3], axis=-1).astype(np.uint32)
 
 
+# numba kernel: a plain module-level function marked for numba and compiled on first use by
+# numba_philox4x32() (pgmflow.tasks.backend.compile_kernels). Its constants are module globals, which numba
+# freezes into the compiled code.
+_M0 = np.uint64(PHILOX_M0)
+_M1 = np.uint64(PHILOX_M1)
+_W0 = np.uint64(PHILOX_W0)
+_W1 = np.uint64(PHILOX_W1)
+
+
+@backend.kernel(inline="always", cache=True, fastmath=False, nogil=True)
+def _philox4x32(c0, c1, c2, c3, k0, k1):
+    """Philox4x32-10 of one counter ``(c0, c1, c2, c3)`` and key ``(k0, k1)``; see :func:`numba_philox4x32`."""
+    x0 = np.uint64(c0) & _MASK32
+    x1 = np.uint64(c1) & _MASK32
+    x2 = np.uint64(c2) & _MASK32
+    x3 = np.uint64(c3) & _MASK32
+    y0 = np.uint64(k0) & _MASK32
+    y1 = np.uint64(k1) & _MASK32
+    for rnd in range(10):
+        if rnd > 0:
+            y0 = (y0 + _W0) & _MASK32
+            y1 = (y1 + _W1) & _MASK32
+        p0 = _M0 * x0
+        p1 = _M1 * x2
+        n0 = (p1 >> _SHIFT32) ^ x1 ^ y0
+        n2 = (p0 >> _SHIFT32) ^ x3 ^ y1
+        x1 = p1 & _MASK32
+        x3 = p0 & _MASK32
+        x0 = n0
+        x2 = n2
+    return x0, x1, x2, x3
+
+
 @functools.lru_cache(maxsize=None)
 def numba_philox4x32():
-    """Build (once) and return the numba device function ``philox(c0, c1, c2, c3, k0, k1)``.
+    """Compile (once per process; numba's on-disk cache serves later processes) and return the numba device
+    function ``philox(c0, c1, c2, c3, k0, k1)``.
 
     The returned function is ``njit(inline='always', cache=True)``; call it from other numba
     kernels (or from Python, for tests). Every argument is an integer holding a 32-bit word
@@ -110,35 +145,4 @@ def numba_philox4x32():
     compare them with 64-bit thresholds without a cast and without numba's mixed-sign integer
     promotion to float64.
     """
-    nb = backend.numba()
-
-    M0 = np.uint64(PHILOX_M0)
-    M1 = np.uint64(PHILOX_M1)
-    W0 = np.uint64(PHILOX_W0)
-    W1 = np.uint64(PHILOX_W1)
-    MASK = np.uint64(0xFFFFFFFF)
-    S32 = np.uint64(32)
-
-    @nb.njit(inline="always", cache=True, fastmath=False, nogil=True)
-    def philox4x32(c0, c1, c2, c3, k0, k1):
-        x0 = np.uint64(c0) & MASK
-        x1 = np.uint64(c1) & MASK
-        x2 = np.uint64(c2) & MASK
-        x3 = np.uint64(c3) & MASK
-        y0 = np.uint64(k0) & MASK
-        y1 = np.uint64(k1) & MASK
-        for rnd in range(10):
-            if rnd > 0:
-                y0 = (y0 + W0) & MASK
-                y1 = (y1 + W1) & MASK
-            p0 = M0 * x0
-            p1 = M1 * x2
-            n0 = (p1 >> S32) ^ x1 ^ y0
-            n2 = (p0 >> S32) ^ x3 ^ y1
-            x1 = p1 & MASK
-            x3 = p0 & MASK
-            x0 = n0
-            x2 = n2
-        return x0, x1, x2, x3
-
-    return philox4x32
+    return backend.compile_kernels(sys.modules[__name__])["_philox4x32"]

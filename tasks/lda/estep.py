@@ -30,11 +30,14 @@ from __future__ import annotations
 
 import functools
 import math
+import sys
 from typing import NamedTuple
 
 import numpy as np
 
 from pgmflow.tasks import backend
+from pgmflow.tasks.lda import pr_kernels as _pr_kernels
+from pgmflow.tasks.lda import regularization as _regularization
 
 __all__ = ["EStepResult", "digamma", "estep", "estep_numpy", "estep_xp"]
 # exp(E[log beta]), the topic columns an E-step takes: pgmflow.tasks.lda.svi.exp_elog_beta (the driver computes it).
@@ -225,240 +228,247 @@ def estep_numpy(indptr, indices, counts, docs, cols, exp_elog_beta, alpha, max_i
 
 # --- numba kernels ----------------------------------------------------------------------------------
 
-@functools.lru_cache(maxsize=None)
-def _kernels():
-    # Callees are bound to module globals, not closure cells: numba's on-disk cache key hashes a
-    # function's closure variables, and a jitted callee pickles differently in every process, which
-    # would make every process miss the cache (and recompile for seconds).
-    global _digamma, _exp_elog, _dirichlet_terms, _one_doc, _norms, _run_doc, _accumulate
-    nb = backend.numba()
+# Plain module-level functions marked for numba; _kernels() compiles them (pgmflow.tasks.backend.compile_kernels)
+# and rebinds their names to the dispatchers, prange to numba.prange and _project to the compiled projection of
+# pgmflow.tasks.lda.regularization (as plain Python: range and pr_kernels' function).
+prange = range
+_project = _pr_kernels._project_nb
 
-    @nb.njit(cache=True, nogil=True, fastmath=False)
-    def _digamma(x):
-        # below 6: psi(x) = psi(x + m) - sum_{i<m} 1/(x + i), the sum as one fraction P'/P with
-        # P = prod (x + i) (one division instead of m; the recurrence is the hot spot of the E-step)
-        r = 0.0
-        if x < 6.0:
-            p = 1.0
-            dp = 0.0
-            while x < 6.0:
-                dp = dp * x + p
-                p = p * x
-                x += 1.0
-            r = -dp / p
-        f = 1.0 / (x * x)
-        return r + math.log(x) - 0.5 / x - f * (1.0 / 12 - f * (1.0 / 120 - f * (1.0 / 252 - f * (
-            1.0 / 240 - f * (1.0 / 132)))))
 
-    @nb.njit(cache=True, nogil=True)
-    def digamma_vec(x):
-        out = np.empty_like(x)
-        for i in range(x.size):
-            out[i] = _digamma(x[i])
-        return out
+@backend.kernel(cache=True, nogil=True, fastmath=False)
+def _digamma(x):
+    # below 6: psi(x) = psi(x + m) - sum_{i<m} 1/(x + i), the sum as one fraction P'/P with
+    # P = prod (x + i) (one division instead of m; the recurrence is the hot spot of the E-step)
+    r = 0.0
+    if x < 6.0:
+        p = 1.0
+        dp = 0.0
+        while x < 6.0:
+            dp = dp * x + p
+            p = p * x
+            x += 1.0
+        r = -dp / p
+    f = 1.0 / (x * x)
+    return r + math.log(x) - 0.5 / x - f * (1.0 / 12 - f * (1.0 / 120 - f * (1.0 / 252 - f * (
+        1.0 / 240 - f * (1.0 / 132)))))
 
-    @nb.njit(cache=True, nogil=True)
-    def _exp_elog(gamma, out):
-        s = 0.0
-        for k in range(gamma.size):
-            s += gamma[k]
-        ds = _digamma(s)
-        for k in range(gamma.size):
-            out[k] = math.exp(_digamma(gamma[k]) - ds)
 
-    @nb.njit(cache=True, nogil=True)
-    def _dirichlet_terms(alpha, gamma):
-        K = gamma.size
-        sg, sa = 0.0, 0.0
-        for k in range(K):
-            sg += gamma[k]
-            sa += alpha[k]
-        ds = _digamma(sg)
-        t = 0.0
-        for k in range(K):
-            t += (alpha[k] - gamma[k]) * (_digamma(gamma[k]) - ds) + math.lgamma(gamma[k]) - math.lgamma(alpha[k])
-        return t + math.lgamma(sa) - math.lgamma(sg)
+@backend.kernel(cache=True, nogil=True)
+def digamma_vec(x):
+    out = np.empty_like(x)
+    for i in range(x.size):
+        out[i] = _digamma(x[i])
+    return out
 
-    @nb.njit(cache=True, nogil=True)
-    def _norms(ea, BT, norm):
-        """norm[n] = sum_k ea[k] BT[k, n], each sum in k order (vectorised across n, not reordered)."""
-        K, N = BT.shape
+
+@backend.kernel(cache=True, nogil=True)
+def _exp_elog(gamma, out):
+    s = 0.0
+    for k in range(gamma.size):
+        s += gamma[k]
+    ds = _digamma(s)
+    for k in range(gamma.size):
+        out[k] = math.exp(_digamma(gamma[k]) - ds)
+
+
+@backend.kernel(cache=True, nogil=True)
+def _dirichlet_terms(alpha, gamma):
+    K = gamma.size
+    sg, sa = 0.0, 0.0
+    for k in range(K):
+        sg += gamma[k]
+        sa += alpha[k]
+    ds = _digamma(sg)
+    t = 0.0
+    for k in range(K):
+        t += (alpha[k] - gamma[k]) * (_digamma(gamma[k]) - ds) + math.lgamma(gamma[k]) - math.lgamma(alpha[k])
+    return t + math.lgamma(sa) - math.lgamma(sg)
+
+
+@backend.kernel(cache=True, nogil=True)
+def _norms(ea, BT, norm):
+    """norm[n] = sum_k ea[k] BT[k, n], each sum in k order (vectorised across n, not reordered)."""
+    K, N = BT.shape
+    for i in range(N):
+        norm[i] = 1e-100
+    for k in range(K):
+        a = ea[k]
         for i in range(N):
-            norm[i] = 1e-100
-        for k in range(K):
-            a = ea[k]
-            for i in range(N):
-                norm[i] += a * BT[k, i]
+            norm[i] += a * BT[k, i]
 
-    @nb.njit(cache=True, nogil=True)
-    def _one_doc(lo, hi, loc, cts, eeb, alpha, max_iter, tol, gamma, ea, norm, new):
-        K = alpha.size
-        N = hi - lo
-        # this document's rows of exp(E[log beta]), contiguous in both layouts
-        Bd = np.empty((N, K))
-        BT = np.empty((K, N))
-        c = np.empty(N)
-        tot = 0.0
+
+@backend.kernel(cache=True, nogil=True)
+def _one_doc(lo, hi, loc, cts, eeb, alpha, max_iter, tol, gamma, ea, norm, new):
+    K = alpha.size
+    N = hi - lo
+    # this document's rows of exp(E[log beta]), contiguous in both layouts
+    Bd = np.empty((N, K))
+    BT = np.empty((K, N))
+    c = np.empty(N)
+    tot = 0.0
+    for i in range(N):
+        c[i] = cts[lo + i]
+        tot += c[i]
+        row = loc[lo + i]
+        for k in range(K):
+            Bd[i, k] = eeb[row, k]
+            BT[k, i] = eeb[row, k]
+    for k in range(K):
+        gamma[k] = alpha[k] + tot / K
+    _exp_elog(gamma, ea)
+    _norms(ea, BT, norm)
+    it = 0
+    while it < max_iter:
+        it += 1
+        for k in range(K):
+            new[k] = 0.0
         for i in range(N):
-            c[i] = cts[lo + i]
-            tot += c[i]
-            row = loc[lo + i]
+            r = c[i] / norm[i]
             for k in range(K):
-                Bd[i, k] = eeb[row, k]
-                BT[k, i] = eeb[row, k]
+                new[k] += r * Bd[i, k]
+        change = 0.0
         for k in range(K):
-            gamma[k] = alpha[k] + tot / K
+            v = alpha[k] + ea[k] * new[k]
+            change += abs(v - gamma[k])
+            gamma[k] = v
         _exp_elog(gamma, ea)
         _norms(ea, BT, norm)
-        it = 0
-        while it < max_iter:
-            it += 1
+        if change / K < tol:
+            break
+    return it
+
+
+@backend.kernel(cache=True, nogil=True)
+def _run_doc(d, bptr, loc, cts, eeb, alpha, max_iter, tol, gamma, ea_all, norm_all, bounds, iters):
+    lo, hi = bptr[d], bptr[d + 1]
+    new = np.empty(alpha.size)
+    iters[d] = _one_doc(lo, hi, loc, cts, eeb, alpha, max_iter, tol, gamma[d], ea_all[d], norm_all[lo:hi], new)
+    b = 0.0
+    for n in range(lo, hi):
+        b += cts[n] * math.log(norm_all[n])
+    bounds[d] = b + _dirichlet_terms(alpha, gamma[d])
+
+
+@backend.kernel(cache=True, nogil=True)
+def _accumulate(bptr, loc, cts, eeb, ea_all, norm_all, bounds, iters):
+    """Sufficient statistics, accumulated in document order (the same for any thread count)."""
+    K = ea_all.shape[1]
+    sstats = np.zeros(eeb.shape)
+    total, it = 0.0, 0
+    for d in range(bptr.size - 1):
+        for n in range(bptr[d], bptr[d + 1]):
+            r = cts[n] / norm_all[n]
+            row = loc[n]
             for k in range(K):
-                new[k] = 0.0
-            for i in range(N):
-                r = c[i] / norm[i]
-                for k in range(K):
-                    new[k] += r * Bd[i, k]
+                sstats[row, k] += r * ea_all[d, k] * eeb[row, k]
+        total += bounds[d]
+        it += iters[d]
+    return sstats, total, it
+
+
+@backend.kernel(cache=True, nogil=True, parallel=True)
+def estep_parallel(bptr, loc, cts, eeb, alpha, max_iter, tol):
+    n_docs = bptr.size - 1
+    gamma, ea_all = np.empty((n_docs, alpha.size)), np.empty((n_docs, alpha.size))
+    norm_all, bounds, iters = np.empty(loc.size), np.zeros(n_docs), np.zeros(n_docs, np.int64)
+    for d in prange(n_docs):
+        _run_doc(d, bptr, loc, cts, eeb, alpha, max_iter, tol, gamma, ea_all, norm_all, bounds, iters)
+    sstats, total, it = _accumulate(bptr, loc, cts, eeb, ea_all, norm_all, bounds, iters)
+    return gamma, sstats, total, it
+
+
+@backend.kernel(cache=True, nogil=True)
+def estep_serial(bptr, loc, cts, eeb, alpha, max_iter, tol):
+    n_docs = bptr.size - 1
+    gamma, ea_all = np.empty((n_docs, alpha.size)), np.empty((n_docs, alpha.size))
+    norm_all, bounds, iters = np.empty(loc.size), np.zeros(n_docs), np.zeros(n_docs, np.int64)
+    for d in range(n_docs):
+        _run_doc(d, bptr, loc, cts, eeb, alpha, max_iter, tol, gamma, ea_all, norm_all, bounds, iters)
+    sstats, total, it = _accumulate(bptr, loc, cts, eeb, ea_all, norm_all, bounds, iters)
+    return gamma, sstats, total, it
+
+
+@backend.kernel(cache=True, nogil=True)
+def _token_posteriors(ea, eeb, loc, lo, p, norm):
+    """p[i] = the unconstrained token posterior of word i (ea * B row, normalised); norm[i] its normaliser."""
+    N, K = p.shape
+    for i in range(N):
+        row = loc[lo + i]
+        s = 0.0
+        for k in range(K):
+            p[i, k] = ea[k] * eeb[row, k]
+            s += p[i, k]
+        norm[i] = s + 1e-100
+        for k in range(K):
+            p[i, k] /= norm[i]
+
+
+@backend.kernel(cache=True, nogil=True)
+def estep_pr_kernel(bptr, loc, cts, words, eeb, alpha, max_iter, tol, seed_ids, seed_topics, seed_mass, cap,
+                    pr_iter, pr_tol):
+    n_docs = bptr.size - 1
+    K = alpha.size
+    gamma = np.empty((n_docs, K))
+    sstats = np.zeros(eeb.shape)
+    ea = np.empty(K)
+    total, it_total = 0.0, 0
+    for d in range(n_docs):
+        lo, hi = bptr[d], bptr[d + 1]
+        N = hi - lo
+        p = np.empty((N, K))
+        q = np.empty((N, K))
+        norm = np.empty(N)
+        g = gamma[d]
+        tot = 0.0
+        for n in range(lo, hi):
+            tot += cts[n]
+        for k in range(K):
+            g[k] = alpha[k] + tot / K
+        c = cts[lo:hi]
+        w = words[lo:hi]
+        for it in range(max_iter):
+            it_total += 1
+            _exp_elog(g, ea)
+            _token_posteriors(ea, eeb, loc, lo, p, norm)
+            _project(p, c, w, seed_ids, seed_topics, seed_mass, cap, pr_iter, pr_tol, q)
             change = 0.0
             for k in range(K):
-                v = alpha[k] + ea[k] * new[k]
-                change += abs(v - gamma[k])
-                gamma[k] = v
-            _exp_elog(gamma, ea)
-            _norms(ea, BT, norm)
+                v = alpha[k]
+                for i in range(N):
+                    v += c[i] * q[i, k]
+                change += abs(v - g[k])
+                g[k] = v
             if change / K < tol:
                 break
-        return it
-
-    @nb.njit(cache=True, nogil=True)
-    def _run_doc(d, bptr, loc, cts, eeb, alpha, max_iter, tol, gamma, ea_all, norm_all, bounds, iters):
-        lo, hi = bptr[d], bptr[d + 1]
-        new = np.empty(alpha.size)
-        iters[d] = _one_doc(lo, hi, loc, cts, eeb, alpha, max_iter, tol, gamma[d], ea_all[d], norm_all[lo:hi], new)
+        # final posteriors at the final gamma, then statistics and the bound
+        _exp_elog(g, ea)
         b = 0.0
-        for n in range(lo, hi):
-            b += cts[n] * math.log(norm_all[n])
-        bounds[d] = b + _dirichlet_terms(alpha, gamma[d])
-
-    @nb.njit(cache=True, nogil=True)
-    def _accumulate(bptr, loc, cts, eeb, ea_all, norm_all, bounds, iters):
-        """Sufficient statistics, accumulated in document order (the same for any thread count)."""
-        K = ea_all.shape[1]
-        sstats = np.zeros(eeb.shape)
-        total, it = 0.0, 0
-        for d in range(bptr.size - 1):
-            for n in range(bptr[d], bptr[d + 1]):
-                r = cts[n] / norm_all[n]
-                row = loc[n]
-                for k in range(K):
-                    sstats[row, k] += r * ea_all[d, k] * eeb[row, k]
-            total += bounds[d]
-            it += iters[d]
-        return sstats, total, it
-
-    @nb.njit(cache=True, nogil=True, parallel=True)
-    def estep_parallel(bptr, loc, cts, eeb, alpha, max_iter, tol):
-        n_docs = bptr.size - 1
-        gamma, ea_all = np.empty((n_docs, alpha.size)), np.empty((n_docs, alpha.size))
-        norm_all, bounds, iters = np.empty(loc.size), np.zeros(n_docs), np.zeros(n_docs, np.int64)
-        for d in nb.prange(n_docs):
-            _run_doc(d, bptr, loc, cts, eeb, alpha, max_iter, tol, gamma, ea_all, norm_all, bounds, iters)
-        sstats, total, it = _accumulate(bptr, loc, cts, eeb, ea_all, norm_all, bounds, iters)
-        return gamma, sstats, total, it
-
-    @nb.njit(cache=True, nogil=True)
-    def estep_serial(bptr, loc, cts, eeb, alpha, max_iter, tol):
-        n_docs = bptr.size - 1
-        gamma, ea_all = np.empty((n_docs, alpha.size)), np.empty((n_docs, alpha.size))
-        norm_all, bounds, iters = np.empty(loc.size), np.zeros(n_docs), np.zeros(n_docs, np.int64)
-        for d in range(n_docs):
-            _run_doc(d, bptr, loc, cts, eeb, alpha, max_iter, tol, gamma, ea_all, norm_all, bounds, iters)
-        sstats, total, it = _accumulate(bptr, loc, cts, eeb, ea_all, norm_all, bounds, iters)
-        return gamma, sstats, total, it
-
-    return {"estep_parallel": estep_parallel, "estep_serial": estep_serial, "digamma_vec": digamma_vec, "_exp_elog": _exp_elog,
-            "_dirichlet_terms": _dirichlet_terms}
+        _token_posteriors(ea, eeb, loc, lo, p, norm)
+        _project(p, c, w, seed_ids, seed_topics, seed_mass, cap, pr_iter, pr_tol, q)
+        for i in range(N):
+            row = loc[lo + i]
+            kl = 0.0
+            for k in range(K):
+                sstats[row, k] += c[i] * q[i, k]
+                if q[i, k] > 0.0:
+                    kl += q[i, k] * math.log(q[i, k] / max(p[i, k], 1e-300))
+            b += c[i] * (math.log(norm[i]) - kl)
+        total += b + _dirichlet_terms(alpha, g)
+    return gamma, sstats, total, it_total
 
 
 @functools.lru_cache(maxsize=None)
+def _kernels():
+    """Compile the kernels above (once per process; numba's on-disk cache serves later processes), binding
+    prange and the posterior-regularization projection (:func:`pgmflow.tasks.lda.regularization.project_kernel`,
+    whose dispatcher the PR E-step calls)."""
+    return backend.compile_kernels(sys.modules[__name__], bind={"prange": backend.numba().prange,
+                                                                 "_project": _regularization.project_kernel()})
+
+
 def _pr_kernel():
-    """The E-step with posterior regularization. The projection is bound to a module global (not a
-    closure cell) so that numba's on-disk cache works across processes."""
-    global _project, _token_posteriors
-    from pgmflow.tasks.lda import regularization
-
-    nb = backend.numba()
-    _project = regularization.project_kernel()
-    _kernels()
-
-    @nb.njit(cache=True, nogil=True)
-    def _token_posteriors(ea, eeb, loc, lo, p, norm):
-        """p[i] = the unconstrained token posterior of word i (ea * B row, normalised); norm[i] its normaliser."""
-        N, K = p.shape
-        for i in range(N):
-            row = loc[lo + i]
-            s = 0.0
-            for k in range(K):
-                p[i, k] = ea[k] * eeb[row, k]
-                s += p[i, k]
-            norm[i] = s + 1e-100
-            for k in range(K):
-                p[i, k] /= norm[i]
-
-    @nb.njit(cache=True, nogil=True)
-    def estep_pr_kernel(bptr, loc, cts, words, eeb, alpha, max_iter, tol, seed_ids, seed_topics, seed_mass, cap,
-                        pr_iter, pr_tol):
-        n_docs = bptr.size - 1
-        K = alpha.size
-        gamma = np.empty((n_docs, K))
-        sstats = np.zeros(eeb.shape)
-        ea = np.empty(K)
-        total, it_total = 0.0, 0
-        for d in range(n_docs):
-            lo, hi = bptr[d], bptr[d + 1]
-            N = hi - lo
-            p = np.empty((N, K))
-            q = np.empty((N, K))
-            norm = np.empty(N)
-            g = gamma[d]
-            tot = 0.0
-            for n in range(lo, hi):
-                tot += cts[n]
-            for k in range(K):
-                g[k] = alpha[k] + tot / K
-            c = cts[lo:hi]
-            w = words[lo:hi]
-            for it in range(max_iter):
-                it_total += 1
-                _exp_elog(g, ea)
-                _token_posteriors(ea, eeb, loc, lo, p, norm)
-                _project(p, c, w, seed_ids, seed_topics, seed_mass, cap, pr_iter, pr_tol, q)
-                change = 0.0
-                for k in range(K):
-                    v = alpha[k]
-                    for i in range(N):
-                        v += c[i] * q[i, k]
-                    change += abs(v - g[k])
-                    g[k] = v
-                if change / K < tol:
-                    break
-            # final posteriors at the final gamma, then statistics and the bound
-            _exp_elog(g, ea)
-            b = 0.0
-            _token_posteriors(ea, eeb, loc, lo, p, norm)
-            _project(p, c, w, seed_ids, seed_topics, seed_mass, cap, pr_iter, pr_tol, q)
-            for i in range(N):
-                row = loc[lo + i]
-                kl = 0.0
-                for k in range(K):
-                    sstats[row, k] += c[i] * q[i, k]
-                    if q[i, k] > 0.0:
-                        kl += q[i, k] * math.log(q[i, k] / max(p[i, k], 1e-300))
-                b += c[i] * (math.log(norm[i]) - kl)
-            total += b + _dirichlet_terms(alpha, g)
-        return gamma, sstats, total, it_total
-
-    return estep_pr_kernel
+    """The E-step with posterior regularization (:func:`estep_pr_kernel`, compiled)."""
+    return _kernels()["estep_pr_kernel"]
 
 
 def warm_up() -> None:

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import functools
 import os
+import sys
 from typing import NamedTuple
 
 import numpy as np
@@ -107,86 +108,95 @@ def _tables(topics: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     lookup starts next to its answer and takes O(1) expected steps instead of a binary search."""
     cdf = _cdf(topics)
     guide = np.empty(cdf.shape, dtype=np.int32)
-    _kernels()["guide_table"](cdf, guide)
+    _kernels()["_guide_table"](cdf, guide)
     return cdf, guide
+
+
+# Plain module-level functions marked for numba; _kernels() compiles them (pgmflow.tasks.backend.compile_kernels)
+# and rebinds their names to the dispatchers, prange to numba.prange (as plain Python, range).
+prange = range
+
+
+@backend.kernel(cache=True, nogil=True, parallel=True)
+def _guide_table(cdf, guide):
+    # guide[k, m] = first j with cdf[k, j] > m / M  (cdf[k, -1] == 1 > m / M)
+    K, M = guide.shape
+    for k in prange(K):
+        j = 0
+        for m in range(M):
+            x = m / M
+            while cdf[k, j] <= x:
+                j += 1
+            guide[k, m] = j
+
+
+@backend.kernel(cache=True, nogil=True)
+def _search(row, grow, u):  # == np.searchsorted(row, u, side="right") given row[-1] > u
+    M = grow.size
+    m = min(int(u * M), M - 1)
+    j = grow[m]
+    while j > 0 and row[j - 1] > u:  # guards the rounding of u * M
+        j -= 1
+    while row[j] <= u:
+        j += 1
+    return j
+
+
+@backend.kernel(cache=True, nogil=True)
+def _bsearch(row, u):  # == np.searchsorted(row, u, side="right") given row[-1] > u
+    lo, hi = 0, row.size - 1
+    while lo < hi:
+        mid = (lo + hi) >> 1
+        if row[mid] > u:
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo
+
+
+@backend.kernel(cache=True, nogil=True, parallel=True)
+def _draw_words(theta_cdf, cdf, guide, u_topic, u_word, tok_ptr, words, nuniq):
+    D, K = theta_cdf.shape
+    for d in prange(D):
+        a, b = tok_ptr[d], tok_ptr[d + 1]
+        trow = theta_cdf[d]
+        ndk = np.zeros(K, dtype=np.int64)  # topic counts of the document
+        for t in range(a, b):
+            ndk[_bsearch(trow, u_topic[t])] += 1
+        t = a  # words topic by topic (tokens are exchangeable), so each table stays in cache
+        for k in range(K):
+            row = cdf[k]
+            grow = guide[k]
+            for _ in range(ndk[k]):
+                words[t] = _search(row, grow, u_word[t])
+                t += 1
+        seg = words[a:b]
+        seg.sort()
+        m = 0
+        for j in range(b - a):
+            if j == 0 or seg[j] != seg[j - 1]:
+                m += 1
+        nuniq[d] = m
+
+
+@backend.kernel(cache=True, nogil=True, parallel=True)
+def _aggregate(words, tok_ptr, indptr, indices, counts):
+    D = tok_ptr.size - 1
+    for d in prange(D):
+        p = indptr[d] - 1
+        for t in range(tok_ptr[d], tok_ptr[d + 1]):
+            if t == tok_ptr[d] or words[t] != words[t - 1]:
+                p += 1
+                indices[p] = words[t]
+                counts[p] = 0.0
+            counts[p] += 1.0
 
 
 @functools.lru_cache(maxsize=None)  # noqa: UP033  (the project's cached-builder pattern)
 def _kernels():
-    """Build (once) the numba kernels that turn topic counts and uniforms into CSR word counts."""
-    nb = backend.numba()
-
-    @nb.njit(cache=True, nogil=True, parallel=True)
-    def guide_table(cdf, guide):
-        # guide[k, m] = first j with cdf[k, j] > m / M  (cdf[k, -1] == 1 > m / M)
-        K, M = guide.shape
-        for k in nb.prange(K):
-            j = 0
-            for m in range(M):
-                x = m / M
-                while cdf[k, j] <= x:
-                    j += 1
-                guide[k, m] = j
-
-    @nb.njit(cache=True, nogil=True)
-    def _search(row, grow, u):  # == np.searchsorted(row, u, side="right") given row[-1] > u
-        M = grow.size
-        m = min(int(u * M), M - 1)
-        j = grow[m]
-        while j > 0 and row[j - 1] > u:  # guards the rounding of u * M
-            j -= 1
-        while row[j] <= u:
-            j += 1
-        return j
-
-    @nb.njit(cache=True, nogil=True)
-    def _bsearch(row, u):  # == np.searchsorted(row, u, side="right") given row[-1] > u
-        lo, hi = 0, row.size - 1
-        while lo < hi:
-            mid = (lo + hi) >> 1
-            if row[mid] > u:
-                hi = mid
-            else:
-                lo = mid + 1
-        return lo
-
-    @nb.njit(cache=True, nogil=True, parallel=True)
-    def draw_words(theta_cdf, cdf, guide, u_topic, u_word, tok_ptr, words, nuniq):
-        D, K = theta_cdf.shape
-        for d in nb.prange(D):
-            a, b = tok_ptr[d], tok_ptr[d + 1]
-            trow = theta_cdf[d]
-            ndk = np.zeros(K, dtype=np.int64)  # topic counts of the document
-            for t in range(a, b):
-                ndk[_bsearch(trow, u_topic[t])] += 1
-            t = a  # words topic by topic (tokens are exchangeable), so each table stays in cache
-            for k in range(K):
-                row = cdf[k]
-                grow = guide[k]
-                for _ in range(ndk[k]):
-                    words[t] = _search(row, grow, u_word[t])
-                    t += 1
-            seg = words[a:b]
-            seg.sort()
-            m = 0
-            for j in range(b - a):
-                if j == 0 or seg[j] != seg[j - 1]:
-                    m += 1
-            nuniq[d] = m
-
-    @nb.njit(cache=True, nogil=True, parallel=True)
-    def aggregate(words, tok_ptr, indptr, indices, counts):
-        D = tok_ptr.size - 1
-        for d in nb.prange(D):
-            p = indptr[d] - 1
-            for t in range(tok_ptr[d], tok_ptr[d + 1]):
-                if t == tok_ptr[d] or words[t] != words[t - 1]:
-                    p += 1
-                    indices[p] = words[t]
-                    counts[p] = 0.0
-                counts[p] += 1.0
-
-    return {"guide_table": guide_table, "draw_words": draw_words, "aggregate": aggregate}
+    """Compile (once per process; numba's on-disk cache serves later processes) the numba kernels above that
+    turn topic counts and uniforms into CSR word counts."""
+    return backend.compile_kernels(sys.modules[__name__], bind={"prange": backend.numba().prange})
 
 
 def _draw(model: SyntheticLDA, n_docs: int, shard_index: int, seed: int, mean_length: float):
@@ -213,12 +223,12 @@ def _generate(model, tables, n_docs, doc_offset, shard_index, seed, mean_length)
     k = _kernels()
     words = np.empty(u_word.size, dtype=np.int32)
     nuniq = np.zeros(int(n_docs), dtype=np.int64)
-    k["draw_words"](_cdf(theta), tables[0], tables[1], u_topic, u_word, tok_ptr, words, nuniq)
+    k["_draw_words"](_cdf(theta), tables[0], tables[1], u_topic, u_word, tok_ptr, words, nuniq)
     indptr = np.zeros(int(n_docs) + 1, dtype=np.int64)
     np.cumsum(nuniq, out=indptr[1:])
     indices = np.empty(int(indptr[-1]), dtype=np.int32)
     counts = np.empty(int(indptr[-1]), dtype=np.float64)
-    k["aggregate"](words, tok_ptr, indptr, indices, counts)
+    k["_aggregate"](words, tok_ptr, indptr, indices, counts)
     return DocTermShard(indptr, indices, counts, int(model.topics.shape[1]), int(doc_offset))
 
 

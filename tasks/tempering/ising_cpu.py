@@ -31,10 +31,11 @@ rows above and below are plain loads. Bonds in ``BB[c, k, i * W + w]`` (uint64 [
 set for bond +1; k as in :func:`plane_bonds`).
 
 The kernels are plain module-level functions marked with :func:`pgmflow.tasks.backend.kernel`;
-:func:`kernels` binds ``prange`` and the Philox device function, then compiles them all
-(:func:`pgmflow.tasks.backend.compile_kernels`) on first use. They are bound to module globals, not closure
-cells: numba's on-disk cache key hashes a function's closure variables, and a jitted callee pickles
-differently in every process, which would make every process miss the cache.
+:func:`kernels` compiles them all (:func:`pgmflow.tasks.backend.compile_kernels`) on first use,
+binding ``prange`` and the Philox device function (:func:`pgmflow.tasks.philox.numba_philox4x32`).
+They are bound to module globals, not closure cells: numba's on-disk cache key hashes a function's
+closure variables, and a jitted callee pickles differently in every process, which would make every
+process miss the cache.
 """
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ import sys
 import numpy as np
 
 from pgmflow.tasks import backend
-from pgmflow.tasks.philox import numba_philox4x32
+from pgmflow.tasks import philox as _philox_mod
 
 _MASK32 = 0xFFFFFFFF
 _TWO32 = 1 << 32
@@ -59,21 +60,18 @@ _U1 = np.uint64(1)
 _U32 = np.uint64(32)
 _U63 = np.uint64(63)
 
-# Bound by kernels() before anything compiles: numba's prange, and the Philox-4x32-10 device
-# function. As plain Python (before kernels()), prange is range.
+# Bound by kernels() before anything compiles (compile_kernels' bind): numba's prange, and the
+# Philox-4x32-10 device function's dispatcher. As plain Python (before kernels()), range and its function.
 prange = range
-_philox = None
+_philox = _philox_mod._philox4x32
 
 
 @functools.lru_cache(maxsize=None)
 def kernels() -> dict:
     """Compile (lazily, once per process; numba's on-disk cache is shared between processes) the
     CPU kernels. Returns a dict of njit dispatchers."""
-    global prange, _philox
-    nb = backend.numba()
-    prange = nb.prange
-    _philox = numba_philox4x32()
-    k = backend.compile_kernels(sys.modules[__name__])
+    k = backend.compile_kernels(sys.modules[__name__], bind={"prange": backend.numba().prange,
+                                                             "_philox": _philox_mod.numba_philox4x32()})
     return {"pack_planes": k["pack_planes"], "plane_bonds": k["plane_bonds"],
             "unpack_planes": k["unpack_planes"], "sweep_by_replica": k["sweep_by_replica"],
             "sweep_by_rows": k["sweep_by_rows"], "fill_planes": k["_fill_planes"]}

@@ -65,7 +65,9 @@ compare it with the numba kernel bit for bit.
 
 from __future__ import annotations
 
+import functools
 import math
+import sys
 
 import numpy as np
 
@@ -200,37 +202,36 @@ def ising_energy_magnetisation(spins, bonds_h, bonds_v, J_abs: float, h: float):
     return backend.to_numpy(E).astype(np.float64), backend.to_numpy(M).astype(np.int64)
 
 
-_energy_compiled = None
+# numba kernel: a plain module-level function marked for numba; _energy_kernel() compiles it
+# (pgmflow.tasks.backend.compile_kernels) and binds prange to numba.prange (as plain Python, range).
+prange = range
 
 
+@backend.kernel(parallel=True, cache=True)
+def _energy(spins, bh, bv):  # pragma: no cover - compiled
+    R, L, _ = spins.shape
+    bond_sum = np.zeros(R, dtype=np.int64)
+    mag = np.zeros(R, dtype=np.int64)
+    for r in prange(R):
+        acc = 0
+        m = 0
+        for i in range(L):
+            ip = i + 1 if i + 1 < L else 0
+            for j in range(L):
+                jp = j + 1 if j + 1 < L else 0
+                si = np.int64(spins[r, i, j])
+                acc += si * (np.int64(bh[i, j]) * spins[r, i, jp] + np.int64(bv[i, j]) * spins[r, ip, j])
+                m += si
+        bond_sum[r] = acc
+        mag[r] = m
+    return bond_sum, mag
+
+
+@functools.lru_cache(maxsize=None)
 def _energy_kernel():
     """numba kernel: (spins int8 [R,L,L], bonds_h, bonds_v int8 [L,L]) -> (bond_sum int64 [R], M int64 [R]),
-    with bond_sum = sum_bonds bond * s_i * s_j (parallel over replicas)."""
-    global _energy_compiled
-    if _energy_compiled is None:
-        nb = backend.numba()
-
-        @nb.njit(parallel=True, cache=True)
-        def energy(spins, bh, bv):  # pragma: no cover - compiled
-            R, L, _ = spins.shape
-            bond_sum = np.zeros(R, dtype=np.int64)
-            mag = np.zeros(R, dtype=np.int64)
-            for r in nb.prange(R):
-                acc = 0
-                m = 0
-                for i in range(L):
-                    ip = i + 1 if i + 1 < L else 0
-                    for j in range(L):
-                        jp = j + 1 if j + 1 < L else 0
-                        si = np.int64(spins[r, i, j])
-                        acc += si * (np.int64(bh[i, j]) * spins[r, i, jp] + np.int64(bv[i, j]) * spins[r, ip, j])
-                        m += si
-                bond_sum[r] = acc
-                mag[r] = m
-            return bond_sum, mag
-
-        _energy_compiled = energy
-    return _energy_compiled
+    with bond_sum = sum_bonds bond * s_i * s_j (parallel over replicas); compiled on first use."""
+    return backend.compile_kernels(sys.modules[__name__], bind={"prange": backend.numba().prange})["_energy"]
 
 
 # --------------------------------------------------------------------------------------------
