@@ -13,10 +13,10 @@ iterations on a 20,000-row subsample, seeded by ``pgmflow.tasks.rng``) and the s
 (lengthscale 1 in every input, scale 1, noise variance 0.1, in standardised units), and both
 optimise the hyperparameters and the inducing inputs.
 
-* pgmflow: the pipeline's own objective (``pgmflow.pipelines.sparse_gp.evaluations.Evaluations``: direct calls
-  to the workers, ``Executor.call_on`` -- each worker computes the SGPR statistics of the chunks of 10,000 rows
-  it holds, the driver adds them in chunk order, and each worker does the m x m algebra and computes its chunks'
-  gradient; the same evaluations with one Dask graph each, ``sparse_gp.evaluate=graph``, are timed too) on a
+* pgmflow: the pipeline's own objective (``pgmflow.pipelines.sparse_gp.evaluations.Evaluations``: one Dask graph
+  per evaluation -- each worker computes the SGPR statistics of the chunks of 10,000 rows it holds, then each
+  worker adds every worker's statistics in chunk order, does the m x m algebra and computes its chunks'
+  gradient) on a
   LocalCluster of 2 worker processes with 1 thread each (OMP/OPENBLAS/MKL/NUMBA threads = 1 in the
   workers, glibc's malloc thresholds and Dask's housekeeping intervals as the pipeline sets them); the chunks are
   scattered once, evenly, before the clock runs. Fitted with scipy's L-BFGS-B (memory 10), at most
@@ -210,6 +210,8 @@ def run_pgmflow(Xs, ys, Xts, yt, std, Z0, a):
 
     from pgmflow.pipelines.core.graph import Executor
     from pgmflow.pipelines.sparse_gp import evaluations as sg
+    from pgmflow.pipelines.sparse_gp.fit import lbfgs_box
+    from pgmflow.pipelines.sparse_gp.plan import FitSettings
     from pgmflow.tasks.gp import chunks
     from pgmflow.tasks.gp import kernels as kern
     from pgmflow.tasks.gp import stats as gstats
@@ -229,7 +231,10 @@ def run_pgmflow(Xs, ys, Xts, yt, std, Z0, a):
         refs = [ex.scatter(chunks.Chunk(Xs[lo:hi], ys[lo:hi], Xts[tlo:thi], yt[tlo:thi]), place=c)
                 for c, ((lo, hi), (tlo, thi)) in enumerate(zip(bounds, tb))]
         distributed.wait(refs)
-        ev = sg.Evaluations(ex, refs, "sgpr", "rbf", d, m, Z0, True, 1e-6, 6, a.backend, "bench")
+        fit = FitSettings(max_iter=a.iters, jitter=1e-6, max_tries=6, optimize_inducing=True, checkpoint_every=0,
+                          restarts=0)
+        ev = sg.Evaluations(sg.Chunks(ex, refs, np.zeros(len(refs), np.int64), "bench", a.backend), "sgpr", "rbf",
+                            Z0, fit)
         theta0 = kern.pack(params0, Z0)
         times = []
         for _ in range(2):  # warm-up
@@ -246,19 +251,6 @@ def run_pgmflow(Xs, ys, Xts, yt, std, Z0, a):
         w1 = client.run(time.process_time)
         cpu = (time.process_time() - c0 + sum(w1[k] - w0[k] for k in w0)) / a.repeats  # workers + driver
         rates = [cluster_dgemm_rate(client, m, a.chunk_size) for _ in range(3)]  # right after, on the same workers
-        out["fallbacks"] = ev.fallbacks  # evaluations that could not use direct calls (0 on a healthy cluster)
-        ev.direct_calls = False  # the same evaluations through one Dask graph each (sparse_gp.evaluate=graph)
-        for _ in range(2):
-            ev.records.clear()
-            ev(theta0)
-        graph_times = []
-        for _ in range(a.repeats):
-            ev.records.clear()
-            t0 = time.perf_counter()
-            ev(theta0)
-            graph_times.append(time.perf_counter() - t0)
-        ev.direct_calls = True
-        out["graph_s"] = statistics.median(graph_times)
         out["eval_s"] = statistics.median(times)
         out["eval_all"] = times
         out["eval_cpu"] = cpu
@@ -271,7 +263,7 @@ def run_pgmflow(Xs, ys, Xts, yt, std, Z0, a):
 
         ev.count, ev.seconds = 0, 0.0
         t0 = time.perf_counter()
-        res = scipy.optimize.minimize(ev, theta0, jac=True, method="L-BFGS-B", bounds=sg.lbfgs_box(d, m, True),
+        res = scipy.optimize.minimize(ev, theta0, jac=True, method="L-BFGS-B", bounds=lbfgs_box(d, m, True),
                                       options={"maxiter": a.iters})
         out["fit_s"] = time.perf_counter() - t0
         out["iters"], out["evals"] = int(res.nit), ev.count
@@ -280,8 +272,8 @@ def run_pgmflow(Xs, ys, Xts, yt, std, Z0, a):
             ev(res.x)
             rec = ev.records[np.asarray(res.x).tobytes()]
         params, Z = ev.unpack(res.x)
-        out["bound"] = rec[0]
-        pred = chunks.Predictor("sgpr", "rbf", params, Z, rec[1], None, rec[5], 6)
+        out["bound"] = rec.value
+        pred = chunks.Predictor("sgpr", "rbf", params, Z, rec.stats, None, rec.jitter_start, 6)
         import dask
 
         h = ex.scatter(pred)
@@ -411,8 +403,7 @@ def compare(a):
     print(f"data: Friedman #1, {a.n} training + {a.n_test} test rows, d=10, noise 1.0; m={a.m} inducing inputs "
           f"(k-means++), {time.perf_counter() - t0:.1f} s", flush=True)
     ours = run_pgmflow(Xs, ys, Xts, yt, std, Z0, a)
-    print(f"pgmflow: {ours['eval_s']:.3f} s per evaluation by direct calls to the workers ({ours['fallbacks']} went "
-          f"through a graph), {ours['graph_s']:.3f} s with one Dask graph each (sparse_gp.evaluate=graph)", flush=True)
+    print(f"pgmflow: {ours['eval_s']:.3f} s per evaluation (one Dask graph each)", flush=True)
     print(f"pgmflow: fit {ours['iters']} iterations / {ours['evals']} "
           f"evaluations in {ours['fit_s']:.1f} s; test RMSE {ours['rmse']:.4f}, NLPD {ours['nlpd']:.4f}", flush=True)
     flops = evaluation_flops(a.n, a.m, Xs.shape[1])
@@ -452,8 +443,6 @@ def compare(a):
               "| GPyTorch (2 threads) | ratio |\n| --- | --- | --- | --- |\n")
     out.write(f"| seconds per bound + gradient (median of {a.repeats}) | {ours['eval_s']:.3f} | {peer['eval_s']:.3f} | "
               f"{speedup:.2f}x faster |\n")
-    out.write(f"| seconds per evaluation with one Dask graph each (`sparse_gp.evaluate=graph`; median of {a.repeats}, "
-              f"right after) | {ours['graph_s']:.3f} | | {peer['eval_s'] / ours['graph_s']:.2f}x faster |\n")
     out.write(f"| bound at the start, per training row | {ours['bound0'] / a.n:.8f} | {peer['bound0'] / a.n:.8f} | "
               f"diff {abs(ours['bound0'] - peer['bound0']) / a.n:.1e} |\n")
     out.write(f"| fit: L-BFGS iterations / evaluations | {ours['iters']} / {ours['evals']} | {peer['iters']} / "
@@ -497,8 +486,7 @@ def compare(a):
               "L-BFGS iterations with memory 10 (scipy L-BFGS-B with a box on the log hyperparameters; torch LBFGS "
               "with a strong-Wolfe line search on GPyTorch's softplus-constrained raw parameters).\n")
     out.write(f"- pgmflow: {math.ceil(a.n / a.chunk_size)} chunks of {a.chunk_size} rows scattered once; the clock "
-              "includes both passes over the chunks (direct calls to the two workers, `Executor.call_on`; "
-              f"{ours['fallbacks']} of the timed evaluations went through a graph) and the m x m algebra.\n")
+              "includes both passes over the chunks (one Dask graph per evaluation) and the m x m algebra.\n")
     out.write(f"\nWhere the time goes: one chunk of {a.chunk_size} rows, CPU milliseconds (best of 3, one BLAS "
               "thread, in the benchmark's process; `profile_chunk`)\n\n| step | ms |\n| --- | --- |\n")
     for k, v in prof.items():
@@ -626,7 +614,6 @@ def report_ours_only(a, ours, flops, bound_s, bound_cpu, numerics_s, n_chunks, p
     frac, frac_cpu = bound_s / ours["eval_s"], bound_cpu / ours["eval_cpu"]
     rows = [
         (f"seconds per bound + gradient (median of {a.repeats})", f"{ours['eval_s']:.3f}"),
-        ("the same with one Dask graph each (`sparse_gp.evaluate=graph`)", f"{ours['graph_s']:.3f}"),
         ("fit: L-BFGS iterations / evaluations, wall time (s)", f"{ours['iters']} / {ours['evals']}, {ours['fit_s']:.1f}"),
         (f"test RMSE / NLPD ({a.n_test} rows, original units)", f"{ours['rmse']:.4f} / {ours['nlpd']:.4f}"),
         ("dgemm GFLOP/s, the 2 workers at once (1 BLAS thread each)", f"{ours['dgemm']:.1f}"),

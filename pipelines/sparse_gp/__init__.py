@@ -1,9 +1,10 @@
 """Inducing-point Gaussian processes (SGPR, DTC, FITC, SVGP, and the exact GP for small data) with
 per-chunk statistics summed across workers.
 
-Modules: ``validate`` (the config rules), ``data`` (data sources and standardisation), ``evaluations``
-(chunks on the cluster and the bound's evaluations), ``fit`` (L-BFGS-B, SVGP, exact), ``run`` (the run
-and the model artifact), ``figures``. Worker-side code is in ``pgmflow.tasks.gp`` (``pgmflow.tasks.gp.chunks``).
+Modules: ``validate`` (the config rules; returns the run's typed plan, ``plan``), ``data`` (data sources and
+standardisation, read once by the validation), ``evaluations`` (chunks on the cluster and the bound's
+evaluations), ``fit`` (L-BFGS-B, restarts, SVGP, exact), ``run`` (``run(ctx, plan)`` and the model artifact),
+``figures``. Worker-side code is in ``pgmflow.tasks.gp`` (``pgmflow.tasks.gp.chunks``).
 """
 
 from pgmflow.pipelines.core.registry import Workload

@@ -17,14 +17,15 @@ standard deviations of the training rows) is computed here too, in the same pass
 value is finite.
 
 Every problem with the data is a :class:`ConfigError` naming the field or file, the value and the
-fix, raised by the preflight checks before any MLflow run starts. The resolved data is cached
-in-process, so the preflight's load is the run's load.
+fix, raised by the preflight checks before any MLflow run starts. The data is read once per run, there:
+:func:`resolve` returns it (an ``.npy`` file as its memory map, opened once) and the validation puts it in
+the run's plan, from which the run takes it.
 """
 
 from __future__ import annotations
 
 import csv
-import json
+import io
 import zipfile
 from pathlib import Path
 from typing import NamedTuple
@@ -44,6 +45,25 @@ DIABETES = Path(pgmflow.tasks.gp.__file__).resolve().parent / "data" / "diabetes
 _BLOCK_BYTES = 64 << 20  # rows read per block when streaming an .npy file (about 64 MB)
 
 
+class DataOrigin(NamedTuple):
+    """Where the data came from, as MLflow's dataset record gives it: ``name``, and either the ``path`` it was
+    read from or the ``generator`` (a dotted function name) and its ``parameters``."""
+
+    name: str
+    path: str | None = None
+    generator: str | None = None
+    parameters: dict | None = None
+
+
+class TestRows(NamedTuple):
+    """The rows of ``gp_data.test_path``, scored only: the file and its inputs ``X`` [t, d] and target ``y`` [t]
+    in original units."""
+
+    path: Path
+    X: np.ndarray
+    y: np.ndarray
+
+
 class GPData(NamedTuple):
     """A validated regression data set.
 
@@ -57,6 +77,8 @@ class GPData(NamedTuple):
     X, y: float64 [n, d] and [n] in original units, in memory (None for ``npy``).
     path, target_col: the memory-mapped ``.npy`` file and its (non-negative) target column (None
         for in-memory data).
+    origin: :class:`DataOrigin`, for the run's dataset record.
+    rows: the ``.npy`` file's memory map [n, d + 1] (opened once, by :func:`resolve`), or None.
     """
 
     source: str
@@ -72,6 +94,8 @@ class GPData(NamedTuple):
     y: np.ndarray | None
     path: str | None
     target_col: int | None
+    origin: DataOrigin | None = None
+    rows: np.ndarray | None = None
 
     @property
     def memmap(self) -> bool:
@@ -118,8 +142,6 @@ def _standardizer(mom: _Moments, target: int, standardize: bool) -> Standardizer
 
 # --- resolve --------------------------------------------------------------------------------
 
-_CACHE: dict[str, GPData] = {}
-
 
 def _file(gcfg: dict, kind: str) -> Path:
     path = gcfg.get("path")
@@ -137,53 +159,48 @@ def _file(gcfg: dict, kind: str) -> Path:
 
 
 def resolve(cfg: dict) -> GPData:
-    """The run's data (validated, with its split and standardisation); ConfigError on any problem."""
+    """The run's data (validated, with its split and standardisation); ConfigError on any problem. Reads
+    the file (if any) once: call it once per run (the validation does, and hands the result on)."""
     gcfg = dict(cfg.get("gp_data") or {})
     scfg = cfg.get("sparse_gp") or {}
     kind = gcfg.get("kind")
-    stamp = None
-    if kind in ("csv", "npz", "npy"):
-        p = _file(gcfg, kind)
-        st = p.stat()
-        stamp = (str(p), st.st_mtime_ns, st.st_size)
-    key = json.dumps({"gp_data": gcfg, "seed": cfg.get("seed"), "f": scfg.get("test_fraction"),
-                      "std": scfg.get("standardize", True), "file": stamp}, sort_keys=True, default=str)
-    if key in _CACHE:
-        return _CACHE[key]
+    path = _file(gcfg, kind) if kind in ("csv", "npz", "npy") else None
     seed = int(cfg["seed"])
     fraction = float(scfg.get("test_fraction", 0.2))
     standardize = bool(scfg.get("standardize", True))
     if kind == "npy":
-        out = _resolve_npy(gcfg, Path(stamp[0]), seed, fraction, standardize)
-    else:
-        if kind == "synthetic":
-            X, y, names, tname, source = _synthetic(gcfg, seed)
-            field = "gp_data"
-        elif kind == "diabetes":
-            X, y, names, tname = _read_csv(DIABETES, "target", "gp_data.kind", "diabetes")
-            source = f"diabetes ({DIABETES})"
-            field = "gp_data.kind"
-        elif kind == "csv":
-            X, y, names, tname = _read_csv(Path(stamp[0]), gcfg.get("target"), "gp_data.path", gcfg["path"])
-            source, field = stamp[0], "gp_data.path"
-        elif kind == "npz":
-            X, y, names, tname = _read_npz(Path(stamp[0]), gcfg, gcfg["path"])
-            source, field = stamp[0], "gp_data.path"
-        else:
-            raise ConfigError("gp_data.kind", kind, "unknown data source", f"use one of: {', '.join(KINDS)}")
-        test = heldout_rows(split_key(seed), 0, X.shape[0], fraction)
-        train = ~test
-        mom = _Moments(X.shape[1] + 1)
-        mom.add(np.column_stack([X[train], y[train]]))
-        std = _standardizer(mom, X.shape[1], standardize)
-        out = GPData(source, kind, int(X.shape[0]), int(X.shape[1]), tuple(names), tname, int(train.sum()),
-                     int(test.sum()), std, X, y, None, None)
-        _check_split(out, field, gcfg.get("path") if kind in ("csv", "npz") else kind, fraction)
-    if out.kind == "npy":
+        out = _resolve_npy(gcfg, path, seed, fraction, standardize)
         _check_split(out, "gp_data.path", gcfg["path"], fraction)
-    while len(_CACHE) >= 4:
-        _CACHE.pop(next(iter(_CACHE)))
-    _CACHE[key] = out
+        return out._replace(origin=DataOrigin(path.name, path=str(path)))
+    if kind == "synthetic":
+        X, y, names, tname, source = _synthetic(gcfg, seed)
+        field = "gp_data"
+        origin = DataOrigin(f"{gcfg['function']} (synthetic)", generator=f"pgmflow.tasks.gp.data.{gcfg['function']}",
+                            parameters={k: gcfg.get(k) for k in ("n", "d", "noise_std") if gcfg.get(k) is not None}
+                            | {"seed": seed})
+    elif kind == "diabetes":
+        X, y, names, tname = _read_csv(DIABETES, "target", "gp_data.kind", "diabetes")
+        source = f"diabetes ({DIABETES})"
+        field = "gp_data.kind"
+        origin = DataOrigin(DIABETES.name, path=str(DIABETES.resolve()))
+    elif kind == "csv":
+        X, y, names, tname = _read_csv(path, gcfg.get("target"), "gp_data.path", gcfg["path"])
+        source, field = str(path), "gp_data.path"
+        origin = DataOrigin(Path(str(gcfg["path"])).name, path=str(path))
+    elif kind == "npz":
+        X, y, names, tname = _read_npz(path, gcfg, gcfg["path"])
+        source, field = str(path), "gp_data.path"
+        origin = DataOrigin(Path(str(gcfg["path"])).name, path=str(path))
+    else:
+        raise ConfigError("gp_data.kind", kind, "unknown data source", f"use one of: {', '.join(KINDS)}")
+    test = heldout_rows(split_key(seed), 0, X.shape[0], fraction)
+    train = ~test
+    mom = _Moments(X.shape[1] + 1)
+    mom.add(np.column_stack([X[train], y[train]]))
+    std = _standardizer(mom, X.shape[1], standardize)
+    out = GPData(source, kind, int(X.shape[0]), int(X.shape[1]), tuple(names), tname, int(train.sum()),
+                 int(test.sum()), std, X, y, None, None, origin)
+    _check_split(out, field, gcfg.get("path") if kind in ("csv", "npz") else kind, fraction)
     return out
 
 
@@ -220,12 +237,16 @@ def _finite(A: np.ndarray, field, value, where):
                           "remove or impute the rows with missing or infinite values")
 
 
-def _read_csv(path: Path, target, field, value):
-    with path.open("r", newline="", errors="replace") as fh:
-        try:
-            header = next(csv.reader(fh))
-        except StopIteration:
-            raise ConfigError(field, value, "the file is empty", "pass a CSV file with a header row and data") from None
+def _read_csv(path: Path, target, field, value, last_if_missing: bool = False):
+    """``(X [n, d], y [n], input names, target name)`` of a CSV file with a header row, read once. ``target``:
+    the target column's name (None: the last column; ``last_if_missing``: the last one when no column has
+    that name)."""
+    with path.open("r", errors="replace") as fh:
+        text = fh.read()
+    try:
+        header = next(csv.reader(io.StringIO(text, newline="")))
+    except StopIteration:
+        raise ConfigError(field, value, "the file is empty", "pass a CSV file with a header row and data") from None
     header = [h.strip() for h in header]
     if len(header) < 2:
         raise ConfigError(field, value, f"the header has {len(header)} column(s); need inputs and a target",
@@ -234,7 +255,7 @@ def _read_csv(path: Path, target, field, value):
         dup = sorted({h for h in header if header.count(h) > 1})
         raise ConfigError(field, value, f"the header names column(s) {', '.join(map(repr, dup))} twice",
                           "give every column a distinct name")
-    if target is None:
+    if target is None or (last_if_missing and str(target) not in header):
         t = len(header) - 1
     else:
         if str(target) not in header:
@@ -247,9 +268,9 @@ def _read_csv(path: Path, target, field, value):
                               "(null: the last)")
         t = header.index(str(target))
     try:
-        A = np.loadtxt(path, delimiter=",", skiprows=1, ndmin=2, dtype=np.float64)
+        A = np.loadtxt(io.StringIO(text), delimiter=",", skiprows=1, ndmin=2, dtype=np.float64)
     except ValueError:
-        _csv_locate(path, header, field, value)
+        _csv_locate(text, header, field, value)
         raise ConfigError(field, value, "cannot be read as numbers", "write plain comma-separated numbers") from None
     if A.shape[0] == 0:
         raise ConfigError(field, value, "has a header but no data rows", "add rows of data")
@@ -262,23 +283,22 @@ def _read_csv(path: Path, target, field, value):
             header[t])
 
 
-def _csv_locate(path, header, field, value):
-    """Find the first line that is not len(header) numbers and raise a ConfigError naming it."""
-    with path.open("r", newline="", errors="replace") as fh:
-        reader = csv.reader(fh)
-        next(reader, None)
-        for lineno, row in enumerate(reader, start=2):
-            if not row or all(not c.strip() for c in row):
-                continue
-            if len(row) != len(header):
-                raise ConfigError(field, value, f"line {lineno} has {len(row)} fields, the header {len(header)}",
-                                  "give every row one value per header column")
-            for j, c in enumerate(row):
-                try:
-                    float(c)
-                except ValueError:
-                    raise ConfigError(field, value, f"{c.strip()!r} at line {lineno}, column {header[j]!r} is not "
-                                      "a number", "write numbers only (encode categories as numbers)") from None
+def _csv_locate(text, header, field, value):
+    """Find the first line of the CSV ``text`` that is not len(header) numbers and raise a ConfigError naming it."""
+    reader = csv.reader(io.StringIO(text, newline=""))
+    next(reader, None)
+    for lineno, row in enumerate(reader, start=2):
+        if not row or all(not c.strip() for c in row):
+            continue
+        if len(row) != len(header):
+            raise ConfigError(field, value, f"line {lineno} has {len(row)} fields, the header {len(header)}",
+                              "give every row one value per header column")
+        for j, c in enumerate(row):
+            try:
+                float(c)
+            except ValueError:
+                raise ConfigError(field, value, f"{c.strip()!r} at line {lineno}, column {header[j]!r} is not "
+                                  "a number", "write numbers only (encode categories as numbers)") from None
 
 
 def _numeric(a: np.ndarray) -> bool:
@@ -330,12 +350,11 @@ def _read_npz(path: Path, gcfg: dict, value, field: str = "gp_data.path"):
 def _resolve_npy(gcfg: dict, path: Path, seed: int, fraction: float, standardize: bool) -> GPData:
     field, value = "gp_data.path", gcfg["path"]
     try:
-        with path.open("rb") as fh:
-            magic = fh.read(6)
-        if magic[:2] == b"PK":
+        A = open_npy(str(path))  # the file's one opening in the run: the memory map is kept (GPData.rows)
+        if isinstance(A, np.lib.npyio.NpzFile):
+            A.close()
             raise ConfigError(field, value, "is an .npz archive, not an .npy array", "use gp_data=npz (arrays X "
                               "and y), or save one array [n, d + 1] with numpy.save")
-        A = open_npy(str(path))
     except ConfigError:
         raise
     except Exception as exc:
@@ -364,13 +383,13 @@ def _resolve_npy(gcfg: dict, path: Path, seed: int, fraction: float, standardize
         n_test += int(test.sum())
         mom.add(B[~test])
     std = _standardizer(mom, t, standardize)
-    del A
     names = tuple(f"x{j}" for j in range(k) if j != t)
-    return GPData(str(path), "npy", n, k - 1, names, f"column {t}", n - n_test, n_test, std, None, None, str(path), t)
+    return GPData(str(path), "npy", n, k - 1, names, f"column {t}", n - n_test, n_test, std, None, None, str(path), t,
+                  rows=A)
 
 
-def read_test_file(cfg: dict, data: GPData):
-    """``gp_data.test_path``: the rows to score, in original units ``(X [t, d], y [t])``, or None. A
+def read_test_file(cfg: dict, data: GPData) -> TestRows | None:
+    """``gp_data.test_path``: the rows to score, in original units (:class:`TestRows`), or None. A
     ``.csv`` (header row; the target column named as the training data's, else the last) or an
     ``.npz`` (arrays ``X`` and ``y``, or ``gp_data.x_key``/``y_key``), with as many inputs as the
     training data and every value finite."""
@@ -384,10 +403,7 @@ def read_test_file(cfg: dict, data: GPData):
         raise ConfigError(field, str(raw), "no such file" if not p.exists() else "not a file with data",
                           "pass a .csv or .npz file of held-out rows with the training data's columns")
     if p.suffix.lower() == ".csv":
-        with p.open("r", newline="", errors="replace") as fh:
-            header = [h.strip() for h in next(csv.reader(fh), [])]
-        target = data.target_name if data.target_name in header else None
-        X, y, names, _ = _read_csv(p, target, field, str(raw))
+        X, y, names, _ = _read_csv(p, data.target_name, field, str(raw), last_if_missing=True)
         if not data.memmap and data.kind in ("csv", "diabetes") and tuple(names) != tuple(data.input_names):
             raise ConfigError(field, str(raw), f"its inputs ({', '.join(names)}) are not the training data's "
                               f"({', '.join(data.input_names)})", "write the same columns in the same order")
@@ -398,7 +414,7 @@ def read_test_file(cfg: dict, data: GPData):
     if X.shape[1] != data.d:
         raise ConfigError(field, str(raw), f"has {X.shape[1]} inputs; the training data has {data.d}",
                           "score rows with the training data's inputs")
-    return X, y
+    return TestRows(p.resolve(), X, y)
 
 
 def describe(data: GPData) -> str:

@@ -1,20 +1,21 @@
-"""The sparse-GP objective on the cluster: the chunks, the starting point, and :class:`Evaluations`
-(one statistics pass and one gradient pass over the chunks per L-BFGS-B evaluation, summed in chunk
-order, so the bound and its gradient are the same bits on any number of workers, by direct calls to the
-workers or by a graph)."""
+"""The sparse-GP objective on the cluster: the chunks (:class:`Chunks`), the inducing inputs' starting
+point, and :class:`Evaluations` (one statistics pass and one gradient pass over the chunks per L-BFGS-B
+evaluation, summed in chunk order, so the bound and its gradient are the same bits on any number of
+workers: one Dask graph per evaluation, through the public futures API, or the same functions in this
+process)."""
 
 from __future__ import annotations
 
 import itertools
-import logging
 import math
 import time
+from typing import NamedTuple
 
 import dask
 import numpy as np
 
 from pgmflow.pipelines.core.errors import ConfigError
-from pgmflow.pipelines.core.graph import Dep, NotOnWorker, TaskSpec
+from pgmflow.pipelines.core.graph import Dep, Executor, TaskSpec
 from pgmflow.tasks import rng as trng
 from pgmflow.tasks.gp import bounds as gbounds
 from pgmflow.tasks.gp import kernels as kern
@@ -25,9 +26,6 @@ from pgmflow.tasks.gp.chunks import (FileRows, chunk_grad_after_task, chunk_grad
 from pgmflow.tasks.gp.data import heldout_rows, open_npy, split_key
 from pgmflow.tasks.gp.inducing import GP_STREAM_INDUCING, kmeans_pp
 
-METHODS = ("sgpr", "fitc", "dtc", "svgp", "exact")
-EXACT_MAX_N = 20_000  # method=exact factors an n x n matrix: refused above this many training rows
-LOG_BOX = (math.log(1e-5), math.log(1e5))  # L-BFGS-B box on every log hyperparameter (as pgmflow.tasks.gp.exact)
 GATHER_BATCH = 16  # chunk results gathered (and added) at a time: bounds the driver's (or a link's) memory
 ONE_GRAPH_METHODS = ("sgpr", "dtc")  # statistics that do not depend on the jitter: one graph per evaluation
 # One task per worker and pass (the chunks it holds, in turn) while every chunk's statistics together take at
@@ -38,10 +36,22 @@ GROUP_STATS_BYTES = 128 << 20
 # every gradient task then fetches: one round trip through the scheduler less, and no worker idle while another
 # computes the objective. Past it, one objective task (the statistics would travel W (W - 1) times).
 REDUNDANT_OBJECTIVE_GROUPS = 4
-UNREACHED_LIMIT = 3  # direct evaluations in a row that find a worker that never answered: then graphs only
 GROUPS_TTL = 1.0  # seconds for which the groups (who holds which chunk) are reused between evaluations
 
-logger = logging.getLogger("pgmflow.sparse_gp")
+
+class Chunks(NamedTuple):
+    """The run's data on the cluster, and how tasks over it are run and named.
+
+    ex: the Executor (``Executor(None)``: in this process). refs: one handle per chunk, in chunk order
+    (:func:`chunk_refs`). train_counts: int64 [C], the training rows of each chunk. tok: the token in
+    task keys. backend: ``numpy`` or ``cupy``, where the chunk tasks compute.
+    """
+
+    ex: Executor
+    refs: list
+    train_counts: np.ndarray
+    tok: str
+    backend: str = "numpy"
 
 
 def chunk_ranges(data, chunk_size):
@@ -76,7 +86,8 @@ def inducing_pool(data, seed: int, fraction: float, max_points: int) -> np.ndarr
         train = np.flatnonzero(~heldout_rows(key, 0, data.n, fraction))
         if train.size > max_points:
             train = train[np.sort(g.choice(train.size, size=max_points, replace=False))]
-        A = np.asarray(open_npy(data.path)[train], dtype=np.float64)
+        rows = data.rows if data.rows is not None else open_npy(data.path)  # the memory map the validation opened
+        A = np.asarray(rows[train], dtype=np.float64)
         return np.ascontiguousarray(np.delete(A, data.target_col, axis=1))
     X = data.X[~heldout_rows(key, 0, data.n, fraction)]
     if X.shape[0] > max_points:
@@ -93,61 +104,48 @@ def initial_inducing(pool_std: np.ndarray, m: int, seed: int, n_iter: int, max_p
                           "use fewer inducing inputs") from None
 
 
-GP_STREAM_RESTART = 3  # first identity element under rng.STAGE_GP: restarts' starting points (then: restart)
+class Record(NamedTuple):
+    """One evaluated point of :class:`Evaluations`: the objective ``value`` (the bound, not negated), the
+    summed statistics ``stats``, the absolute and relative (to ``s``) jitter the objective's Cholesky
+    used, the packed gradient ``grad`` of the value, and the jitter the evaluation started from
+    (``jitter_start``, what predictions start from)."""
 
-
-def restart_params(scfg: dict, pool_std: np.ndarray, seed: int, r: int) -> kern.GPParams:
-    """The starting hyperparameters of restart ``r`` >= 1 (standardised units), drawn from ``(seed,
-    r)`` alone: each lengthscale log-uniform from 5 % to twice its input's range in the data, the
-    signal variance the configured one times exp(N(0, 0.5^2)), the noise log-uniform in [1e-3, 0.5];
-    everything inside the optimiser's box."""
-    g = trng.generator(seed, trng.STAGE_GP, GP_STREAM_RESTART, int(r))
-    span = np.ptp(pool_std, axis=0)
-    span = np.where(span > 0, span, 1.0)
-    ls = np.exp(g.uniform(np.log(0.05 * span), np.log(2.0 * span)))
-    variance = float(scfg["variance"]) * math.exp(g.normal(0.0, 0.5))
-    noise = math.exp(g.uniform(math.log(1e-3), math.log(0.5)))
-    lo, hi = math.exp(LOG_BOX[0]), math.exp(LOG_BOX[1])
-    return kern.make_params(np.clip(ls, lo, hi), min(max(variance, lo), hi), min(max(noise, lo), hi),
-                            d=pool_std.shape[1])
-
-
-def initial_params(scfg: dict, d: int) -> kern.GPParams:
-    ls = scfg["lengthscale"]
-    return kern.make_params(ls if not isinstance(ls, (list, tuple)) else list(ls), float(scfg["variance"]),
-                            float(scfg["noise"]), d=d)
+    value: float
+    stats: object
+    jitter_abs: float
+    jitter_rel: float
+    grad: np.ndarray
+    jitter_start: float
 
 
 class Evaluations:
     """The objective of L-BFGS-B over ``theta = pack(params, Z)`` (``Z`` only with
     ``optimize_inducing``): ``f(theta) -> (-bound, -gradient)``, one stats pass and one gradient pass
-    over the chunks ``refs`` per call. A point evaluated recently is answered from ``records``
-    without new passes; a Cholesky that fails at every jitter gives ``(inf, 0)`` (the line search
-    backs off). ``count`` and ``seconds`` count the evaluations and their wall time. ``direct``: SGPR and DTC
-    on a cluster evaluate by direct calls to the workers (:meth:`direct`), not by a graph (:meth:`one_graph`);
-    ``direct_count`` counts the evaluations by direct calls, ``fallbacks`` those that went through a graph because the
-    calls could not run.
+    over the chunks per call (:meth:`passes`). A point evaluated recently is answered from ``records``
+    (:class:`Record`) without new passes; a Cholesky that fails at every jitter gives ``(inf, 0)`` (the
+    line search backs off). ``count`` and ``seconds`` count the evaluations and their wall time.
+
+    chunks: :class:`Chunks`. method: sgpr | dtc | fitc; kernel: rbf | matern32 | matern52. Z0 [m, d]: the
+    inducing inputs (the starting point, or fixed without ``fit.optimize_inducing``). fit:
+    :class:`~pgmflow.pipelines.sparse_gp.plan.FitSettings` (jitter, max_tries, optimize_inducing).
     """
 
-    def __init__(self, ex, refs, method, kernel, d, m, Z0, optimize_inducing, jitter, max_tries, backend, tok,
-                 direct: bool = True):
-        self.ex, self.refs, self.method, self.kernel = ex, refs, method, kernel
-        self.d, self.m, self.Z0, self.opt = d, m, Z0, optimize_inducing
-        self.jitter, self.max_tries, self.backend, self.tok = jitter, max_tries, backend, tok
+    def __init__(self, chunks: Chunks, method: str, kernel: str, Z0: np.ndarray, fit):
+        self.ex, self.refs, self.tok, self.backend = chunks.ex, chunks.refs, chunks.tok, chunks.backend
+        self.method, self.kernel = method, kernel
+        self.m, self.d = (int(v) for v in Z0.shape)
+        self.Z0, self.opt = Z0, bool(fit.optimize_inducing)
+        self.jitter, self.max_tries = float(fit.jitter), int(fit.max_tries)
         self.count = 0
         self.failed = 0
-        self.records: dict[bytes, tuple] = {}  # theta -> (value, stats, abs./rel. jitter, grad, start), the last few
+        self.records: dict[bytes, Record] = {}  # theta.tobytes() -> its Record, the last few
         self.jitters: list[float] = []  # relative jitter of every successful evaluation
-        self.first_growth = None
+        self.first_growth = None  # (evaluation, relative jitter) of the first that needed more than asked
+        self.growth_noted = False  # the user has been told about first_growth
         self.seconds = 0.0
         self._serial = itertools.count()  # task keys: unique for the life of the object, whatever count says
         self._held: list = []  # the last one_graph's futures, released after the next graph is submitted
         self._groups = None  # (time, groups()) of the last time the scheduler was asked
-        self.direct_calls = bool(direct)  # SGPR and DTC: evaluate by Executor.call_on (direct), not by a graph
-        self.fallbacks = 0  # evaluations that went through a graph because direct calls could not run
-        self.direct_count = 0  # evaluations by direct calls
-        self._placed_once = False  # direct() has waited for the chunks to be on the workers
-        self._unreached = 0  # direct calls in a row that found a worker that never answered
 
     def unpack(self, theta):
         p, Z = kern.unpack(theta, self.d, self.m if self.opt else 0)
@@ -266,7 +264,7 @@ class Evaluations:
         self._held = handles
         # all at the end: fetching the objective's result while the gradients start would hold up the
         # scheduler (in this process for a local cluster) and the worker that has to send it twice
-        out = self.ex.gather(handles, direct=self.ex.local, where=[s.worker for s in specs[len(groups):]])
+        out = self.ex.gather(handles, direct=self.ex.local)
         if len(groups) <= REDUNDANT_OBJECTIVE_GROUPS:
             return self._objgrad_results(order, out)
         (value, adj, st, jit0), grads = out[0], out[1:]
@@ -292,28 +290,6 @@ class Evaluations:
         the gradients added in chunk order."""
         value, adj, st, jit0, kuu = out[-1][0]
         return value, adj, st, jit0, gstats.sum_in_order(in_chunk_order(order, [g for _, g in out])), kuu
-
-    def direct(self, params, Z):
-        """:meth:`one_graph`'s tasks without a graph (``Executor.call_on``): each worker's statistics straight to
-        the driver, added here in chunk order, then the sum to every worker for its objective and gradients.
-        The same functions on the same values, added in the same order: the same bits. Raises ``NotOnWorker``
-        when a worker is gone or does not hold its chunks (:meth:`passes` then goes through the graph)."""
-        if not self._placed_once:  # the chunks' own tasks may still run at the first evaluation
-            from distributed import wait
-
-            wait([r for r in self.refs if hasattr(r, "key")])
-            self._placed_once = True
-        groups = self.groups()
-        if any(w is None for w, _ in groups):
-            raise NotOnWorker("no cluster")
-        self.ex.release(self._held)
-        self._held = []
-        k = next(self._serial)
-        order = [idx for _, idx in groups]
-        st = gstats.sum_in_order(in_chunk_order(order, self.ex.call_on(self._stats_specs(k, groups, params, Z))))
-        # every worker gets the sum, as the statistics of one group holding one chunk (adding it alone changes no bit)
-        out = self.ex.call_on(self._objgrad_specs(k, groups, params, Z, [[0]], [[st]]))
-        return self._objgrad_results(order, out)
 
     def chunk_graph(self, params, Z):
         """:meth:`one_graph` with one task per chunk: the statistics tasks, a chain of ordered sums
@@ -348,28 +324,11 @@ class Evaluations:
 
     def passes(self, params, Z):
         """``(value, adjoints, summed statistics, starting jitter, summed Grad, Kuu path or None)``: the passes over the
-        chunks of one evaluation -- for SGPR and DTC on a cluster, direct calls to the workers (:meth:`direct`; when
-        they cannot run -- a worker lost, a chunk moved -- or with ``direct=False``, one graph: :meth:`one_graph`,
-        which recomputes what was lost; the same bits either way); for FITC, whose
-        statistics depend on the jitter, the statistics pass, the objective on the driver
-        (:meth:`objective`, which may redo the statistics at a larger jitter) and the gradient pass."""
+        chunks of one evaluation -- for SGPR and DTC, one graph (:meth:`one_graph`; a lost worker's chunks are
+        recomputed by the scheduler, the same bits); for FITC, whose statistics depend on the jitter, the
+        statistics pass, the objective on the driver (:meth:`objective`, which may redo the statistics at a
+        larger jitter) and the gradient pass."""
         if self.method in ONE_GRAPH_METHODS:
-            small = len(self.refs) * self.m * self.m * 8 <= GROUP_STATS_BYTES  # else chunk_graph's chain of sums
-            if self.direct_calls and self.ex.client is not None and small:
-                try:
-                    out = self.direct(params, Z)
-                    self._unreached = 0
-                    self.direct_count += 1
-                    return out
-                except NotOnWorker as exc:
-                    self.fallbacks += 1
-                    self._groups = None  # ask the scheduler again where the chunks are
-                    self._unreached = 0 if exc.reachable else self._unreached + 1
-                    if self._unreached >= UNREACHED_LIMIT:
-                        self.direct_calls = False
-                        logger.warning("sparse_gp: the workers cannot be reached from this process (%s); every "
-                                       "evaluation goes through the scheduler from now on (sparse_gp.evaluate=graph "
-                                       "skips the attempt)", exc)
             return self.one_graph(params, Z)
         value, adj, st, jit0 = self.objective(params, Z)
         # the adjoints (m x m) are one node of the graph: sent once, fetched once by each worker
@@ -384,7 +343,7 @@ class Evaluations:
         theta = np.asarray(theta, dtype=np.float64)
         rec = self.records.get(theta.tobytes())
         if rec is not None:  # the same point again (the optimiser's first call): no new passes
-            return -rec[0], -rec[4]
+            return -rec.value, -rec.grad
         t0 = time.monotonic()
         params, Z = self.unpack(theta)
         try:
@@ -405,11 +364,8 @@ class Evaluations:
         self.jitters.append(rel)
         if self.first_growth is None and rel > self.jitter * 1.5:
             self.first_growth = (self.count, rel)
-        self.records[theta.tobytes()] = (value, st, adj.jitter, rel, grad, jit0)
+        self.records[theta.tobytes()] = Record(value, st, adj.jitter, rel, grad, jit0)
         while len(self.records) > 8:
             self.records.pop(next(iter(self.records)))
         return -value, -grad
 
-
-def lbfgs_box(d, m, opt):
-    return [LOG_BOX] * (d + 2) + ([(None, None)] * (m * d) if opt else [])

@@ -69,12 +69,17 @@ def lengthscale_figure(names, lengthscales) -> "plt.Figure":
     return fig
 
 
-def gp_figures(method, trace, minibatch_trace, xs, mean, var_y, var_f, input_name, target_name, median, j,
-               input_names, lengthscales) -> dict:
-    """``{"bound": ..., "slice": ..., "lengthscales": ...}``."""
-    d = len(input_names)
+def gp_figures(method, fit, sl, data, lengthscales) -> dict:
+    """``{"bound": ..., "slice": ..., "lengthscales": ...}`` of a finished fit
+    (``pgmflow.pipelines.sparse_gp.fit.FitResult``), its slice (``pgmflow.pipelines.sparse_gp.run.Slice``, with the
+    latent mean and variance), the data (``GPData``) and the lengthscales in original units."""
+    std, names, j, median = data.standardizer, data.input_names, sl.j, sl.median
+    d = len(names)
+    var_f = np.asarray(sl.var)
     others = "the only input" if d == 1 else ("other inputs at their training medians" if d > 4 else
-                                             ", ".join(f"{input_names[i]}={median[i]:.3g}" for i in range(d) if i != j))
-    return {"bound": bound_figure(method, trace, minibatch_trace),
-            "slice": slice_figure(method, xs, mean, var_y, var_f, input_name, target_name, others),
-            "lengthscales": lengthscale_figure(input_names, lengthscales)}
+                                             ", ".join(f"{names[i]}={median[i]:.3g}" for i in range(d) if i != j))
+    return {"bound": bound_figure(method, fit.trace, fit.minibatch_trace),
+            "slice": slice_figure(method, sl.xs, std.invert_mean(sl.mean),
+                                  std.invert_var(var_f + fit.predictor.params.noise), std.invert_var(var_f),
+                                  names[j], data.target_name, others),
+            "lengthscales": lengthscale_figure(names, lengthscales)}

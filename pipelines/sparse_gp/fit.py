@@ -1,11 +1,15 @@
-"""The three fits of the sparse-GP workload: L-BFGS-B on a collapsed bound (SGPR, DTC, FITC) with
-one stats pass and one gradient pass over the chunks per evaluation; SVGP by natural-gradient and
-Adam steps on minibatches fetched from the chunks; the exact GP in one task."""
+"""The fits of the sparse-GP workload: L-BFGS-B on a collapsed objective (SGPR, Titsias 2009; DTC; FITC,
+Snelson and Ghahramani 2006) with one stats pass and one gradient pass over the chunks per evaluation, and
+restarts from seeded starting points; SVGP (Hensman, Fusi and Lawrence 2013) by natural-gradient and Adam
+steps on minibatches fetched from the chunks; the exact GP in one task. Also the fits' constants: the
+optimiser's box (:data:`LOG_BOX`), the starting points (:func:`initial_params`, :func:`restart_params`)."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
+from typing import NamedTuple
 
 import dask
 import numpy as np
@@ -15,51 +19,124 @@ from pgmflow.pipelines.core.errors import ConfigError
 from pgmflow.pipelines.core.tracking import QuietTracker
 from pgmflow.pipelines.core.progress import Progress
 from pgmflow.pipelines.sparse_gp import lbfgsb
-from pgmflow.pipelines.sparse_gp.evaluations import EXACT_MAX_N, LOG_BOX, Evaluations, lbfgs_box, restart_params
+from pgmflow.pipelines.sparse_gp.evaluations import Chunks, Evaluations
+from pgmflow.tasks import rng as trng
 from pgmflow.tasks.gp import kernels as kern
 from pgmflow.tasks.gp import svgp as gsvgp
 from pgmflow.tasks.gp.chunks import Predictor, chunk_elbo_task, chunk_rows_task, exact_task
 
+EXACT_MAX_N = 20_000  # method=exact factors an n x n matrix: refused above this many training rows
+LOG_BOX = (math.log(1e-5), math.log(1e5))  # L-BFGS-B box on every log hyperparameter (as pgmflow.tasks.gp.exact)
 SVGP_BLOCK = 20  # SVGP minibatches fetched per round of chunk tasks
+GP_STREAM_RESTART = 3  # first identity element under rng.STAGE_GP: restarts' starting points (then: restart)
 
 
-def fit_collapsed(ctx, scfg, method, kernel, refs, data, params0, Z0, tok, backend):
-    tracker = ctx.tracker
-    opt = bool(scfg["optimize_inducing"])
-    m, d = Z0.shape
-    max_iter = int(scfg["max_iter"])
-    ev = Evaluations(ctx.executor, refs, method, kernel, d, m, Z0, opt, float(scfg["jitter"]),
-                     int(scfg["max_tries"]), backend, tok, direct=scfg.get("evaluate", "direct") == "direct")
-    theta0 = kern.pack(params0, Z0 if opt else None)
+def lbfgs_box(d, m, opt):
+    """L-BFGS-B's bounds on ``theta = pack(params, Z)``: :data:`LOG_BOX` on the d + 2 log hyperparameters,
+    none on the m x d inducing inputs (``opt``: they are optimised)."""
+    return [LOG_BOX] * (d + 2) + ([(None, None)] * (m * d) if opt else [])
+
+
+def initial_params(start, d: int) -> kern.GPParams:
+    """The configured starting point (:class:`~pgmflow.pipelines.sparse_gp.plan.Start`) for ``d`` inputs."""
+    ls = start.lengthscale
+    return kern.make_params(list(ls) if isinstance(ls, tuple) else ls, start.variance, start.noise, d=d)
+
+
+def restart_params(start, pool_std: np.ndarray, seed: int, r: int) -> kern.GPParams:
+    """The starting hyperparameters of restart ``r`` >= 1 (standardised units), drawn from ``(seed,
+    r)`` alone: each lengthscale log-uniform from 5 % to twice its input's range in the data, the
+    signal variance the configured one (``start.variance``) times exp(N(0, 0.5^2)), the noise log-uniform
+    in [1e-3, 0.5]; everything inside the optimiser's box."""
+    g = trng.generator(seed, trng.STAGE_GP, GP_STREAM_RESTART, int(r))
+    span = np.ptp(pool_std, axis=0)
+    span = np.where(span > 0, span, 1.0)
+    ls = np.exp(g.uniform(np.log(0.05 * span), np.log(2.0 * span)))
+    variance = start.variance * math.exp(g.normal(0.0, 0.5))
+    noise = math.exp(g.uniform(math.log(1e-3), math.log(0.5)))
+    lo, hi = math.exp(LOG_BOX[0]), math.exp(LOG_BOX[1])
+    return kern.make_params(np.clip(ls, lo, hi), min(max(variance, lo), hi), min(max(noise, lo), hi),
+                            d=pool_std.shape[1])
+
+
+class ExactOutputs(NamedTuple):
+    """What the exact GP's one task also returns: the test pass's per-chunk ``sums`` (rows, squared errors,
+    NLPD terms), the latent mean and variance on the slice grids (``slice``), and the standardised training
+    rows ``X`` [n, d], ``y`` [n] the model keeps."""
+
+    sums: list
+    slice: tuple
+    X: np.ndarray
+    y: np.ndarray
+
+
+@dataclasses.dataclass(frozen=True)
+class FitResult:
+    """A finished fit, whatever the method.
+
+    predictor: ``pgmflow.tasks.gp.chunks.Predictor`` (standardised units). trace: ``[(iteration, objective,
+    relative jitter)]``. value: the final objective (bound, log marginal likelihood or full-data ELBO).
+    iterations, evaluations, failed_evaluations: the optimiser's counts (SVGP: steps). success, message: the
+    optimiser's verdict. fit_seconds, seconds_per_evaluation, checkpoint_seconds: timings. jitter_max,
+    jitter_final: the relative jitter, largest and final; jitter_abs_final: the final absolute one.
+    minibatch_trace: SVGP's ``[(step, minibatch ELBO)]``. restart_bounds, best_restart: with restarts.
+    exact: the exact GP's :class:`ExactOutputs`.
+    """
+
+    predictor: Predictor
+    trace: list
+    value: float
+    iterations: int
+    evaluations: int
+    failed_evaluations: int
+    success: bool
+    message: str
+    fit_seconds: float
+    seconds_per_evaluation: float
+    jitter_max: float
+    jitter_final: float
+    jitter_abs_final: float
+    checkpoint_seconds: float = 0.0
+    minibatch_trace: list | None = None
+    restart_bounds: list | None = None
+    best_restart: int | None = None
+    exact: ExactOutputs | None = None
+
+
+def fit_collapsed(ctx, plan, chunks: Chunks, params0, Z0) -> FitResult:
+    """L-BFGS-B on ``plan.method``'s objective from ``params0`` and ``Z0`` (``plan.fit``: its settings), or
+    continued from the run's newest checkpoint when the run is resumed."""
+    tracker, fs = ctx.tracker, plan.fit
+    ev = Evaluations(chunks, plan.method, plan.kernel, Z0, fs)
+    theta0 = kern.pack(params0, Z0 if ev.opt else None)
     saved = _resume_state(ctx, ev) if ctx.resumed else None
     if saved is None:
         f0, _ = ev(theta0)
         if not math.isfinite(f0):
-            raise ConfigError("sparse_gp.jitter", scfg["jitter"], f"Kuu = K(Z, Z) could not be factored at the "
-                              f"initial hyperparameters even with the jitter raised {scfg['max_tries']} times",
+            raise ConfigError("sparse_gp.jitter", fs.jitter, f"Kuu = K(Z, Z) could not be factored at the "
+                              f"initial hyperparameters even with the jitter raised {fs.max_tries} times",
                               "raise sparse_gp.jitter or sparse_gp.max_tries, or start from a shorter "
                               "sparse_gp.lengthscale")
-        trace = [(0, -f0, ev.records[theta0.tobytes()][3])]
+        trace = [(0, -f0, ev.records[theta0.tobytes()].jitter_rel)]
         tracker.log_metrics({"bound": -f0, "jitter": trace[0][2]}, step=0)
     else:
         trace = [tuple(row) for row in saved["trace"].tolist()]
-    _note_jitter(ctx.say, ev, scfg)
-    bar = Progress(max_iter, f"sparse_gp {method}", "iterations", enabled=ctx.progress)
+    _note_jitter(ctx.say, ev)
+    bar = Progress(fs.max_iter, f"sparse_gp {plan.method}", "iterations", enabled=ctx.progress)
     bar.update(len(trace) - 1)
 
     def callback(x, fun):
         rec = ev.records.get(np.asarray(x).tobytes())
         k = len(trace)
-        trace.append((k, -float(fun), rec[3] if rec is not None else float("nan")))
+        trace.append((k, -float(fun), rec.jitter_rel if rec is not None else float("nan")))
         tracker.log_metrics({"bound": -float(fun), "jitter": trace[-1][2]}, step=k)
         bar.update(1, bound=-float(fun))
 
     t0 = time.monotonic()
-    res, saving = _optimise(ctx, scfg, ev, theta0, lbfgs_box(d, m, opt), max_iter, callback, trace, saved)
+    res, saving = _optimise(ctx, fs, ev, theta0, callback, trace, saved)
     seconds = time.monotonic() - t0
     bar.close()
-    _note_jitter(ctx.say, ev, scfg)
-    _note_direct(ctx, ev)
+    _note_jitter(ctx.say, ev)
     x = np.asarray(res.x)
     rec = ev.records.get(x.tobytes())
     if rec is None:  # the answer is the point a resumed run started from: its record again, not counted
@@ -68,38 +145,20 @@ def fit_collapsed(ctx, scfg, method, kernel, refs, data, params0, Z0, tok, backe
     if rec is None:
         raise RuntimeError("the bound could not be evaluated at the optimiser's answer")
     params, Z = ev.unpack(x)
-    value, st, jit_abs, rel, _, jit0 = rec
-    pred = Predictor(method, kernel, params, Z, st, None, jit0, int(scfg["max_tries"]))
-    return {"predictor": pred, "trace": trace, "value": value, "iterations": int(res.nit), "evaluations": ev.count,
-            "failed_evaluations": ev.failed, "success": bool(res.success), "message": str(res.message),
-            "fit_seconds": seconds, "seconds_per_evaluation": ev.seconds / max(ev.count, 1),
-            "checkpoint_seconds": saving,
-            "jitter_max": max(ev.jitters), "jitter_final": rel, "jitter_abs_final": jit_abs}
-
-
-def _note_direct(ctx, ev):
-    """The tag ``pgmflow.gp.direct_evaluations`` (how many evaluations ran by direct calls to the workers, and how
-    many went through the scheduler because a worker was lost or its chunks had moved), and a note when any did."""
-    if not ev.direct_count and not ev.fallbacks:
-        return
-    from pgmflow.pipelines.core.tracking import QuietTracker
-
-    if not isinstance(ctx.tracker, QuietTracker):  # the main fit's (a restart's evaluations are not tagged)
-        ctx.tracker.set_tags({"pgmflow.gp.direct_evaluations": f"{ev.direct_count} direct, {ev.fallbacks} through a "
-                                                               "graph after a failed direct call"})
-    if ev.fallbacks:
-        ctx.say(f"note: {ev.fallbacks} evaluation(s) went through the scheduler: a worker was lost or "
-                "could not be reached, or held other chunks than expected (the same bits either way)")
+    pred = Predictor(plan.method, plan.kernel, params, Z, rec.stats, None, rec.jitter_start, fs.max_tries)
+    return FitResult(pred, trace, rec.value, int(res.nit), ev.count, ev.failed, bool(res.success), str(res.message),
+                     seconds, ev.seconds / max(ev.count, 1), max(ev.jitters), rec.jitter_rel, rec.jitter_abs,
+                     checkpoint_seconds=saving)
 
 
 CHECKPOINT = "lbfgs"  # checkpoints/lbfgs_0.npz and lbfgs_1.npz, written in turn: the newer readable one counts
 
 
-def _optimise(ctx, scfg, ev, theta0, box, max_iter, callback, trace, saved):
-    """L-BFGS-B from ``theta0``, or continued from ``saved``; its whole state checkpointed every
-    ``sparse_gp.checkpoint_every`` iterations (pipelines/sparse_gp/lbfgsb.py). Returns the result and
-    the seconds spent writing checkpoints."""
-    every = int(scfg.get("checkpoint_every", 1))
+def _optimise(ctx, fs, ev, theta0, callback, trace, saved):
+    """L-BFGS-B from ``theta0``, or continued from ``saved``, for ``fs.max_iter`` iterations at most; its whole
+    state checkpointed every ``fs.checkpoint_every`` iterations (pipelines/sparse_gp/lbfgsb.py). Returns the
+    result and the seconds spent writing checkpoints."""
+    every, max_iter, box = fs.checkpoint_every, fs.max_iter, lbfgs_box(ev.d, ev.m, ev.opt)
     slot = [1 - int(saved["slot"]) if saved is not None else 0]  # the slot not holding the newest checkpoint
 
     spent = [0.0]
@@ -188,33 +247,30 @@ def _resume_state(ctx, ev) -> dict | None:
     return best
 
 
-def fit_restarts(ctx, scfg, method, kernel, refs, data, fit0, Z0, pool_std, seed, tok, backend) -> dict:
-    """``sparse_gp.restarts`` more fits from seeded starting points (:func:`restart_params`), one after
+def fit_restarts(ctx, plan, chunks: Chunks, fit0: FitResult, Z0, pool_std) -> FitResult:
+    """``plan.fit.restarts`` more fits from seeded starting points (:func:`restart_params`), one after
     the other on the same chunks; the fit with the highest bound is kept (the first on a tie). Every
     restart's bound is the metric ``restart_bound`` at step r (r = 0: the configured start)."""
-    import dataclasses
-
-    n = int(scfg.get("restarts", 0))
-    fits = [fit0]
-    ctx.tracker.log_metrics({"restart_bound": fit0["value"]}, step=0)
+    n = plan.fit.restarts
+    fits = [(0, fit0)]  # (restart, fit)
+    ctx.tracker.log_metrics({"restart_bound": fit0.value}, step=0)
+    quiet_plan = dataclasses.replace(plan, fit=dataclasses.replace(plan.fit, checkpoint_every=0))
     for r in range(1, n + 1):
         quiet = dataclasses.replace(ctx, tracker=QuietTracker(ctx.tracker, f"r{r}"), resumed=False)
-        params = restart_params(scfg, pool_std, seed, r)
+        params = restart_params(plan.start, pool_std, plan.seed, r)
         try:
-            f = fit_collapsed(quiet, {**scfg, "checkpoint_every": 0}, method, kernel, refs, data, params, Z0,
-                              f"{tok}r{r}", backend)
+            f = fit_collapsed(quiet, quiet_plan, chunks._replace(tok=f"{chunks.tok}r{r}"), params, Z0)
         except ConfigError:  # Kuu would not factor at this start: the restart is skipped
             ctx.say(f"restart {r}: Kuu could not be factored at its starting point; skipped")
             continue
-        ctx.tracker.log_metrics({"restart_bound": f["value"]}, step=r)
-        fits.append(f | {"restart": r})
-    best = max(range(len(fits)), key=lambda i: (fits[i]["value"], -i))
-    out = dict(fits[best])
-    out["restart_bounds"] = [float(f["value"]) for f in fits]
-    out["best_restart"] = int(fits[best].get("restart", 0))
-    out["checkpoint_seconds"] = fit0.get("checkpoint_seconds", 0.0)  # restarts write none
-    ctx.say(f"{n} restart(s): bounds {', '.join(f'{v:.6g}' for v in out['restart_bounds'])}; kept restart "
-            f"{out['best_restart']} (bound {out['value']:.6g})")
+        ctx.tracker.log_metrics({"restart_bound": f.value}, step=r)
+        fits.append((r, f))
+    best = max(range(len(fits)), key=lambda i: (fits[i][1].value, -i))
+    out = dataclasses.replace(fits[best][1], restart_bounds=[float(f.value) for _, f in fits],
+                              best_restart=int(fits[best][0]),
+                              checkpoint_seconds=fit0.checkpoint_seconds)  # restarts write none
+    ctx.say(f"{n} restart(s): bounds {', '.join(f'{v:.6g}' for v in out.restart_bounds)}; kept restart "
+            f"{out.best_restart} (bound {out.value:.6g})")
     return out
 
 
@@ -225,26 +281,30 @@ def _uncounted(ev, x):
     ev.count, ev.failed, ev.jitters, ev.seconds, ev.first_growth = count, failed, jitters, seconds, growth
 
 
-def _note_jitter(say, ev, scfg):
-    if ev.first_growth is not None and not getattr(ev, "_noted", False):
-        ev._noted = True
+def _note_jitter(say, ev):
+    if ev.first_growth is not None and not ev.growth_noted:
+        ev.growth_noted = True
         k, rel = ev.first_growth
         say(f"note: a Cholesky factorisation (Kuu = K(Z, Z) + jitter s I, or I + A A') failed with the "
-              f"jitter {float(scfg['jitter']):.3g} x s at evaluation {k}; retried with a tenfold larger jitter each "
+              f"jitter {ev.jitter:.3g} x s at evaluation {k}; retried with a tenfold larger jitter each "
               f"time, it succeeded with {rel:.3g} x s (every iteration's jitter is the metric 'jitter', the largest "
               "'final_jitter_max')")
 
 
-def fit_svgp(ctx, scfg, kernel, refs, train_counts, data, params0, Z0, seed, tok):
-    tracker, ex = ctx.tracker, ctx.executor
-    opt = bool(scfg["optimize_inducing"])
+def fit_svgp(ctx, plan, chunks: Chunks, params0, Z0) -> FitResult:
+    """SVGP (Hensman, Fusi and Lawrence 2013): ``plan.svgp.steps`` natural-gradient steps of ``q(u)`` and Adam
+    steps of the hyperparameters (and ``Z``) on seeded minibatches of the training rows; the full-data ELBO
+    every ``plan.svgp.eval_every`` steps."""
+    tracker, sv, kernel, seed = ctx.tracker, plan.svgp, plan.kernel, plan.seed
+    train_counts = chunks.train_counts
+    opt = plan.fit.optimize_inducing
     m, d = Z0.shape
     n = int(train_counts.sum())
-    steps = int(scfg["svgp_steps"])
-    bs = min(int(scfg["svgp_batch_size"]), n)
-    rho, lr = float(scfg["svgp_rho"]), float(scfg["svgp_lr"])
-    every = int(scfg["svgp_eval_every"])
-    jitter = float(scfg["jitter"])
+    steps = sv.steps
+    bs = min(sv.batch_size, n)
+    rho, lr = sv.rho, sv.lr
+    every = sv.eval_every
+    jitter = plan.fit.jitter
     offsets = np.concatenate([[0], np.cumsum(train_counts)])
     state = gsvgp.svgp_init(m)
     theta = kern.pack(params0, Z0 if opt else None)
@@ -256,7 +316,7 @@ def fit_svgp(ctx, scfg, kernel, refs, train_counts, data, params0, Z0, seed, tok
         return p, (Z0 if Z is None else Z)
 
     def full_elbo(params, Z, state, k):
-        return _full_elbo(ex, tok, kernel, params, Z, state, refs, jitter, k)
+        return _full_elbo(chunks, kernel, params, Z, state, jitter, k)
 
     trace, mb_trace = [], []
     params, Z = unpack(theta)
@@ -267,7 +327,7 @@ def fit_svgp(ctx, scfg, kernel, refs, train_counts, data, params0, Z0, seed, tok
     t0 = time.monotonic()
     for s0 in range(0, steps, SVGP_BLOCK):
         block = list(range(s0, min(steps, s0 + SVGP_BLOCK)))
-        got = _fetch_minibatches(ex, tok, refs, offsets, [gsvgp.minibatch_indices(seed, t, n, bs) for t in block], s0)
+        got = _fetch_minibatches(chunks, offsets, [gsvgp.minibatch_indices(seed, t, n, bs) for t in block], s0)
         for k, t in enumerate(block):
             Xb = np.concatenate([g[k][0] for g in got])
             yb = np.concatenate([g[k][1] for g in got])
@@ -292,22 +352,20 @@ def fit_svgp(ctx, scfg, kernel, refs, train_counts, data, params0, Z0, seed, tok
     seconds = time.monotonic() - t0
     bar.close()
     params, Z = unpack(theta)
-    pred = Predictor("svgp", kernel, params, Z, None, state, jitter, int(scfg["max_tries"]))
-    _, jit_abs = kern.inducing_cholesky(kernel, params, Z, jitter, int(scfg["max_tries"]))
+    pred = Predictor("svgp", kernel, params, Z, None, state, jitter, plan.fit.max_tries)
+    _, jit_abs = kern.inducing_cholesky(kernel, params, Z, jitter, plan.fit.max_tries)
     rel = jit_abs / params.variance
-    return {"predictor": pred, "trace": [(k, v, float("nan")) for k, v in trace], "minibatch_trace": mb_trace,
-            "value": trace[-1][1], "iterations": steps, "evaluations": steps, "failed_evaluations": 0,
-            "success": True, "message": f"{steps} SVGP steps", "fit_seconds": seconds,
-            "seconds_per_evaluation": seconds / max(steps, 1), "jitter_max": rel, "jitter_final": rel,
-            "jitter_abs_final": jit_abs}
+    return FitResult(pred, [(k, v, float("nan")) for k, v in trace], trace[-1][1], steps, steps, 0, True,
+                     f"{steps} SVGP steps", seconds, seconds / max(steps, 1), rel, rel, jit_abs,
+                     minibatch_trace=mb_trace)
 
 
-def _full_elbo(ex, tok, kernel, params, Z, state, refs, jitter, k) -> float:
-    """The SVGP ELBO over every chunk's training rows (chunk order)."""
+def _full_elbo(chunks: Chunks, kernel, params, Z, state, jitter, k) -> float:
+    """The SVGP ELBO over every chunk's training rows (chunk order) after step ``k``."""
     outs = [dask.delayed(chunk_elbo_task, pure=True)(kernel, params, Z, state, ref, jitter,
-                                                    dask_key_name=f"gp-elbo-{tok}-s{k}-c{c}")
-            for c, ref in enumerate(refs)]
-    parts = ex.gather_ordered(outs, release=True)
+                                                    dask_key_name=f"gp-elbo-{chunks.tok}-s{k}-c{c}")
+            for c, ref in enumerate(chunks.refs)]
+    parts = chunks.ex.gather_ordered(outs, release=True)
     kl = -gsvgp.svgp_elbo(kernel, params, Z, state, Z[:1], np.zeros(1), 0, jitter)  # n = 0: the KL alone
     total = 0.0
     for v, rows in parts:  # chunk order; each chunk's ELBO counts the KL once
@@ -316,35 +374,36 @@ def _full_elbo(ex, tok, kernel, params, Z, state, refs, jitter, k) -> float:
     return total - kl
 
 
-def _fetch_minibatches(ex, tok, refs, offsets, idx, s0) -> list:
+def _fetch_minibatches(chunks: Chunks, offsets, idx, s0) -> list:
     """The rows of the minibatches ``idx`` (global training-row indices), one task per chunk that
     holds some: per such chunk (in chunk order), a list of ``(X, y)`` per minibatch."""
-    outs = []
-    for c, ref in enumerate(refs):
+    outs, tok = [], chunks.tok
+    for c, ref in enumerate(chunks.refs):
         a, b = offsets[c], offsets[c + 1]
         sel = [i[(i >= a) & (i < b)] - a for i in idx]
         if any(s.size for s in sel):
             outs.append(dask.delayed(chunk_rows_task, pure=True)(ref, sel, dask_key_name=f"gp-rows-{tok}-s{s0}-c{c}"))
-    return ex.gather_ordered(outs, release=True)
+    return chunks.ex.gather_ordered(outs, release=True)
 
 
-def fit_exact(ctx, scfg, kernel, refs, data, params0, Xslice, tok):
-    ex = ctx.executor
+def fit_exact(ctx, plan, chunks: Chunks, params0, Xslice) -> FitResult:
+    """The exact GP in one task (``pgmflow.tasks.gp.exact.fit``, L-BFGS-B on the log marginal likelihood, at
+    most ``plan.fit.max_iter`` iterations) on every chunk's training rows; it also predicts the held-out
+    rows and the standardised slice inputs ``Xslice`` [P, d] (:class:`ExactOutputs`)."""
+    ex, data, kernel = chunks.ex, plan.data, plan.kernel
     if data.n_train > EXACT_MAX_N:  # preflight refuses this too
         raise ConfigError("sparse_gp.method", "exact", f"the exact GP factors an n x n matrix; n = {data.n_train} "
                           f"training rows is more than {EXACT_MAX_N}", "use sparse_gp.method=sgpr")
     t0 = time.monotonic()
     out = ex.gather_ordered([dask.delayed(exact_task, pure=True)(
-        kernel, params0, int(scfg["max_iter"]), list(refs), data.standardizer, Xslice,
-        dask_key_name=f"gp-exact-{tok}")], release=True)[0]
+        kernel, params0, plan.fit.max_iter, list(chunks.refs), data.standardizer, Xslice,
+        dask_key_name=f"gp-exact-{chunks.tok}")], release=True)[0]
     seconds = time.monotonic() - t0
     fit = out["fit"]
     trace = [(0, out["lml0"], 0.0), (max(int(fit.n_iter), 1), float(fit.lml), 0.0)]
     for k, v, _ in trace:
         ctx.tracker.log_metrics({"bound": v}, step=k)
     pred = Predictor("exact", kernel, fit.params, None, None, None, 0.0, 0)
-    return {"predictor": pred, "trace": trace, "value": float(fit.lml), "iterations": int(fit.n_iter),
-            "evaluations": int(fit.n_iter), "failed_evaluations": 0, "success": bool(fit.success),
-            "message": "exact GP (pgmflow.tasks.gp.exact.fit)", "fit_seconds": seconds,
-            "seconds_per_evaluation": float("nan"), "jitter_max": 0.0, "jitter_final": 0.0, "jitter_abs_final": 0.0,
-            "sums": out["sums"], "slice": out["slice"], "X": out["X"], "y": out["y"]}
+    return FitResult(pred, trace, float(fit.lml), int(fit.n_iter), int(fit.n_iter), 0, bool(fit.success),
+                     "exact GP (pgmflow.tasks.gp.exact.fit)", seconds, float("nan"), 0.0, 0.0, 0.0,
+                     exact=ExactOutputs(out["sums"], out["slice"], out["X"], out["y"]))

@@ -169,7 +169,7 @@ def log_model(ctx, arrays: dict, example_X) -> None:
 
 def _rows(data, fraction: float, seed: int, test: bool):
     """``(name, array)`` pairs of the training (or held-out) rows of ``data``, in row order; an ``.npy``
-    file is streamed block by block (bounded memory)."""
+    file is streamed block by block (bounded memory) from the memory map the validation opened."""
     from pgmflow.pipelines.sparse_gp import data as gp_data
 
     key = gp_data.split_key(seed)
@@ -179,7 +179,7 @@ def _rows(data, fraction: float, seed: int, test: bool):
         yield "X", data.X[sel]
         yield "y", data.y[sel]
         return
-    A = gp_data.open_npy(data.path)
+    A = data.rows if data.rows is not None else gp_data.open_npy(data.path)
     block = max(1024, (64 << 20) // (8 * A.shape[1]))
     for a in range(0, data.n, block):
         b = min(data.n, a + block)
@@ -187,23 +187,19 @@ def _rows(data, fraction: float, seed: int, test: bool):
         yield "rows", np.asarray(A[a:b], dtype=np.float64)[held if test else ~held]
 
 
-def log_inputs(ctx, data) -> None:
-    """Record the run's GP data with ``pgmflow.pipelines.core.datasets.log_input``: the training rows
-    (context ``training``), the held-out rows and ``gp_data.test_path`` (context ``test``)."""
+def log_inputs(ctx, plan) -> None:
+    """Record the run's GP data (``plan.data``, ``plan.test_rows``) with
+    ``pgmflow.pipelines.core.datasets.log_input``: the training rows (context ``training``), the held-out
+    rows and ``gp_data.test_path`` (context ``test``)."""
     from pgmflow.pipelines.core import datasets
-    from pgmflow.pipelines.sparse_gp import data as gp_data
 
-    cfg = ctx.cfg
-    gcfg, seed = cfg["gp_data"], int(cfg["seed"])
-    fraction = float(cfg["sparse_gp"]["test_fraction"])
-    if data.kind == "synthetic":
-        name = f"{gcfg['function']} (synthetic)"
-        where = {"generator": f"pgmflow.tasks.gp.data.{gcfg['function']}",
-                 "parameters": {k: gcfg.get(k) for k in ("n", "d", "noise_std") if gcfg.get(k) is not None} | {
-                     "seed": seed}}
+    data, seed, fraction = plan.data, plan.seed, plan.test_fraction
+    origin = data.origin
+    if origin.path is None:
+        where = {"generator": origin.generator, "parameters": origin.parameters}
     else:
-        path = gp_data.DIABETES if data.kind == "diabetes" else data.path or gcfg.get("path")
-        name, where = Path(str(path)).name, {"path": str(Path(str(path)).resolve())}
+        where = {"path": origin.path}
+    name = origin.name
     columns = [*data.input_names, data.target_name]
     split = {"split": {"test_fraction": fraction, "seed": seed}}
     datasets.log_input(ctx.tracker, name, _rows(data, fraction, seed, False), context="training", columns=columns,
@@ -211,7 +207,7 @@ def log_inputs(ctx, data) -> None:
     if data.n_test:
         datasets.log_input(ctx.tracker, name, _rows(data, fraction, seed, True), context="test", columns=columns,
                            profile=split, **where)
-    test = gp_data.read_test_file(cfg, data)
+    test = plan.test_rows
     if test is not None:
-        p = Path(str(gcfg["test_path"])).expanduser().resolve()
-        datasets.log_input(ctx.tracker, p.name, {"X": test[0], "y": test[1]}, path=p, context="test", columns=columns)
+        datasets.log_input(ctx.tracker, test.path.name, {"X": test.X, "y": test.y}, path=test.path, context="test",
+                           columns=columns)

@@ -37,6 +37,7 @@ import json
 import math
 import pickle
 import time
+from typing import NamedTuple
 
 import dask
 import numpy as np
@@ -45,10 +46,12 @@ from pgmflow.pipelines.core import artifacts
 from pgmflow.pipelines.core.graph import Executor
 from pgmflow.pipelines.sparse_gp import data as gp_data
 from pgmflow.pipelines.sparse_gp import model as gp_model
-from pgmflow.pipelines.sparse_gp.evaluations import chunk_ranges, chunk_refs, initial_inducing, initial_params, inducing_pool
-from pgmflow.pipelines.sparse_gp.fit import fit_collapsed, fit_exact, fit_restarts, fit_svgp
+from pgmflow.pipelines.sparse_gp.evaluations import Chunks, chunk_ranges, chunk_refs, initial_inducing, inducing_pool
+from pgmflow.pipelines.sparse_gp.fit import (FitResult, fit_collapsed, fit_exact, fit_restarts, fit_svgp,
+                                             initial_params)
+from pgmflow.pipelines.sparse_gp.plan import Plan
 from pgmflow.tasks.gp import stats as gstats
-from pgmflow.tasks.gp.chunks import chunk_test_task, predict_f
+from pgmflow.tasks.gp.chunks import Chunk, chunk_test_task, predict_f
 
 SLICE_POINTS = 200
 
@@ -59,85 +62,100 @@ SLICE_POINTS = 200
 IN_PROCESS_MAX_WORK = 2_000_000
 
 
-def in_process(scfg, data) -> bool:
+class Slice(NamedTuple):
+    """The slice figure's points: input ``j`` over ``xs`` [P] (original units, its training range and 5 %
+    beyond), the others at their training medians ``median`` [d]; ``grid`` [P, d]: the same points
+    standardised; ``mean``, ``var`` [P]: the latent f there (standardised units)."""
+
+    j: int
+    xs: np.ndarray
+    grid: np.ndarray
+    median: np.ndarray
+    mean: np.ndarray | None = None
+    var: np.ndarray | None = None
+
+
+class Scores(NamedTuple):
+    """The test pass, in original units: RMSE and mean NLPD over ``n_test`` scored rows (NaN without any),
+    and the run's seconds from the chunks' placement to the end of the test pass."""
+
+    rmse: float
+    nlpd: float
+    n_test: int
+    seconds: float
+
+
+def in_process(plan: Plan) -> bool:
     """Whether the fit runs in the driver: ``sparse_gp.in_process`` true/false, or auto: in-memory
     data whose rows x m is at most :data:`IN_PROCESS_MAX_WORK`. The bits are the same either way (the
     same chunks, summed in the same order, with one BLAS thread everywhere)."""
-    mode = scfg.get("in_process", "auto")
-    if mode in (True, False):
-        return bool(mode) and not data.memmap
-    return not data.memmap and data.n * max(int(scfg["m"]), 1) <= IN_PROCESS_MAX_WORK
+    data = plan.data
+    if plan.in_process in (True, False):
+        return bool(plan.in_process) and not data.memmap
+    return not data.memmap and data.n * max(plan.m, 1) <= IN_PROCESS_MAX_WORK
 
 
-def run(ctx, plan) -> dict:
-    cfg = ctx.cfg
-    scfg = cfg["sparse_gp"]
-    seed = int(cfg["seed"])
-    data = gp_data.resolve(cfg)
-    if in_process(scfg, data) and ctx.executor.distributed:
+def run(ctx, plan: Plan) -> dict:
+    data, method, kernel, m, chunk_size = plan.data, plan.method, plan.kernel, plan.m, plan.chunk_size
+    if in_process(plan) and ctx.executor.distributed:
         ctx = dataclasses.replace(ctx, executor=Executor(None))
-        ctx.say(f"small data ({data.n} rows x m={scfg['m']}): fitted in this process, no round trip to the "
+        ctx.say(f"small data ({data.n} rows x m={m}): fitted in this process, no round trip to the "
                 "workers per evaluation (sparse_gp.in_process=false to use them)")
     tracker, ex = ctx.tracker, ctx.executor
-    method, kernel = str(scfg["method"]), str(scfg["kernel"])
-    fraction = float(scfg["test_fraction"])
-    chunk_size = int(scfg["chunk_size"])
-    m = int(scfg["m"])
-    tok, backend = ctx.token, ctx.backend
     n_chunks = len(chunk_ranges(data, chunk_size))
     access = (f"memmap: each chunk task reads its rows of {data.path}" if data.memmap
               else "scattered: each chunk put on the cluster once")
     ctx.say(gp_data.describe(data))
     ctx.say(f"method {method}, kernel {kernel}" + (f", m={m} inducing inputs" if method != "exact" else "")
-            + f"; {n_chunks} chunk(s) of <= {chunk_size} rows ({access.split(':')[0]}); backend {backend}")
+            + f"; {n_chunks} chunk(s) of <= {chunk_size} rows ({access.split(':')[0]}); backend {ctx.backend}")
     tracker.set_tags({"pgmflow.gp.method": method, "pgmflow.gp.kernel": kernel, "pgmflow.gp.source": data.source[:250],
-                      "pgmflow.gp.data_access": access[:250], "pgmflow.gp.backend": backend})
-    gp_model.log_inputs(ctx, data)  # MLflow dataset tracking: the training and test rows, with digests
+                      "pgmflow.gp.data_access": access[:250], "pgmflow.gp.backend": ctx.backend})
+    gp_model.log_inputs(ctx, plan)  # MLflow dataset tracking: the training and test rows, with digests
     t_start = time.monotonic()
-    refs, train_counts = chunk_refs(ex, data, chunk_size, seed, fraction)
+    refs, train_counts = chunk_refs(ex, data, chunk_size, plan.seed, plan.test_fraction)
+    chunks = Chunks(ex, refs, train_counts, ctx.token, ctx.backend)
     ref_bytes = max(len(pickle.dumps(r)) for r in refs) if data.memmap else 0
     tracker.log_metrics({"rows": data.n, "inputs": data.d, "train_rows": data.n_train, "test_rows": data.n_test,
                          "chunks": n_chunks, **({"chunk_ref_bytes": ref_bytes} if data.memmap else {})}, step=0)
 
     std = data.standardizer
-    pool = inducing_pool(data, seed, fraction, int(scfg["kmeans_points"]))
+    pool = inducing_pool(data, plan.seed, plan.test_fraction, plan.kmeans_points)
     median = np.median(pool, axis=0)
     lo, hi = pool.min(axis=0), pool.max(axis=0)
-    params0 = initial_params(scfg, data.d)
+    params0 = initial_params(plan.start, data.d)
     Z0 = None
     if method != "exact":
-        Z0 = initial_inducing(std.apply_X(pool), m, seed, int(scfg["kmeans_iter"]), int(scfg["kmeans_points"]))
+        Z0 = initial_inducing(std.apply_X(pool), m, plan.seed, plan.kmeans_iter, plan.kmeans_points)
 
     if method in gstats.METHODS:
-        fit = fit_collapsed(ctx, scfg, method, kernel, refs, data, params0, Z0, tok, backend)
-        if int(scfg.get("restarts", 0)):
-            fit = fit_restarts(ctx, scfg, method, kernel, refs, data, fit, Z0, std.apply_X(pool), seed, tok, backend)
+        fit = fit_collapsed(ctx, plan, chunks, params0, Z0)
+        if plan.fit.restarts:
+            fit = fit_restarts(ctx, plan, chunks, fit, Z0, std.apply_X(pool))
     elif method == "svgp":
-        fit = fit_svgp(ctx, scfg, kernel, refs, train_counts, data, params0, Z0, seed, tok)
-    else:
-        fit = None
-    j_slice = gp_data.slice_dim(scfg.get("slice_dim"), data)
+        fit = fit_svgp(ctx, plan, chunks, params0, Z0)
+    j_slice = plan.slice_dim
     if method == "exact":
         dims = [j_slice] if j_slice is not None else list(range(min(data.d, 50)))
-        grids = {j: _slice_grid(data, median, lo, hi, j) for j in dims}  # every candidate: the fit picks one
-        fit = fit_exact(ctx, scfg, kernel, refs, data, params0, np.concatenate([grids[j][0] for j in dims]), tok)
+        slices = {j: _slice(data, median, lo, hi, j) for j in dims}  # every candidate: the fit picks one
+        fit = fit_exact(ctx, plan, chunks, params0, np.concatenate([slices[j].grid for j in dims]))
         if j_slice is None:
-            j_slice = dims[int(np.argmin(np.asarray(fit["predictor"].params.lengthscale)[dims]))]
+            j_slice = dims[int(np.argmin(np.asarray(fit.predictor.params.lengthscale)[dims]))]
         k = dims.index(j_slice)
-        mean, var = fit["slice"]
-        fit["slice"] = (mean[k * SLICE_POINTS:(k + 1) * SLICE_POINTS], var[k * SLICE_POINTS:(k + 1) * SLICE_POINTS])
-        sums = fit["sums"]
+        mean, var = fit.exact.slice
+        sl = slices[j_slice]._replace(mean=mean[k * SLICE_POINTS:(k + 1) * SLICE_POINTS],
+                                      var=var[k * SLICE_POINTS:(k + 1) * SLICE_POINTS])
+        sums = fit.exact.sums
     else:
         if j_slice is None:
-            j_slice = int(np.argmin(np.asarray(fit["predictor"].params.lengthscale)))
-        grids = {j_slice: _slice_grid(data, median, lo, hi, j_slice)}
-        h_pred = ex.scatter(fit["predictor"])  # summed statistics (m x m) or q(u): to the cluster once
-        scored = list(refs) + _test_file_refs(ex, cfg, data, chunk_size)
-        outs = [dask.delayed(chunk_test_task, pure=True)(h_pred, ref, std, dask_key_name=f"gp-test-{tok}-c{c}")
+            j_slice = int(np.argmin(np.asarray(fit.predictor.params.lengthscale)))
+        sl = _slice(data, median, lo, hi, j_slice)
+        h_pred = ex.scatter(fit.predictor)  # summed statistics (m x m) or q(u): to the cluster once
+        scored = list(refs) + _test_file_refs(ex, plan)
+        outs = [dask.delayed(chunk_test_task, pure=True)(h_pred, ref, std, dask_key_name=f"gp-test-{ctx.token}-c{c}")
                 for c, ref in enumerate(scored)]
         sums = ex.gather_ordered(outs, release=True)
         ex.release([h_pred])
-        fit["slice"] = predict_f(fit["predictor"], grids[j_slice][0])
+        sl = sl._replace(**dict(zip(("mean", "var"), predict_f(fit.predictor, sl.grid))))
     seconds = time.monotonic() - t_start
     n_test = sum(s[0] for s in sums)
     sse = 0.0
@@ -147,82 +165,72 @@ def run(ctx, plan) -> dict:
         nlpd += s[2]
     rmse = math.sqrt(sse / n_test) if n_test else float("nan")  # no held-out rows: nothing to score
     mean_nlpd = nlpd / n_test if n_test else float("nan")
-    return finish(ctx, scfg, data, method, kernel, fit, rmse, mean_nlpd, n_test, seconds,
-                   (j_slice, *grids[j_slice]), median)
+    return finish(ctx, plan, fit, Scores(rmse, mean_nlpd, n_test, seconds), sl)
 
 
-def _test_file_refs(ex, cfg, data, chunk_size) -> list:
+def _test_file_refs(ex, plan: Plan) -> list:
     """Chunks of the rows of ``gp_data.test_path`` (scored only: no training rows), standardised with
     the training rows' standardisation."""
-    from pgmflow.tasks.gp.chunks import Chunk
-
-    test = gp_data.read_test_file(cfg, data)
+    test, data, chunk_size = plan.test_rows, plan.data, plan.chunk_size
     if test is None:
         return []
-    X, y = test
+    X, y = test.X, test.y
     std = data.standardizer
     empty = np.zeros((0, data.d))
     return [ex.scatter(Chunk(empty, np.zeros(0), np.ascontiguousarray(std.apply_X(X[a:a + chunk_size])),
                              np.ascontiguousarray(y[a:a + chunk_size]))) for a in range(0, X.shape[0], chunk_size)]
 
 
-def _slice_grid(data, median, lo, hi, j):
-    """(standardised inputs [P, d], original-units values of input j [P]): input j over its training
-    range (and 5% beyond), the others at their training medians."""
+def _slice(data, median, lo, hi, j) -> Slice:
+    """Input j over its training range (and 5% beyond), the others at their training medians."""
     span = hi[j] - lo[j]
     pad = 0.05 * span if span > 0 else 1.0
     xs = np.linspace(lo[j] - pad, hi[j] + pad, SLICE_POINTS)
     G = np.tile(median, (SLICE_POINTS, 1))
     G[:, j] = xs
-    return data.standardizer.apply_X(G), xs
+    return Slice(j, xs, data.standardizer.apply_X(G), median)
 
 
-def finish(ctx, scfg, data, method, kernel, fit, rmse, nlpd, n_test, seconds, grid, median) -> dict:
-    tracker = ctx.tracker
-    pred = fit["predictor"]
+def finish(ctx, plan: Plan, fit: FitResult, scores: Scores, sl: Slice) -> dict:
+    tracker, data, method = ctx.tracker, plan.data, plan.method
+    pred = fit.predictor
     std = data.standardizer
     params = pred.params
     ls_std = np.asarray(params.lengthscale)
     ls_orig = ls_std * std.x_std
     y2 = std.y_std**2
     result = {
-        "method": method, "kernel": kernel, "seconds": seconds, "rows": data.n, "inputs": data.d,
-        "train_rows": data.n_train, "test_rows": int(n_test), "test_rmse": rmse, "test_nlpd": nlpd,
-        "bound": float(fit["value"]), "bound_per_row": float(fit["value"]) / data.n_train,
-        "iterations": fit["iterations"], "evaluations": fit["evaluations"],
-        "failed_evaluations": fit["failed_evaluations"], "converged": fit["success"], "optimizer": fit["message"],
-        "fit_seconds": fit["fit_seconds"], "seconds_per_evaluation": fit["seconds_per_evaluation"],
-        "checkpoint_seconds": float(fit.get("checkpoint_seconds", 0.0)),
-        "jitter_max": float(fit["jitter_max"]), "jitter_final": float(fit["jitter_final"]),
-        "jitter_requested": float(scfg["jitter"]) if method != "exact" else 0.0,
+        "method": method, "kernel": plan.kernel, "seconds": scores.seconds, "rows": data.n, "inputs": data.d,
+        "train_rows": data.n_train, "test_rows": int(scores.n_test), "test_rmse": scores.rmse,
+        "test_nlpd": scores.nlpd, "bound": float(fit.value), "bound_per_row": float(fit.value) / data.n_train,
+        "iterations": fit.iterations, "evaluations": fit.evaluations,
+        "failed_evaluations": fit.failed_evaluations, "converged": fit.success, "optimizer": fit.message,
+        "fit_seconds": fit.fit_seconds, "seconds_per_evaluation": fit.seconds_per_evaluation,
+        "checkpoint_seconds": float(fit.checkpoint_seconds),
+        "jitter_max": float(fit.jitter_max), "jitter_final": float(fit.jitter_final),
+        "jitter_requested": plan.fit.jitter if method != "exact" else 0.0,
         "noise_variance": params.noise * y2, "kernel_variance": params.variance * y2,
         "lengthscales": [float(v) for v in ls_orig], "input_names": list(data.input_names),
         "standardizer": std.to_dict(),
-        **({"restart_bounds": fit["restart_bounds"], "best_restart": fit["best_restart"]} if "restart_bounds" in fit
+        **({"restart_bounds": fit.restart_bounds, "best_restart": fit.best_restart} if fit.restart_bounds is not None
            else {}),
-        "objective": nlpd,
+        "objective": scores.nlpd,
         "objective_name": "test NLPD (mean negative log predictive density of the held-out rows, original units; "
                           "lower is better)",
     }
-    if not n_test:  # every row trained on and no test file: the fit's own bound per row is the objective
+    if not scores.n_test:  # every row trained on and no test file: the fit's own bound per row is the objective
         result["objective"] = -result["bound_per_row"]
         result["objective_name"] = "negative bound per training row (no held-out rows; lower is better)"
-    artifacts.log_final_metrics(tracker, result, step=max(fit["iterations"], 1), flush=False)
+    artifacts.log_final_metrics(tracker, result, step=max(fit.iterations, 1), flush=False)
     tracker.flush()
-    arrays = _model_arrays(data, method, kernel, fit, rmse, nlpd)
+    arrays = _model_arrays(plan, fit, scores)
     artifacts.log_npz(tracker, "model.npz", arrays, compressed=True)
-    gp_model.log_model(ctx, arrays, std.invert_X(grid[1][::SLICE_POINTS // 5]))  # the pyfunc model "model"
+    gp_model.log_model(ctx, arrays, std.invert_X(sl.grid[::SLICE_POINTS // 5]))  # the pyfunc model "model"
     artifacts.log_results(tracker, result)
-    if scfg.get("figures", True):
+    if plan.figures:
         from pgmflow.pipelines.sparse_gp import figures
 
-        j, _, xs = grid
-        mean_f, var_f = fit["slice"]
-        figs = figures.gp_figures(method, fit["trace"], fit.get("minibatch_trace"), xs,
-                                     std.invert_mean(mean_f), std.invert_var(np.asarray(var_f) + params.noise),
-                                     std.invert_var(np.asarray(var_f)), data.input_names[j], data.target_name,
-                                     median, j, data.input_names, ls_orig)
-        artifacts.log_figures(tracker, figs)
+        artifacts.log_figures(tracker, figures.gp_figures(method, fit, sl, data, ls_orig))
     _print_summary(ctx.say, result)
     json.dumps(result)  # results must stay JSON-serialisable (logged as results.json)
     return result
@@ -251,18 +259,19 @@ def _print_summary(say, r):
     say("\n".join(lines), prefix="", summary=True)
 
 
-def _model_arrays(data, method, kernel, fit, rmse, nlpd) -> dict:
+def _model_arrays(plan: Plan, fit: FitResult, scores: Scores) -> dict:
     """What ``model.npz`` holds: everything needed to predict again, in original units."""
-    pred, std = fit["predictor"], data.standardizer
+    data = plan.data
+    pred, std = fit.predictor, data.standardizer
     params = pred.params
-    arrays = {"method": np.array(method), "kernel": np.array(kernel),
+    arrays = {"method": np.array(plan.method), "kernel": np.array(plan.kernel),
               "log_lengthscale": np.asarray(params.log_lengthscale, dtype=np.float64),
               "log_variance": np.float64(params.log_variance), "log_noise": np.float64(params.log_noise),
               "x_mean": std.x_mean, "x_std": std.x_std, "y_mean": np.float64(std.y_mean),
               "y_std": np.float64(std.y_std), "input_names": np.array(data.input_names),
-              "target_name": np.array(data.target_name), "jitter": np.float64(fit["jitter_abs_final"]),
-              "bound_trace": np.array([[k, v] for k, v, _ in fit["trace"]], dtype=np.float64),
-              "test_rmse": np.float64(rmse), "test_nlpd": np.float64(nlpd)}
+              "target_name": np.array(data.target_name), "jitter": np.float64(fit.jitter_abs_final),
+              "bound_trace": np.array([[k, v] for k, v, _ in fit.trace], dtype=np.float64),
+              "test_rmse": np.float64(scores.rmse), "test_nlpd": np.float64(scores.nlpd)}
     if pred.Z is not None:
         arrays["Z"] = np.asarray(pred.Z)
     if pred.stats is not None:
@@ -271,7 +280,7 @@ def _model_arrays(data, method, kernel, fit, rmse, nlpd) -> dict:
     if pred.state is not None:
         arrays["svgp_theta1"] = np.asarray(pred.state.theta1)
         arrays["svgp_theta2"] = np.asarray(pred.state.theta2)
-    if method == "exact":
-        arrays["X_train"] = fit["X"]
-        arrays["y_train"] = fit["y"]
+    if fit.exact is not None:
+        arrays["X_train"] = fit.exact.X
+        arrays["y_train"] = fit.exact.y
     return arrays

@@ -1,4 +1,5 @@
-"""Validation of pipeline=sparse_gp: every field, then the data itself, then what depends on both."""
+"""Validation of pipeline=sparse_gp: every field, then the data itself, then what depends on both; the
+result is the run's typed plan (:class:`pgmflow.pipelines.sparse_gp.plan.Plan`), the data read once."""
 
 from __future__ import annotations
 
@@ -32,7 +33,8 @@ SPARSE_GP = {
     "in_process": choice("auto", True, False),
     "restarts": integer(lo=0, hi=1000),
 }
-# optional (a run recorded before the key existed is reproduced with its default, direct: the same bits)
+# optional (a run recorded before the key existed is reproduced with its default, direct). Both values now
+# mean one graph per evaluation (direct calls to the workers are gone; they gave the same bits)
 SPARSE_GP_OPTIONAL = {"evaluate": choice("direct", "graph")}
 GP_SYNTHETIC = {"function": choice("friedman1", "sine_1d"), "n": integer(lo=2), "d": integer(lo=1),
                 "noise_std": real(ge=0)}
@@ -40,9 +42,11 @@ GP_SYNTHETIC = {"function": choice("friedman1", "sine_1d"), "n": integer(lo=2), 
 
 def check_sparse_gp(cfg: dict):
     """pipeline=sparse_gp: every field, then the data itself (read and checked -- every value finite,
-    the target column present -- before any MLflow run starts), then what depends on both."""
+    the target column present -- before any MLflow run starts), then what depends on both. Returns the
+    run's :class:`~pgmflow.pipelines.sparse_gp.plan.Plan`."""
     from pgmflow.pipelines.sparse_gp import data as gp_data
-    from pgmflow.pipelines.sparse_gp.evaluations import EXACT_MAX_N, LOG_BOX
+    from pgmflow.pipelines.sparse_gp.fit import EXACT_MAX_N, LOG_BOX
+    from pgmflow.pipelines.sparse_gp.plan import FitSettings, Plan, Start, SVGPSettings
 
     unknown_keys(cfg, "sparse_gp", set(SPARSE_GP) | set(SPARSE_GP_OPTIONAL) | {"lengthscale", "slice_dim"})
     apply(cfg, {f"sparse_gp.{k}": r for k, r in SPARSE_GP.items()})
@@ -84,11 +88,11 @@ def check_sparse_gp(cfg: dict):
     if isinstance(ls, (list, tuple)) and len(ls) not in (1, data.d):
         raise ConfigError("sparse_gp.lengthscale", ls, f"has {len(ls)} entries but the data has {data.d} inputs",
                           "give one number, or one per input")
-    gp_data.slice_dim(s.get("slice_dim"), data)
+    j_slice = gp_data.slice_dim(s.get("slice_dim"), data)
     if g.get("test_path") and s["method"] == "exact":
         raise ConfigError("gp_data.test_path", g["test_path"], "is not scored by the exact GP yet",
                           "use sparse_gp.method=sgpr (or hold rows out with sparse_gp.test_fraction)")
-    gp_data.read_test_file(cfg, data)  # read and checked before any run starts
+    test_rows = gp_data.read_test_file(cfg, data)  # read and checked before any run starts
     if s["method"] == "exact":
         if data.n_train > EXACT_MAX_N:
             raise ConfigError("sparse_gp.method", "exact", f"the exact GP factors an n x n matrix and the data has "
@@ -97,4 +101,17 @@ def check_sparse_gp(cfg: dict):
     elif s["m"] > data.n_train:
         raise ConfigError("sparse_gp.m", s["m"], f"is more inducing inputs than the {data.n_train} training rows "
                           f"(m > n) of {data.source}", f"use sparse_gp.m={data.n_train} or fewer (usually far fewer)")
+    return Plan(
+        seed=int(cfg["seed"]), method=str(s["method"]), kernel=str(s["kernel"]), m=int(s["m"]),
+        chunk_size=int(s["chunk_size"]), test_fraction=float(s["test_fraction"]), kmeans_iter=int(s["kmeans_iter"]),
+        kmeans_points=int(s["kmeans_points"]), in_process=s["in_process"], figures=bool(s["figures"]),
+        slice_dim=j_slice,
+        start=Start(tuple(float(v) for v in ls) if isinstance(ls, (list, tuple)) else float(ls), float(s["variance"]),
+                    float(s["noise"])),
+        fit=FitSettings(max_iter=int(s["max_iter"]), jitter=float(s["jitter"]), max_tries=int(s["max_tries"]),
+                        optimize_inducing=bool(s["optimize_inducing"]), checkpoint_every=int(s["checkpoint_every"]),
+                        restarts=int(s["restarts"]), evaluate=str(s.get("evaluate", "direct"))),
+        svgp=SVGPSettings(steps=int(s["svgp_steps"]), batch_size=int(s["svgp_batch_size"]), rho=float(s["svgp_rho"]),
+                          lr=float(s["svgp_lr"]), eval_every=int(s["svgp_eval_every"])),
+        data=data, test_rows=test_rows)
 

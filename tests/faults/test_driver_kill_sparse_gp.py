@@ -29,15 +29,14 @@ def _checkpointed(root, run_id) -> dict:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("evaluate", ["direct", "graph"])
-def test_killed_sparse_gp_fit_continues_from_its_last_iteration(tmp_path, evaluate):
+def test_killed_sparse_gp_fit_continues_from_its_last_iteration(tmp_path):
     from distributed import LocalCluster
     from distributed.diagnostics.plugin import SchedulerPlugin
 
     from pgmflow.pipelines.core.tracking import Tracker
 
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    args = ARGS + [f"sparse_gp.evaluate={evaluate}"]
+    args = ARGS  # every evaluation one graph (sparse_gp.evaluate direct, the default, and graph alike)
     # killed once a checkpoint of iteration 5 or later is in the run's artifacts
     run_id = _kill_after_saves(args, tmp_path, uri, "sparse_gp", min_files=1, subdir="checkpoints", ready=_enough)
     tr = Tracker(uri, "pgmflow")
@@ -55,9 +54,9 @@ def test_killed_sparse_gp_fit_continues_from_its_last_iteration(tmp_path, evalua
         full, tr_full = run(args, uri, cl)  # undisturbed
     assert resumed["iterations"] > at_kill["nit"], "the fit had ended before the kill: the test proves nothing"
     # only the evaluations after the checkpoint ran again: one statistics task and one objective-and-gradient
-    # task per worker holding chunks (the 5 chunks are spread over both workers); direct calls make no tasks
+    # task per worker holding chunks (the 5 chunks are spread over both workers)
     again = resumed["evaluations"] - at_kill["evaluations"]
-    per_evaluation = min(N_CHUNKS, 2) if evaluate == "graph" else 0
+    per_evaluation = min(N_CHUNKS, 2)
     assert objectives == again * per_evaluation, (objectives, at_kill, resumed)
     assert stats_tasks == again * per_evaluation, (stats_tasks, at_kill, resumed)
     assert resumed["evaluations"] == full["evaluations"] and resumed["iterations"] == full["iterations"]

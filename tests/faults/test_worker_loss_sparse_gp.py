@@ -1,7 +1,7 @@
 """Sparse GP (SGPR) with a worker process killed (SIGKILL) mid-fit ends with the same model, bit for
 bit: the lost chunk-statistics and chunk-gradient tasks are recomputed from their inputs (the chunks
-are scattered with lineage, every chunk function is pure, and the sums run in chunk order). With direct
-calls (the default), the evaluation that finds the worker gone goes through a graph, which does the same."""
+are scattered with lineage, every chunk function is pure, and the sums run in chunk order). Every evaluation
+is one Dask graph (``sparse_gp.evaluate`` direct, the default, and graph are the same path)."""
 
 import pytest
 
@@ -14,26 +14,15 @@ OVERRIDES = ["pipeline=sparse_gp", "gp_data=diabetes", "sparse_gp.m=16", "sparse
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("evaluate", ["direct", "graph"])
-def test_worker_killed_mid_sparse_gp_fit_gives_identical_model(tmp_path, evaluate):
+def test_worker_killed_mid_sparse_gp_fit_gives_identical_model(tmp_path):
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     art = tmp_path / "mlartifacts"
-    overrides = OVERRIDES + [f"sparse_gp.evaluate={evaluate}"]
-    if evaluate == "graph":
-        # one statistics and one objective-and-gradient task per worker and evaluation; kill after a few
-        # evaluations, long before the model is written
-        when = lambda cl: tasks_done(cl, "gp-objgrad-") >= 12  # noqa: E731
-    else:
-        # no tasks to count: kill once the second iteration's checkpoint is written (the checkpoints take
-        # turns in two files); the next direct call finds the worker gone and that evaluation goes through a
-        # graph, which recomputes the lost chunks on the other worker
-        when = lambda cl: artifact_exists(art, "lbfgs_1.npz")  # noqa: E731
+    # one statistics and one objective-and-gradient task per worker and evaluation; kill after a few
+    # evaluations, long before the model is written
+    when = lambda cl: tasks_done(cl, "gp-objgrad-") >= 12  # noqa: E731
     with killing_cluster(when, lambda cl: artifact_exists(art, "model.npz")) as (cl, kill):
-        res_k, tr_killed = run(overrides, uri, cl)
+        res_k, tr_killed = run(OVERRIDES, uri, cl)
     assert_killed_mid_run(kill)
-    if evaluate == "direct":  # the evaluation that found the worker gone went through a graph
-        tag = tr_killed.client.get_run(tr_killed.run_id).data.tags["pgmflow.gp.direct_evaluations"]
-        assert not tag.endswith(" 0 through a graph after a failed direct call"), tag
-    res_ref, tr_ref = run(overrides, uri)  # synchronous scheduler, undisturbed
+    res_ref, tr_ref = run(OVERRIDES, uri)  # synchronous scheduler, undisturbed
     assert_same_npz(tr_ref, tr_killed, "model.npz")
     assert res_k["test_nlpd"] == res_ref["test_nlpd"] and res_k["test_rmse"] == res_ref["test_rmse"]

@@ -12,6 +12,7 @@ import pytest
 
 from pgmflow.pipelines.core.graph import Executor
 from pgmflow.pipelines.sparse_gp import evaluations as sg
+from pgmflow.pipelines.sparse_gp.plan import FitSettings
 from pgmflow.tasks.gp import bounds, chunks
 from pgmflow.tasks.threads import pinned_blas
 from pgmflow.tasks.gp import kernels as kern
@@ -41,7 +42,8 @@ def test_one_graph_per_evaluation_is_placed_with_its_chunks_and_gives_the_in_pro
         wait(refs)
         held = client.has_what()
         assert sorted(len(v) for v in held.values()) == [5, 5], held  # evenly, not as the scheduler likes
-        ev = sg.Evaluations(ex, refs, method, "rbf", d, m, Z, True, 1e-6, 6, "numpy", f"t-{method}")
+        fit = FitSettings(max_iter=1, jitter=1e-6, max_tries=6, optimize_inducing=True, checkpoint_every=0, restarts=0)
+        ev = sg.Evaluations(sg.Chunks(ex, refs, np.zeros(len(refs), np.int64), f"t-{method}"), method, "rbf", Z, fit)
         monkeypatch.setattr(sg, "GROUPS_TTL", 3600.0)  # (a slow machine must not make the check below flaky)
         groups = ev.groups()
         assert [len(idx) for _, idx in groups] == [5, 5]
@@ -54,30 +56,19 @@ def test_one_graph_per_evaluation_is_placed_with_its_chunks_and_gives_the_in_pro
         monkeypatch.setattr(sg, "GROUPS_TTL", 0.0)
         assert ev.groups() == groups and asked  # asked again: each chunk stays with the worker it was put on
         theta = kern.pack(p, Z)
-        tasks_before = set(cluster2.scheduler.tasks)
         before = client.run(_kuf_counts)
-        fd, gd = ev(theta)  # direct calls to the workers (the default): no task at all
-        after = client.run(_kuf_counts)
-        assert set(cluster2.scheduler.tasks) == tasks_before and ev.fallbacks == 0
-        assert sum(after[w]["hits"] - before[w]["hits"] for w in after) == 10
-        assert sum(after[w]["misses"] - before[w]["misses"] for w in after) == 0
-        ev.direct_calls = False  # one graph per evaluation
-        ev.records.clear()
-        before = client.run(_kuf_counts)
-        f, g = ev(theta)
+        f, g = ev(theta)  # one graph per evaluation
         after = client.run(_kuf_counts)
         # every gradient task found its chunk's Kuf where the statistics task left it
         assert sum(after[w]["hits"] - before[w]["hits"] for w in after) == 10
         assert sum(after[w]["misses"] - before[w]["misses"] for w in after) == 0
-        assert fd == f and np.array_equal(gd, g)
-        # direct calls that ask each worker for the other's chunks: the evaluation goes through a graph
-        ev.direct_calls = True
+        # groups placed against where the chunks are (each worker asked for the other's): the tasks run where
+        # the placement says (loosely), the chunks travel, the same bits
         monkeypatch.setattr(sg, "GROUPS_TTL", 3600.0)
         ev._groups = (ev._groups[0], [(w, idx) for (w, _), (_, idx) in zip(groups, groups[::-1])])
         ev.records.clear()
         f3, g3 = ev(theta)
-        assert ev.fallbacks == 1 and ev.direct_calls and f3 == f and np.array_equal(g3, g)
-        ev.direct_calls = False
+        assert f3 == f and np.array_equal(g3, g)
         # one objective task whose adjoints every gradient task fetches (what more than
         # REDUNDANT_OBJECTIVE_GROUPS workers get): the same bits
         monkeypatch.setattr(sg, "REDUNDANT_OBJECTIVE_GROUPS", 1)
