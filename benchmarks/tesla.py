@@ -61,6 +61,8 @@ def run_pgmflow(series, n_workers, methods, a, screen=True, grid=False, nodes=No
     from distributed import Client, LocalCluster
 
     from pgmflow.pipelines.core.graph import Executor
+    from pgmflow.pipelines.tesla.networks import NetworkData
+    from pgmflow.pipelines.tesla.plan import Estimation, Grid, Selection, SolverSettings
     from pgmflow.pipelines.tesla.run import build_fits
 
     env = {"NUMBA_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
@@ -71,10 +73,12 @@ def run_pgmflow(series, n_workers, methods, a, screen=True, grid=False, nodes=No
         ex = Executor(client)
         out = {}
         for method in methods:
-            heldout = np.zeros(series.X.shape[0], bool)
+            est = Estimation((method,), Grid(tuple(LAM1), tuple(LAM2), (2.0,)),
+                             SolverSettings(q=1, max_iter=5000, tol=1e-6, active_sets=screen),
+                             Selection("bic", 0.5, 0.0, np.zeros(series.X.shape[0], bool)))
+            data = NetworkData(series, None, "benchmark", np.zeros(0, np.int64), ())
             t0 = time.perf_counter()
-            graph = build_fits(ex, f"bench{n_workers}{screen}", series, [method], LAM1, LAM2, [2.0], 1, "bic",
-                               heldout, np.zeros(0, np.int64), 5000, 1e-6, screen=screen)
+            graph = build_fits(ex, f"bench{n_workers}{screen}", data, est)
             choices = ex.gather(ex.compute(graph[method]))
             out[method] = (time.perf_counter() - t0, np.stack([c.theta for c in choices]),
                            sum(c.n_iter for c in choices), all(c.all_converged for c in choices),
