@@ -16,7 +16,6 @@ chunks) and the MLflow run ends FAILED with the same line.
 from __future__ import annotations
 
 import contextlib
-import functools
 import time
 from typing import Callable, NamedTuple, Sequence
 
@@ -27,7 +26,6 @@ import dask.callbacks
 class Executor:
     def __init__(self, client=None):
         self.client = client
-        self._reached: set = set()  # workers call_on has reached from this process
 
     @property
     def distributed(self) -> bool:
@@ -136,69 +134,12 @@ class Executor:
         keys = [specs[i].key for i in outputs]
         return list(self.client.get(HighLevelGraph(layers, deps), keys, sync=False))
 
-    def gather(self, handles, direct: bool | None = None, where: Sequence | None = None):
-        """The results of ``handles``; ``direct``: fetched from the workers straight (see :attr:`local`).
-        ``where`` (the workers the tasks were placed on) is accepted for callers that know it and not used:
-        ``client.gather(direct=True)`` asks the scheduler who holds each result."""
+    def gather(self, handles, direct: bool | None = None):
+        """The results of ``handles``; ``direct``: fetched from the workers straight (see :attr:`local`)."""
         if self.client is None:
             return handles
         with self._memory_errors():
             return self.client.gather(handles, direct=direct)
-
-    def call_on(self, calls: Sequence["TaskSpec"]) -> list:
-        """Run ``func(*args)`` of each :class:`TaskSpec` on its ``worker``, all at once, straight from this process
-        (no task, no scheduler), and return the results in order. A handle in ``args`` (itself or in a list) is
-        the value that worker holds for it. Without a client, the calls run here in turn.
-
-        For loops that call the same few functions many times a second on data already in place (the sparse GP's
-        evaluations): a graph costs each call the scheduler's bookkeeping and a notification per result (~10 ms
-        an evaluation on the 2-core VM of the benchmarks). What a graph gives and this does not is recovery: a
-        worker that is gone or cannot be reached, or that does not hold a handle's value (the data moved, or was
-        lost and recomputed elsewhere), raises :class:`NotOnWorker` and nothing is retried -- the caller goes
-        through a graph then, which recomputes what was lost. A worker is first asked once, within
-        :data:`REACH_TIMEOUT` seconds, whether this process can reach it (a driver outside a remote cluster's
-        network may not). An exception the function raises is raised here, as from a task. The worker runs the
-        call in its task thread pool, outside the scheduler's view: nothing is stored, and nothing shows in the
-        dashboard's task stream."""
-        if self.client is None:
-            return [s.func(*s.args) for s in calls]
-        if any(s.worker is None for s in calls):
-            raise NotOnWorker("a call without a worker")
-        import asyncio
-
-        client, reached = self.client, self._reached
-        payloads = [(s.worker, _pickled((s.func, tuple(_with_deps(a, lambda h: _Stored(h.key), _HANDLE_TYPES,
-                                                                     match=_HANDLE_TYPES) for a in s.args))))
-                    for s in calls]
-        run, probe = _run_payloads()
-
-        async def one(worker, payload, timeout=None):
-            try:
-                return await asyncio.wait_for(client.rpc(worker).run(function=run, args=payload, wait=True), timeout)
-            except (OSError, asyncio.TimeoutError) as exc:  # CommClosedError is an OSError
-                raise NotOnWorker(f"worker {worker} cannot be reached from this process ({type(exc).__name__}: "
-                                  f"{exc})", reachable=worker in reached) from exc
-
-        async def all_of():
-            new = sorted({w for w, _ in payloads} - reached)
-            for w, resp in zip(new, await asyncio.gather(*(one(w, probe, REACH_TIMEOUT) for w in new))):
-                if resp.get("status") == "OK":
-                    reached.add(w)
-            return await asyncio.gather(*(one(w, p) for w, p in payloads))
-
-        out = []
-        with self._memory_errors():
-            for (worker, _), resp in zip(payloads, client.sync(all_of)):
-                if resp.get("status") != "OK":
-                    from distributed.core import clean_exception
-
-                    _, exc, tb = clean_exception(**resp)
-                    raise exc.with_traceback(tb)
-                result = resp["result"]
-                if isinstance(result, _Missing):
-                    raise NotOnWorker(f"worker {worker} does not hold {result.key!r}", reachable=True)
-                out.append(result)
-        return out
 
     @contextlib.contextmanager
     def _memory_errors(self):
@@ -268,97 +209,6 @@ class Executor:
 
 def _identity(x):
     return x
-
-
-class NotOnWorker(RuntimeError):
-    """:meth:`Executor.call_on` could not run a call where it was asked: the worker is gone or cannot be
-    reached (``reachable`` False when it never could be: a worker this process has not reached before), or
-    does not hold a value the call takes (``reachable`` True). Go through a graph instead."""
-
-    def __init__(self, message: str, reachable: bool = False):
-        super().__init__(message)
-        self.reachable = reachable
-
-
-REACH_TIMEOUT = 5.0  # seconds: Executor.call_on's first call to a worker, which only asks whether it answers
-
-
-class _Stored(NamedTuple):
-    key: str
-
-
-class _Missing(NamedTuple):
-    key: str
-
-
-try:
-    from distributed import Future as _Future
-
-    _HANDLE_TYPES: tuple = (_Future,)
-except ImportError:  # pragma: no cover - distributed is a core dependency
-    _HANDLE_TYPES = ()
-
-
-def _reply():
-    return None
-
-
-@functools.cache
-def _run_payloads() -> tuple[bytes, bytes]:
-    """What :meth:`Executor.call_on` sends to the ``run`` handler as its function, and a probe's arguments."""
-    from distributed.protocol.pickle import dumps
-
-    return dumps(_run_on_worker), dumps((_reply, ()))
-
-
-def _pickled(obj) -> bytes:
-    """``obj`` pickled for a worker's ``run`` handler: plain pickle (0.05 ms for an SGPR evaluation's 0.5 MB of
-    arguments), else Dask's (cloudpickle for what plain pickle cannot take: lambdas, local functions), whose
-    check of where a tuple comes from alone takes 0.5 ms."""
-    import pickle
-
-    try:
-        return pickle.dumps(obj, protocol=5)
-    except Exception:
-        from distributed.protocol.pickle import dumps
-
-        return dumps(obj)
-
-
-class _QuietRunLines:
-    """A filter for the worker's ``distributed.worker`` logger: drops its INFO line "Run out-of-band function
-    '_run_on_worker'", which it writes for every :meth:`Executor.call_on` (several a second in a sparse-GP
-    fit); the line of a failed call (WARNING) and everything else stay."""
-
-    def filter(self, record):
-        return not (record.msg == "Run out-of-band function %r" and record.args
-                    and record.args[0] == "_run_on_worker")
-
-
-async def _run_on_worker(func, args, dask_worker=None):
-    """The worker's side of :meth:`Executor.call_on`, sent through the worker's ``run`` handler (as
-    ``Client.run``'s functions are) and run in its event loop: the values of the handles from the worker's
-    store, then ``func`` in the worker's task thread pool, so that the event loop stays free to talk to the
-    scheduler and to send the result."""
-    import asyncio
-    import logging
-
-    log = logging.getLogger("distributed.worker")
-    if not any(isinstance(f, _QuietRunLines) for f in log.filters):
-        log.addFilter(_QuietRunLines())
-    data = dask_worker.data
-    missing = []
-
-    def value(ref):
-        if ref.key in data:
-            return data[ref.key]
-        missing.append(ref.key)
-        return None
-
-    args = [_with_deps(a, value, (_Stored,), match=(_Stored,)) for a in args]
-    if missing:
-        return _Missing(missing[0])
-    return await asyncio.get_running_loop().run_in_executor(dask_worker.executors["default"], func, *args)
 
 
 class Dep(NamedTuple):

@@ -333,18 +333,3 @@ def open_checked(source: Source):
         raise ConfigError(field, value, "the corpus is empty (no words in any document)",
                           "point it at a corpus with documents")
     return info
-
-
-def resolve(cfg: dict):
-    """The checked corpus of a config dict read back from a recorded run (a run itself gets its
-    corpus from its plan, which the validation builds)."""
-    from pgmflow.pipelines.svi import validate
-
-    return open_checked(validate.recorded_source(cfg))
-
-
-def heldout_fraction(svi_section: dict, n_docs: int) -> float:
-    """The held-out fraction of a recorded run's ``svi`` section for a corpus of ``n_docs`` documents."""
-    from pgmflow.pipelines.svi import validate
-
-    return validate.heldout_settings(svi_section).fraction_for(n_docs)

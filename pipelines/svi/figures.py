@@ -2,20 +2,15 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import numpy as np
 
 from pgmflow.pipelines.core.plotting import plt
 
-if TYPE_CHECKING:
-    from pgmflow.pipelines.svi.report import Topics
 
-
-def svi_figures(history: list, lam: np.ndarray, topics: Topics, vocab: tuple | None) -> dict:
+def svi_figures(history: list, lam: np.ndarray, topics: tuple, vocab: tuple | None) -> dict:
     """Figures of an SVI run for LDA: held-out perplexity against documents seen (``history``, one
-    entry per evaluation), the top words of each topic with its UMass coherence (``topics``), and a
-    topic-word heatmap of ``lam`` [K, V] over the leading words of every topic (labelled by ``vocab``)."""
+    entry per evaluation), the top words of each topic with its UMass coherence (``topics``, a ``report.Topics``),
+    and a topic-word heatmap of ``lam`` [K, V] over the leading words of every topic (labelled by ``vocab``)."""
     names, coherence = topics
     figs = {}
     if history:

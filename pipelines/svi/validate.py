@@ -268,3 +268,13 @@ def _word_id(w, vocab: dict | None, n_words: int) -> int:
                           if near else "pick words of the vocabulary (vocab.txt of the corpus)")
     return vocab[str(w)]
 
+
+def recorded_corpus(cfg: dict):
+    """The checked corpus of a config dict read back from a recorded run (a run itself gets its corpus from
+    its plan, which :func:`check_svi` builds)."""
+    return corpora.open_checked(recorded_source(cfg))
+
+
+def recorded_heldout_fraction(svi_section: dict, n_docs: int) -> float:
+    """The held-out fraction of a recorded run's ``svi`` section for a corpus of ``n_docs`` documents."""
+    return heldout_settings(svi_section).fraction_for(n_docs)

@@ -174,12 +174,12 @@ def test_register_model_bad_value_is_refused(tmp_path, value, needles):
 
 def _heldout_halves(tr):
     """Per shard (in order): the observed and test halves of the held-out documents, as the run made them."""
-    from pgmflow.pipelines.svi import corpora
+    from pgmflow.pipelines.svi import validate
     from pgmflow.tasks.lda import shard_tasks
 
     cfg = yaml.safe_load(tr.read_text("config.yaml"))
-    info = corpora.resolve(cfg)
-    f = corpora.heldout_fraction(cfg["svi"], info.n_docs)
+    info = validate.recorded_corpus(cfg)
+    f = validate.recorded_heldout_fraction(cfg["svi"], info.n_docs)
     states = [shard_tasks.prepare_shard(info.path, j, int(cfg["seed"]), f) for j in range(len(info.shard_docs))]
     return [(s.heldout_obs, s.heldout_test) for s in states], info
 
