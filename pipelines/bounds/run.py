@@ -30,7 +30,7 @@ def _solve(ctx, plan: BoundsPlan) -> list:
     if ctx.resumed:
         ctx.say(saved.describe(len(jobs), "temperatures"))
     todo = [k for k in range(len(jobs)) if f"T{k}" not in saved]
-    rhos = [job.rho if isinstance(job.rho, str) or job.target is None else ex.scatter(job.rho) for job in jobs]
+    rhos = [job.rho if isinstance(job.rho, str) else ex.scatter(job.rho) for job in jobs]  # arrays moved once
     opts = plan.variational.solver_options(ctx.backend)
     tasks = [dask.delayed(bounds_task, pure=True)(jobs[k].task_model(), rhos[k], opts, jobs[k].lattice,
                                                   dask_key_name=f"bounds-{ctx.token}-T{k}")
