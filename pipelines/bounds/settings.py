@@ -4,7 +4,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 
 
@@ -22,15 +21,6 @@ class VariationalSettings:
     marginals: bool
     figures: bool
     checkpoint_seconds: float
-
-    @classmethod
-    def from_section(cls, v: Mapping) -> VariationalSettings:
-        temps = v.get("temperatures")
-        return cls(damping=float(v["damping"]), max_iter=int(v["max_iter"]), tol=float(v["tol"]),
-                   mf_restarts=int(v["mf_restarts"]), rho=str(v.get("rho", "auto")), n_trees=int(v["n_trees"]),
-                   temperatures=None if temps is None else tuple(float(t) for t in temps),
-                   marginals=bool(v.get("marginals")), figures=bool(v.get("figures", True)),
-                   checkpoint_seconds=float(v.get("checkpoint_seconds", 10.0)))
 
     def solver_options(self, backend: str = "numpy") -> dict:
         """The keyword arguments of ``pgmflow.tasks.bounds.summary.compute_bounds``."""

@@ -43,7 +43,13 @@ def check_variational(cfg: dict) -> VariationalSettings:
                               "use e.g. variational.temperatures=[2.0,2.269,2.5]")
         for t in temps:
             real(gt=0)("variational.temperatures", t)
-    return VariationalSettings.from_section(cfg["variational"])
+    v = cfg["variational"]
+    return VariationalSettings(damping=float(v["damping"]), max_iter=int(v["max_iter"]), tol=float(v["tol"]),
+                               mf_restarts=int(v["mf_restarts"]), rho=str(v.get("rho", "auto")),
+                               n_trees=int(v["n_trees"]),
+                               temperatures=None if temps is None else tuple(float(t) for t in temps),
+                               marginals=bool(v.get("marginals")), figures=bool(v.get("figures", True)),
+                               checkpoint_seconds=float(v.get("checkpoint_seconds", 10.0)))
 
 
 def check_bounds(cfg: dict) -> tuple | None:

@@ -43,24 +43,6 @@ class TemperingSettings:
     stabilized_split: str  # adaptive | half
     ladder: tuple[float, ...] | None  # an explicit initial ladder from 0 to 1
 
-    @classmethod
-    def from_section(cls, t: Mapping, explorer: str) -> TemperingSettings:
-        """From the validated section; ``explorer``: the resolved explorer."""
-        ladder = t.get("ladder")
-        return cls(n_replicas=int(t["n_replicas"]), n_rounds=int(t["n_rounds"]), n_chains=int(t["n_chains"]),
-                   explorer=explorer, explorer_requested=str(t["explorer"]),
-                   sweeps_per_scan=int(t["sweeps_per_scan"]), n_leapfrog=int(t["n_leapfrog"]),
-                   step_size=float(t["step_size"]), swap=str(t["swap"]), adapt_schedule=bool(t["adapt_schedule"]),
-                   initial_schedule=str(t["initial_schedule"]), schedule_power=float(t["schedule_power"]),
-                   n_blocks=None if t["n_blocks"] == "auto" else int(t["n_blocks"]), layout=str(t["layout"]),
-                   scans_per_task=None if t["scans_per_task"] == "auto" else int(t["scans_per_task"]),
-                   checkpoint_every=int(t["checkpoint_every"]), figures=bool(t["figures"]),
-                   reference=str(t.get("reference", "fixed")),
-                   variational_family=str(t.get("variational_family", "diagonal")),
-                   variational_from_round=int(t.get("variational_from_round", 0)),
-                   stabilized_split=str(t.get("stabilized_split", "adaptive")),
-                   ladder=None if not ladder else tuple(float(v) for v in ladder))
-
     @property
     def n_levels(self) -> int:
         """Levels of each ladder."""

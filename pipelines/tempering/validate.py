@@ -152,6 +152,24 @@ def check_reference(t: dict, name: str):
                           "set tempering.ladder=null (each leg starts from tempering.initial_schedule)")
 
 
+def tempering_settings(t: dict, explorer: str) -> TemperingSettings:
+    """The validated ``tempering`` section, typed (``explorer``: resolved for the target)."""
+    ladder = t.get("ladder")
+    return TemperingSettings(
+        n_replicas=int(t["n_replicas"]), n_rounds=int(t["n_rounds"]), n_chains=int(t["n_chains"]),
+        explorer=explorer, explorer_requested=str(t["explorer"]), sweeps_per_scan=int(t["sweeps_per_scan"]),
+        n_leapfrog=int(t["n_leapfrog"]), step_size=float(t["step_size"]), swap=str(t["swap"]),
+        adapt_schedule=bool(t["adapt_schedule"]), initial_schedule=str(t["initial_schedule"]),
+        schedule_power=float(t["schedule_power"]), n_blocks=None if t["n_blocks"] == "auto" else int(t["n_blocks"]),
+        layout=str(t["layout"]),
+        scans_per_task=None if t["scans_per_task"] == "auto" else int(t["scans_per_task"]),
+        checkpoint_every=int(t["checkpoint_every"]), figures=bool(t["figures"]),
+        reference=str(t.get("reference", "fixed")), variational_family=str(t.get("variational_family", "diagonal")),
+        variational_from_round=int(t.get("variational_from_round", 0)),
+        stabilized_split=str(t.get("stabilized_split", "adaptive")),
+        ladder=None if not ladder else tuple(float(x) for x in ladder))
+
+
 def check_model(model: dict, name: str, explorer: str) -> Target:
     """The model section's own rules beyond the field types; returns the target, built once."""
     if name == "gaussian_mixture":
@@ -202,5 +220,5 @@ def check_tempering(cfg: dict) -> TemperingPlan:
             raise ConfigError("bounds", True, f"variational bounds need a binary pairwise model, not model={name}",
                               "use model=ising with bounds=true")
     overrides = tuple(dict(ov) for ov in (t.get("chain_overrides") or [{}]))
-    return TemperingPlan(seed=int(cfg["seed"]), tempering=TemperingSettings.from_section(t, explorer),
+    return TemperingPlan(seed=int(cfg["seed"]), tempering=tempering_settings(t, explorer),
                          targets=tuple(target.variant(ov) for ov in overrides), overrides=overrides, bounds=bounds)
