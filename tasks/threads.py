@@ -15,7 +15,7 @@ every BLAS call with exactly :data:`BLAS_THREADS` thread(s) wherever it runs:
 Parallelism comes from the tasks (one per chunk, node, replica group), never from inside a BLAS call.
 numba's ``prange`` kernels in ``tasks/`` write one output per iteration and reduce serially, so
 their bits do not depend on ``NUMBA_NUM_THREADS`` either (checked by
-``tests/pipelines/test_bit_reproducibility.py``).
+``tests/pipelines/core/test_bit_reproducibility.py``).
 
 ``PGMFLOW_BLAS_THREADS=N`` in the driver's environment pins N threads instead (the same N
 everywhere, so runs with the same N agree); ``PGMFLOW_BLAS_THREADS=0`` leaves BLAS alone: faster

@@ -105,7 +105,7 @@ def test_users_tasks_and_pipelines_modules_change_nothing(tmp_path, mlflow_uri):
     workers' PYTHONPATH, for users' allow-listed modules) are never imported: a run on a LocalCluster of 2
     workers from that directory gives the bits of a synchronous run from elsewhere."""
     from tests.pipelines.helpers import run
-    from tests.pipelines.test_bit_reproducibility import artifacts
+    from tests.pipelines.core.test_bit_reproducibility import artifacts
 
     args = ["pipeline=sparse_gp", "debug=default", "sparse_gp.in_process=false", "progress=false"]
     _, reference = run(args, mlflow_uri)

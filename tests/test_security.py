@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.pipelines.test_cli import pgmflow
+from tests.pipelines.core.test_cli import pgmflow
 
 
 def _evil_module(tmp_path):

@@ -222,7 +222,7 @@ def test_a_sweep_over_the_local_tls_profile(certs, tmp_path):
     import sys
 
     from tests.pipelines.helpers import run
-    from tests.pipelines.test_sweeps import runs
+    from tests.pipelines.core.test_sweeps import runs
 
     good = certs["good"]
     (tmp_path / "c.yaml").write_text(yaml.safe_dump({"profiles": {"local_tls": {

@@ -1,6 +1,6 @@
 """Bad overrides and tempering configs on the ``pgmflow`` command line: exit code 2, one line that
 names the field, the value and the fix, no traceback, nothing started, no MLflow run left RUNNING.
-(Moved from tests/pipelines/test_cli.py; the cluster and GPU cases moved to test_cluster_bad_input.py
+(Moved from tests/pipelines/core/test_cli.py; the cluster and GPU cases moved to test_cluster_bad_input.py
 and test_config_bad_input.py.)"""
 
 from __future__ import annotations

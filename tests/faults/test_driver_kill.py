@@ -6,7 +6,7 @@ TESLA saves each node's selection (its whole grid of path solves) and bounds eac
 result as it completes (``partial/*.npz``, pipelines/core/partial.py); the test reads what the
 killed run saved, resumes on a LocalCluster whose scheduler counts the tasks that run, and checks
 that exactly the unsaved units ran. Tempering and SVI resume from their round checkpoints
-(tests/pipelines/test_resume.py, test_svi_resume.py); sparse_gp continues L-BFGS-B from its last
+(tests/pipelines/tempering/test_resume.py, test_svi_resume.py); sparse_gp continues L-BFGS-B from its last
 iteration (test_driver_kill_sparse_gp.py).
 """
 

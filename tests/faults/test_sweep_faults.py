@@ -35,7 +35,7 @@ import pytest
 
 from tests.conftest import REPO
 from tests.pipelines.helpers import assert_one_value_per_step
-from tests.pipelines.test_sweeps import runs, summary_rows
+from tests.pipelines.core.test_sweeps import runs, summary_rows
 
 JOB = ["debug=default", "model.L=12", "tempering.n_rounds=8", "tempering.figures=false", "progress=false"]
 SEEDS = "seed=0,1,2"

@@ -97,7 +97,7 @@ def test_run_on_slurm_equals_the_local_profile(pipeline, slurm_idle, tmp_path):
 def test_sweep_of_six_jobs_on_slurm(slurm_idle, tmp_path):
     """Done 1: a 6-job sweep through the Dask launcher on the SLURM profile: 6 FINISHED child runs,
     two SLURM jobs in all (the workers run every Hydra job)."""
-    from tests.pipelines.test_sweeps import runs
+    from tests.pipelines.core.test_sweeps import runs
 
     uri = f"sqlite:///{tmp_path}/mlflow.db"
     before = slurm_idle.submitted()
@@ -210,7 +210,7 @@ def test_adaptive_sweep_takes_a_worker_that_joins_late(slurm_idle, tmp_path):
     launcher tells the adaptive cluster that 6 jobs wait, a second SLURM job starts, and its worker,
     joining late, takes jobs: two jobs run at once from then on (the concurrency follows the joined
     workers instead of staying at the 1 it started with)."""
-    from tests.pipelines.test_sweeps import runs, summary_rows
+    from tests.pipelines.core.test_sweeps import runs, summary_rows
 
     uri = f"sqlite:///{tmp_path}/mlflow.db"
     before = slurm_idle.submitted()

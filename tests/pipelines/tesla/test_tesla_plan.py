@@ -21,7 +21,7 @@ import pytest
 from tests.conftest import compose
 from tests.pipelines.helpers import run
 
-TESLA_DIR = Path(__file__).resolve().parents[2] / "pipelines" / "tesla"
+TESLA_DIR = Path(__file__).resolve().parents[3] / "pipelines" / "tesla"
 COMMON = ["pipeline=tesla", "tesla.lambda1=[0.2,0.1]", "tesla.lambda2=[0.5]", "tesla.bandwidth=[2.0]",
           "tesla.figures=false", "progress=false"]
 

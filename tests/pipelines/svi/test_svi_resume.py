@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 
 from tests.pipelines.helpers import assert_one_value_per_step, assert_same_metric_histories, run
-from tests.pipelines.test_resume import _wait_for
+from tests.pipelines.tempering.test_resume import _wait_for
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 
 @pytest.mark.slow

@@ -142,7 +142,7 @@ def test_run_then_load_give_the_logged_predictions_and_topic_proportions(cluster
 
     import numpy as np
 
-    from tests.pipelines.test_mlflow_models import _csr, _heldout, _heldout_halves, _scores
+    from tests.pipelines.core.test_mlflow_models import _csr, _heldout, _heldout_halves, _scores
 
     monkeypatch.chdir(tmp_path)
     gp = pgmflow.run("pipeline=sparse_gp", "debug=default", cluster=cluster2.scheduler_address,

@@ -95,7 +95,7 @@ def test_run_on_a_cli_started_cluster_equals_a_local_cluster(cli_cluster, cluste
 @pytest.mark.slow
 def test_sweep_on_a_cli_started_cluster(cli_cluster, tmp_path):
     """``pgmflow -m`` with cluster.profile=address: the jobs run on the CLI-started workers."""
-    from tests.pipelines.test_sweeps import runs, sweep
+    from tests.pipelines.core.test_sweeps import runs, sweep
 
     uri = f"sqlite:///{tmp_path}/mlflow.db"
     args = ["debug=default", "model.L=6", "tempering.n_rounds=3", "tempering.figures=false", "progress=false",

@@ -107,7 +107,7 @@ def test_the_last_saved_state_gives_the_same_answer(name):
 
 
 def test_no_private_scipy_name_is_imported():
-    root = Path(__file__).resolve().parents[2]
+    root = Path(__file__).resolve().parents[3]
     for path in (root / "pipelines" / "sparse_gp" / "lbfgsb.py", root / "tasks" / "gp" / "lbfgsb.py"):
         tree = ast.parse(path.read_text())
         for node in ast.walk(tree):

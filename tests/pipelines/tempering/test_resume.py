@@ -13,7 +13,7 @@ import pytest
 from tests.pipelines.helpers import (assert_one_value_per_step, assert_same_metric_histories, assert_same_results,
                                      run)
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 OVERRIDES = ["model.L=8", "model.T=2.3", "tempering.n_replicas=6", "tempering.n_rounds=10",
              "tempering.sweeps_per_scan=2", "tempering.scans_per_task=16", "tempering.checkpoint_every=1",
              "progress=false", "tempering.figures=false"]

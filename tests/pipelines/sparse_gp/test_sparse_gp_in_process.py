@@ -29,7 +29,7 @@ def test_small_data_is_fitted_in_the_driver_with_the_same_bits(mlflow_uri, clust
     assert "fitted in this process" in out.getvalue()
     assert sum(counter.counts.values()) == 0, f"the small fit sent tasks to the workers: {counter.counts}"
     # through graphs, whose tasks the counter sees (direct calls to the workers, the default, give the same bits:
-    # tests/pipelines/test_sparse_gp.py)
+    # tests/pipelines/sparse_gp/test_sparse_gp.py)
     workers, tr_w = run(BASE + ["sparse_gp.in_process=false", "sparse_gp.evaluate=graph"], mlflow_uri, cluster2)
     cluster2.scheduler.remove_plugin(name="gp-task-counter")
     n_chunks = 1  # 442 rows, chunk_size 10000

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 JOB = ["debug=default", "model.L=6", "tempering.n_rounds=3", "tempering.figures=false", "progress=false",
        "cluster.n_workers=2"]
 

@@ -150,7 +150,7 @@ def test_validation_returns_a_frozen_typed_plan(tmp_path, monkeypatch):
 def test_below_validation_nothing_reads_the_config():
     """run, report, model, figures, corpora and plan read no config dict (``ctx.cfg``, ``cfg[...]``):
     validate.py is the one module that does."""
-    root = Path(__file__).resolve().parents[2] / "pipelines" / "svi"
+    root = Path(__file__).resolve().parents[3] / "pipelines" / "svi"
     found = []
     for path in sorted(root.glob("*.py")):
         if path.name == "validate.py":
