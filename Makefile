@@ -5,7 +5,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: run test test-slow test-all test-slurm bench install clean ui gpu-wheelhouse gpu-check
+.PHONY: run test test-slow test-all test-slurm bench install clean ui gpu-wheelhouse gpu-check lint format
 
 # setuptools ends every editable build with an informational "Editable installation" notice (a warning about
 # folders named like the package in the working directory: pgmflow's import name is `pgmflow`, and no folder of
@@ -22,6 +22,16 @@ install: $(STAMP)
 
 run: $(STAMP)
 	$(BIN)/pgmflow $(ARGS)
+
+# make lint: ruff's checks and its formatter, as configured in pyproject.toml (CI runs it first); make format
+# applies the formatter and the safe fixes.
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+format: $(STAMP)
+	$(BIN)/ruff check --fix .
+	$(BIN)/ruff format .
 
 # make test: every test but those marked slow (under 12 minutes on a 2-core machine); make test-slow: the
 # slow ones (cross-layout bit reproducibility, killed workers and drivers, sweeps, statistical accuracy

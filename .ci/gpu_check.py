@@ -59,8 +59,9 @@ def run(cmd, *, timeout: float, cwd=None, env=None, input_text=None):
     """(exit status or None on timeout, output, seconds)."""
     t0 = time.monotonic()
     try:
-        res = subprocess.run(cmd, cwd=cwd, env=env, input=input_text, capture_output=True, text=True,
-                             timeout=max(1.0, timeout))
+        res = subprocess.run(
+            cmd, cwd=cwd, env=env, input=input_text, capture_output=True, text=True, timeout=max(1.0, timeout)
+        )
         return res.returncode, res.stdout + res.stderr, time.monotonic() - t0
     except subprocess.TimeoutExpired as exc:
         out = (exc.stdout or b"") + (exc.stderr or b"")
@@ -75,16 +76,23 @@ def nvidia_smi() -> tuple[list[dict], str | None]:
     exe = shutil.which("nvidia-smi")
     if exe is None:
         return [], "nvidia-smi not found"
-    rc, out, _ = run([exe, "--query-gpu=name,driver_version,memory.total,compute_cap",
-                      "--format=csv,noheader"], timeout=30)
+    rc, out, _ = run(
+        [exe, "--query-gpu=name,driver_version,memory.total,compute_cap", "--format=csv,noheader"], timeout=30
+    )
     if rc != 0:
         return [], f"nvidia-smi failed: {out.strip().splitlines()[-1] if out.strip() else rc}"
     gpus = []
     for line in out.strip().splitlines():
         parts = [p.strip() for p in line.split(",")]
         if len(parts) >= 3:
-            gpus.append({"name": parts[0], "driver": parts[1], "memory": parts[2],
-                         "compute_cap": parts[3] if len(parts) > 3 else "?"})
+            gpus.append(
+                {
+                    "name": parts[0],
+                    "driver": parts[1],
+                    "memory": parts[2],
+                    "compute_cap": parts[3] if len(parts) > 3 else "?",
+                }
+            )
     return gpus, None if gpus else "nvidia-smi lists no GPU"
 
 
@@ -93,8 +101,10 @@ def find_gpus() -> tuple[list[dict], str | None]:
     gpus, why = nvidia_smi()
     if gpus or not list(Path("/dev").glob("nvidia[0-9]*")):
         return gpus, why
-    probe = ("import cupy as cp; n = cp.cuda.runtime.getDeviceCount(); p = cp.cuda.runtime.getDeviceProperties(0); "
-             "print(n, p['name'].decode() if isinstance(p['name'], bytes) else p['name'])")
+    probe = (
+        "import cupy as cp; n = cp.cuda.runtime.getDeviceCount(); p = cp.cuda.runtime.getDeviceProperties(0); "
+        "print(n, p['name'].decode() if isinstance(p['name'], bytes) else p['name'])"
+    )
     rc, out, _ = run([sys.executable, "-c", probe], timeout=90)
     if rc == 0 and out.strip() and out.split()[0].isdigit() and int(out.split()[0]) > 0:
         name = out.strip().splitlines()[-1].split(" ", 1)[1]
@@ -123,8 +133,14 @@ def junit_cases(path: Path) -> list[dict]:
                 outcome = {"failure": "FAILED", "error": "ERROR", "skipped": "skipped"}[tag]
                 message = (el.get("message") or "").splitlines()[0][:200] if el.get("message") else ""
                 break
-        cases.append({"id": f"{tc.get('classname', '')}::{tc.get('name', '')}", "outcome": outcome,
-                      "seconds": float(tc.get("time") or 0), "message": message})
+        cases.append(
+            {
+                "id": f"{tc.get('classname', '')}::{tc.get('name', '')}",
+                "outcome": outcome,
+                "seconds": float(tc.get("time") or 0),
+                "message": message,
+            }
+        )
     return cases
 
 
@@ -133,8 +149,11 @@ def main() -> int:
     ap.add_argument("--wheelhouse", type=Path, default=REPO / ".whl")
     ap.add_argument("--budget", type=float, default=570.0, help="seconds for the whole check")
     ap.add_argument("--out", type=Path, default=None, help="the report (default benchmarks/results/gpu-<device>.md)")
-    ap.add_argument("--cpu-rehearsal", action="store_true",
-                    help="run the steps without a GPU (backend=numpy) to test this script; not a GPU result")
+    ap.add_argument(
+        "--cpu-rehearsal",
+        action="store_true",
+        help="run the steps without a GPU (backend=numpy) to test this script; not a GPU result",
+    )
     a = ap.parse_args()
     t_start = time.monotonic()
 
@@ -149,8 +168,10 @@ def main() -> int:
     reqs = wheels / "requirements.txt"
     own = sorted(wheels.glob("pgmflow-*.whl"))
     if not reqs.exists() or not own:
-        print(f"gpu-check: no wheelhouse in {wheels} (requirements.txt and pgmflow-*.whl); run make gpu-wheelhouse "
-              "on a CPU machine with PyPI access and bring .whl/ along")
+        print(
+            f"gpu-check: no wheelhouse in {wheels} (requirements.txt and pgmflow-*.whl); run make gpu-wheelhouse "
+            "on a CPU machine with PyPI access and bring .whl/ along"
+        )
         return 1
 
     def left(limit: float) -> float:
@@ -183,15 +204,27 @@ def main() -> int:
     # 2. the venv, from the wheelhouse only
     if venv.exists():
         shutil.rmtree(venv)
-    s_venv, _ = step("venv", [sys.executable, "-m", "venv", "--system-site-packages", venv], 60,
-                     summarize=lambda out: f"{venv.relative_to(REPO)} on {sys.executable} (Python "
-                                           f"{platform.python_version()}), system site-packages visible")
+    s_venv, _ = step(
+        "venv",
+        [sys.executable, "-m", "venv", "--system-site-packages", venv],
+        60,
+        summarize=lambda out: (
+            f"{venv.relative_to(REPO)} on {sys.executable} (Python "
+            f"{platform.python_version()}), system site-packages visible"
+        ),
+    )
     if s_venv.status != "passed":  # no ensurepip in the image: the venv uses the image's own pip
         steps.remove(s_venv)
         shutil.rmtree(venv, ignore_errors=True)
-        step("venv", [sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", venv], 60,
-             summarize=lambda out: f"{venv.relative_to(REPO)} on {sys.executable} (Python {platform.python_version()})"
-                                   ", system site-packages visible; no ensurepip: the image's pip installs into it")
+        step(
+            "venv",
+            [sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", venv],
+            60,
+            summarize=lambda out: (
+                f"{venv.relative_to(REPO)} on {sys.executable} (Python {platform.python_version()})"
+                ", system site-packages visible; no ensurepip: the image's pip installs into it"
+            ),
+        )
     if sys.prefix != sys.base_prefix and venv.exists():
         # The image's python3 is itself a venv (/opt/torch/.venv): --system-site-packages shows the base
         # interpreter's site-packages, not that venv's numpy/scipy/numba/CuPy. A .pth file adds them.
@@ -200,51 +233,101 @@ def main() -> int:
         site = Path(sysconfig.get_paths()["purelib"]), Path(sysconfig.get_paths()["platlib"])
         inner = next(venv.glob("lib/python*/site-packages"))
         (inner / "zz-image-site.pth").write_text("".join(f"{d}\n" for d in dict.fromkeys(site)))
-    step("install", [py, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--no-index",
-                     "--find-links", wheels, "-r", reqs], 180,
-         summarize=lambda out: f"{sum(1 for ln in reqs.read_text().splitlines() if '==' in ln)} packages from "
-                               f"{wheels.name}/ (--no-index)" + (f"; {tail(out, 1)}" if out.strip() else ""))
+    step(
+        "install",
+        [
+            py,
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--disable-pip-version-check",
+            "--no-index",
+            "--find-links",
+            wheels,
+            "-r",
+            reqs,
+        ],
+        180,
+        summarize=lambda out: (
+            f"{sum(1 for ln in reqs.read_text().splitlines() if '==' in ln)} packages from "
+            f"{wheels.name}/ (--no-index)" + (f"; {tail(out, 1)}" if out.strip() else "")
+        ),
+    )
     stale = wheel_differences(own[-1])
     if not stale:
-        step("install pgmflow", [py, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--no-index",
-                                 "--no-deps", "--force-reinstall", own[-1]], 60,
-             summarize=lambda out: f"{own[-1].name} (the same files as the checkout)")
+        step(
+            "install pgmflow",
+            [
+                py,
+                "-m",
+                "pip",
+                "install",
+                "--quiet",
+                "--disable-pip-version-check",
+                "--no-index",
+                "--no-deps",
+                "--force-reinstall",
+                own[-1],
+            ],
+            60,
+            summarize=lambda out: f"{own[-1].name} (the same files as the checkout)",
+        )
     else:  # a wheelhouse older than the checkout: run the checkout itself, not old code
-        step("install pgmflow", [py, "-c", SOURCE_INSTALL, str(REPO), *entry_point()], 60,
-             summarize=lambda out: f"the checkout itself ({out.strip()}): {own[-1].name} differs from it in "
-                                   f"{len(stale)} file(s), e.g. {', '.join(stale[:3])} (make gpu-wheelhouse "
-                                   "rebuilds it)",
-             display="python -c <a .pth file and a pgmflow script for the checkout>")
+        step(
+            "install pgmflow",
+            [py, "-c", SOURCE_INSTALL, str(REPO), *entry_point()],
+            60,
+            summarize=lambda out: (
+                f"the checkout itself ({out.strip()}): {own[-1].name} differs from it in "
+                f"{len(stale)} file(s), e.g. {', '.join(stale[:3])} (make gpu-wheelhouse "
+                "rebuilds it)"
+            ),
+            display="python -c <a .pth file and a pgmflow script for the checkout>",
+        )
 
     # 3. what CuPy finds, and the versions that matter
-    probe = ("import json, platform, importlib.metadata as md\n"
-             "from pgmflow.tasks.backend import gpu_info, describe_gpu\n"
-             "info = gpu_info()\n"
-             "v = {}\n"
-             "for p in ('pgmflow', 'numpy', 'scipy', 'numba', 'cupy-cuda13x', 'cupy-cuda12x', 'dask', 'distributed',\n"
-             "          'mlflow-skinny', 'hydra-core', 'torch', 'gpytorch', 'scikit-learn', 'pytest'):\n"
-             "    try: v[p] = md.version(p)\n"
-             "    except md.PackageNotFoundError: pass\n"
-             "print(json.dumps({'gpu': info, 'line': describe_gpu(info), 'python': platform.python_version(), "
-             "'versions': v}))\n")
-    s, out = step("gpu info", [py, "-c", probe], 60, cwd=work,
-                  ok=lambda rc, out: rc == 0 and (rehearsal or '"available": true' in out),
-                  summarize=lambda out: (json.loads(out.strip().splitlines()[-1])["line"]
-                                         if out.strip().startswith("{") else tail(out)),
-                  display="python -c 'pgmflow.tasks.backend.gpu_info()'")
+    probe = (
+        "import json, platform, importlib.metadata as md\n"
+        "from pgmflow.tasks.backend import gpu_info, describe_gpu\n"
+        "info = gpu_info()\n"
+        "v = {}\n"
+        "for p in ('pgmflow', 'numpy', 'scipy', 'numba', 'cupy-cuda13x', 'cupy-cuda12x', 'dask', 'distributed',\n"
+        "          'mlflow-skinny', 'hydra-core', 'torch', 'gpytorch', 'scikit-learn', 'pytest'):\n"
+        "    try: v[p] = md.version(p)\n"
+        "    except md.PackageNotFoundError: pass\n"
+        "print(json.dumps({'gpu': info, 'line': describe_gpu(info), 'python': platform.python_version(), "
+        "'versions': v}))\n"
+    )
+    s, out = step(
+        "gpu info",
+        [py, "-c", probe],
+        60,
+        cwd=work,
+        ok=lambda rc, out: rc == 0 and (rehearsal or '"available": true' in out),
+        summarize=lambda out: (
+            json.loads(out.strip().splitlines()[-1])["line"] if out.strip().startswith("{") else tail(out)
+        ),
+        display="python -c 'pgmflow.tasks.backend.gpu_info()'",
+    )
     try:
         facts = json.loads(out.strip().splitlines()[-1])
     except (ValueError, IndexError):
         facts = {"gpu": {}, "line": "?", "python": "?", "versions": {}}
 
     # 4. the GPU tests
-    gpu_files = sorted(str(p.relative_to(REPO)) for p in (REPO / "tests").rglob("test_*.py")
-                       if "mark.gpu" in p.read_text())
+    gpu_files = sorted(
+        str(p.relative_to(REPO)) for p in (REPO / "tests").rglob("test_*.py") if "mark.gpu" in p.read_text()
+    )
     junit = work / "gpu-tests.xml"
-    s_tests, _ = step("pytest -m gpu", [py, "-m", "pytest", "-m", "gpu", "-q", "-rA", "-p", "no:cacheprovider",
-                                        f"--junitxml={junit}", *gpu_files], 240,
-                      ok=lambda rc, out: rc == 0 or (rehearsal and rc == 5),
-                      summarize=lambda out: tail(out, 1), display=f"python -m pytest -m gpu {' '.join(gpu_files)}")
+    s_tests, _ = step(
+        "pytest -m gpu",
+        [py, "-m", "pytest", "-m", "gpu", "-q", "-rA", "-p", "no:cacheprovider", f"--junitxml={junit}", *gpu_files],
+        240,
+        ok=lambda rc, out: rc == 0 or (rehearsal and rc == 5),
+        summarize=lambda out: tail(out, 1),
+        display=f"python -m pytest -m gpu {' '.join(gpu_files)}",
+    )
     cases = junit_cases(junit)
     if not rehearsal and s_tests.status == "passed" and (not cases or any(c["outcome"] == "skipped" for c in cases)):
         s_tests.status = "FAILED"
@@ -252,14 +335,30 @@ def main() -> int:
 
     # 5. every pipeline, debug size, on the GPU (the installed pgmflow, from a scratch directory)
     for name in PIPELINES:
-        step(f"pipeline {name}", [venv / "bin" / "pgmflow", f"pipeline={name}", "debug=default", f"backend={backend}",
-                                  "progress=false", f"tracking.uri=sqlite:///{work / 'mlflow.db'}"], 90, cwd=work,
-             summarize=key_line, display=f"pgmflow pipeline={name} debug=default backend={backend}")
+        step(
+            f"pipeline {name}",
+            [
+                venv / "bin" / "pgmflow",
+                f"pipeline={name}",
+                "debug=default",
+                f"backend={backend}",
+                "progress=false",
+                f"tracking.uri=sqlite:///{work / 'mlflow.db'}",
+            ],
+            90,
+            cwd=work,
+            summarize=key_line,
+            display=f"pgmflow pipeline={name} debug=default backend={backend}",
+        )
 
     # 6. the benchmarks, quick sizes
     tjson = work / "tempering.json"
-    s_temp, _ = step("benchmark tempering", [py, "benchmarks/tempering.py", "--quick", "--out", tjson], 120,
-                     summarize=lambda out: ([ln for ln in out.splitlines() if ln.startswith("GPU")] or [tail(out)])[-1])
+    s_temp, _ = step(
+        "benchmark tempering",
+        [py, "benchmarks/tempering.py", "--quick", "--out", tjson],
+        120,
+        summarize=lambda out: ([ln for ln in out.splitlines() if ln.startswith("GPU")] or [tail(out)])[-1],
+    )
     flips = None
     if tjson.exists():
         gpu_row = json.loads(tjson.read_text()).get("gpu")
@@ -269,64 +368,115 @@ def main() -> int:
         elif not rehearsal:
             s_temp.status, s_temp.summary = "FAILED", "no GPU figure: " + s_temp.summary
     gp_md = work / "sparse_gp.md"
-    step("benchmark sparse_gp", [py, "benchmarks/sparse_gp.py", "--quick", "--backend", backend, "--out", gp_md], 150,
-         summarize=lambda out: " / ".join(ln for ln in out.splitlines()
-                                          if ln.startswith(("pgmflow:", "GPyTorch:"))) or tail(out, 2))
+    step(
+        "benchmark sparse_gp",
+        [py, "benchmarks/sparse_gp.py", "--quick", "--backend", backend, "--out", gp_md],
+        150,
+        summarize=lambda out: (
+            " / ".join(ln for ln in out.splitlines() if ln.startswith(("pgmflow:", "GPyTorch:"))) or tail(out, 2)
+        ),
+    )
     svi_json = work / "svi_lda.json"
-    s_svi, _ = step("benchmark svi_lda", [py, "benchmarks/svi_lda.py", "--quick", "--repeats", "1", "--peers",
-                                          "sklearn", "--backend", backend, "--out", svi_json], 150,
-                    summarize=lambda out: tail(out, 1))
+    s_svi, _ = step(
+        "benchmark svi_lda",
+        [
+            py,
+            "benchmarks/svi_lda.py",
+            "--quick",
+            "--repeats",
+            "1",
+            "--peers",
+            "sklearn",
+            "--backend",
+            backend,
+            "--out",
+            svi_json,
+        ],
+        150,
+        summarize=lambda out: tail(out, 1),
+    )
     if svi_json.exists():
         rows = json.loads(svi_json.read_text()).get("rows", [])
-        s_svi.summary = "; ".join(f"{r['method']} {r['docs_per_second']:.0f} docs/s, perplexity {r['perplexity']:.1f}"
-                                  for r in rows) or s_svi.summary
+        s_svi.summary = (
+            "; ".join(
+                f"{r['method']} {r['docs_per_second']:.0f} docs/s, perplexity {r['perplexity']:.1f}" for r in rows
+            )
+            or s_svi.summary
+        )
 
     # the report
     g = facts.get("gpu", {})
     device = g.get("device") or (gpus[0]["name"] if gpus else "cpu-rehearsal")
-    out_path = a.out or (WORK / "gpu-cpu-rehearsal.md" if rehearsal else
-                         REPO / "benchmarks" / "results" / f"gpu-{slug(device)}.md")
+    out_path = a.out or (
+        WORK / "gpu-cpu-rehearsal.md" if rehearsal else REPO / "benchmarks" / "results" / f"gpu-{slug(device)}.md"
+    )
     total = time.monotonic() - t_start
     failed = [s for s in steps if s.status != "passed"]
     v = facts.get("versions", {})
     if g.get("available"):
-        dev_row = (f"{device} (compute capability {g.get('compute_capability', '?')}, {g.get('memory_gib', '?')} GiB, "
-                   f"{g.get('multiprocessors', '?')} SMs; {g.get('device_count', len(gpus))} device(s))")
+        dev_row = (
+            f"{device} (compute capability {g.get('compute_capability', '?')}, {g.get('memory_gib', '?')} GiB, "
+            f"{g.get('multiprocessors', '?')} SMs; {g.get('device_count', len(gpus))} device(s))"
+        )
     else:
         dev_row = f"none usable: {g.get('reason') or why}"
     driver = g.get("driver") or (gpus[0]["driver"] if gpus else "none")
-    lines = [f"# make gpu-check on {device}" + (" (CPU REHEARSAL: not a GPU result)" if rehearsal else ""), "",
-             f"{time.strftime('%Y-%m-%d %H:%M %Z')}; commit {git_head()}; {len(steps) - len(failed)} of {len(steps)} "
-             f"steps passed in {total:.0f} s (budget {a.budget:.0f} s); `python3 .ci/gpu_check.py"
-             f"{' --cpu-rehearsal' if rehearsal else ''}`.", "",
-             "| what | found |", "| --- | --- |",
-             f"| device | {dev_row} |",
-             f"| driver | {driver}" + (f" (supports CUDA {g['cuda_driver']})" if g.get("cuda_driver") else "") + " |",
-             f"| CUDA runtime (CuPy's) | {g.get('cuda_runtime', '?')}; NVRTC {g.get('nvrtc', '?')} |",
-             f"| CuPy | {g.get('cupy', '?')} |",
-             f"| nvidia-smi | {'; '.join(', '.join(x.values()) for x in gpus) or why} |",
-             f"| Python | {facts.get('python', '?')} ({sys.executable}) |",
-             f"| packages | {', '.join(f'{k} {val}' for k, val in v.items())} |",
-             f"| backend=auto reports | {facts.get('line', '?')} |", "",
-             "## Steps", "", "| step | result | seconds | command | outcome |", "| --- | --- | ---: | --- | --- |"]
+    lines = [
+        f"# make gpu-check on {device}" + (" (CPU REHEARSAL: not a GPU result)" if rehearsal else ""),
+        "",
+        f"{time.strftime('%Y-%m-%d %H:%M %Z')}; commit {git_head()}; {len(steps) - len(failed)} of {len(steps)} "
+        f"steps passed in {total:.0f} s (budget {a.budget:.0f} s); `python3 .ci/gpu_check.py"
+        f"{' --cpu-rehearsal' if rehearsal else ''}`.",
+        "",
+        "| what | found |",
+        "| --- | --- |",
+        f"| device | {dev_row} |",
+        f"| driver | {driver}" + (f" (supports CUDA {g['cuda_driver']})" if g.get("cuda_driver") else "") + " |",
+        f"| CUDA runtime (CuPy's) | {g.get('cuda_runtime', '?')}; NVRTC {g.get('nvrtc', '?')} |",
+        f"| CuPy | {g.get('cupy', '?')} |",
+        f"| nvidia-smi | {'; '.join(', '.join(x.values()) for x in gpus) or why} |",
+        f"| Python | {facts.get('python', '?')} ({sys.executable}) |",
+        f"| packages | {', '.join(f'{k} {val}' for k, val in v.items())} |",
+        f"| backend=auto reports | {facts.get('line', '?')} |",
+        "",
+        "## Steps",
+        "",
+        "| step | result | seconds | command | outcome |",
+        "| --- | --- | ---: | --- | --- |",
+    ]
     for s in steps:
         lines.append(f"| {s.name} | {s.status} | {s.seconds:.1f} | `{md_cell(s.command)}` | {md_cell(s.summary)} |")
     if flips is not None:
         lines += ["", f"Tempering: the CUDA kernel runs **{flips:.1f} flips/ns** (target >= 100)."]
     if cases:
-        lines += ["", f"## GPU tests ({sum(c['outcome'] == 'passed' for c in cases)} passed of {len(cases)})", "",
-                  "| test | result | seconds | message |", "| --- | --- | ---: | --- |"]
+        lines += [
+            "",
+            f"## GPU tests ({sum(c['outcome'] == 'passed' for c in cases)} passed of {len(cases)})",
+            "",
+            "| test | result | seconds | message |",
+            "| --- | --- | ---: | --- |",
+        ]
         lines += [f"| `{c['id']}` | {c['outcome']} | {c['seconds']:.2f} | {md_cell(c['message'])} |" for c in cases]
     if gp_md.exists():
-        lines += ["", "## benchmarks/sparse_gp.py --quick --backend " + backend, "",
-                  *demote(gp_md.read_text()).splitlines()]
+        lines += [
+            "",
+            "## benchmarks/sparse_gp.py --quick --backend " + backend,
+            "",
+            *demote(gp_md.read_text()).splitlines(),
+        ]
     lines += ["", "## Logs", ""]
     for s in steps:
         if s.log.strip() and (s in failed or s.name.startswith(("pipeline", "benchmark", "pytest"))):
             keep = 200 if s in failed else 60
-            lines += [f"<details><summary>{s.name} ({s.status}; last {keep} lines)</summary>", "", "```",
-                      *[ln.replace(str(REPO) + "/", "") for ln in s.log.strip().splitlines()[-keep:]], "```",
-                      "</details>", ""]
+            lines += [
+                f"<details><summary>{s.name} ({s.status}; last {keep} lines)</summary>",
+                "",
+                "```",
+                *[ln.replace(str(REPO) + "/", "") for ln in s.log.strip().splitlines()[-keep:]],
+                "```",
+                "</details>",
+                "",
+            ]
     out_path.parent.mkdir(parents=True, exist_ok=True)
     out_path.write_text("\n".join(lines) + "\n")
     try:
@@ -358,10 +508,14 @@ def entry_point() -> list[str]:
 
 def _source_of(name: str) -> str:
     """The checkout's file for a file in pgmflow's wheel (pyproject's package-dir mapping)."""
-    for pre, folder in (("pgmflow/pipelines/", "pipelines/"), ("pgmflow/tasks/", "tasks/"), ("pgmflow/conf/", "conf/"),
-                        ("pgmflow/", "pipelines/_pgmflow/")):
+    for pre, folder in (
+        ("pgmflow/pipelines/", "pipelines/"),
+        ("pgmflow/tasks/", "tasks/"),
+        ("pgmflow/conf/", "conf/"),
+        ("pgmflow/", "pipelines/_pgmflow/"),
+    ):
         if name.startswith(pre):
-            return folder + name[len(pre):]
+            return folder + name[len(pre) :]
     return name
 
 
@@ -382,7 +536,7 @@ def wheel_differences(wheel: Path) -> list[str]:
         if root.is_dir():
             for f in sorted(root.rglob("*.py")) + sorted(root.rglob("*.yaml")):
                 rel = str(f.relative_to(REPO))
-                name = "pgmflow_conf" + rel[len("conf"):] if top == "pgmflow_conf" else rel
+                name = "pgmflow_conf" + rel[len("conf") :] if top == "pgmflow_conf" else rel
                 if "__pycache__" not in rel and name not in inside and rel not in diff:
                     diff.append(rel)
     return diff
@@ -396,8 +550,11 @@ def short(arg) -> str:
 
 def key_line(out: str) -> str:
     """A pipeline's result: its last "pgmflow:" line before the one that says where the run went."""
-    lines = [ln.strip() for ln in out.splitlines() if ln.strip().startswith("pgmflow:")
-             and not ln.strip().startswith("pgmflow: finished.")]
+    lines = [
+        ln.strip()
+        for ln in out.splitlines()
+        if ln.strip().startswith("pgmflow:") and not ln.strip().startswith("pgmflow: finished.")
+    ]
     done = [ln for ln in out.splitlines() if ln.strip().startswith("pgmflow: finished.")]
     run_id = re.search(r"MLflow run (\w+)", done[-1]).group(1) if done else None
     return (lines[-1][:300] if lines else tail(out)) + (f" (MLflow run {run_id})" if run_id else "")

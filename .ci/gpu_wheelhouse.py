@@ -35,11 +35,20 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 LIMIT_MIB = 64.0
 PYTHON_VERSION = "3.12"
-PLATFORMS = ["manylinux_2_28_x86_64", "manylinux_2_27_x86_64", "manylinux_2_24_x86_64", "manylinux_2_17_x86_64",
-             "manylinux2014_x86_64", "manylinux2010_x86_64", "manylinux1_x86_64"]
+PLATFORMS = [
+    "manylinux_2_28_x86_64",
+    "manylinux_2_27_x86_64",
+    "manylinux_2_24_x86_64",
+    "manylinux_2_17_x86_64",
+    "manylinux2014_x86_64",
+    "manylinux2010_x86_64",
+    "manylinux1_x86_64",
+]
 # In the GPU image already (with their own dependencies); resolved for compatibility, not downloaded.
-IMAGE_PROVIDES = re.compile(r"^(numpy|scipy|numba|llvmlite|cupy(-cuda\d+x)?|fastrlock|torch|triton|gpytorch|"
-                            r"linear-operator|nvidia-.*|cuda-.*)$")
+IMAGE_PROVIDES = re.compile(
+    r"^(numpy|scipy|numba|llvmlite|cupy(-cuda\d+x)?|fastrlock|torch|triton|gpytorch|"
+    r"linear-operator|nvidia-.*|cuda-.*)$"
+)
 # mlflow -> mlflow-skinny (same version range) + the SQLite store's needs, as mlflow itself pins them
 MLFLOW_STORE = ["sqlalchemy>=1.4.0,<3", "alembic<2,!=1.10.0"]
 EXTRA = ["pytest-timeout>=2.3"]
@@ -65,7 +74,7 @@ def requirements() -> list[str]:
     for req in project_dependencies():
         name = re.match(r"[A-Za-z0-9_.\-]+", req).group(0)
         if norm(name) == "mlflow":
-            out.append("mlflow-skinny" + req[len(name):])
+            out.append("mlflow-skinny" + req[len(name) :])
             out += MLFLOW_STORE
         else:
             out.append(req)
@@ -82,8 +91,15 @@ def pip(*args: str, capture: bool = False) -> subprocess.CompletedProcess:
 
 
 def target_flags() -> list[str]:
-    flags = ["--only-binary=:all:", "--python-version", PYTHON_VERSION, "--implementation", "cp",
-             "--abi", "cp" + PYTHON_VERSION.replace(".", "")]  # (abi3 and none wheels are accepted too)
+    flags = [
+        "--only-binary=:all:",
+        "--python-version",
+        PYTHON_VERSION,
+        "--implementation",
+        "cp",
+        "--abi",
+        "cp" + PYTHON_VERSION.replace(".", ""),
+    ]  # (abi3 and none wheels are accepted too)
     for p in PLATFORMS:
         flags += ["--platform", p]
     return flags
@@ -91,8 +107,17 @@ def target_flags() -> list[str]:
 
 def resolve(reqs_file: Path, tmp: Path, extra: list[str], target: bool) -> list[dict]:
     report = tmp / ("target.json" if target else "native.json")
-    args = ["install", "--quiet", "--dry-run", "--ignore-installed", "--report", str(report), "-r", str(reqs_file),
-            *extra]
+    args = [
+        "install",
+        "--quiet",
+        "--dry-run",
+        "--ignore-installed",
+        "--report",
+        str(report),
+        "-r",
+        str(reqs_file),
+        *extra,
+    ]
     if target:
         args += [*target_flags(), "--target", str(tmp / "never-written")]
     pip(*args)
@@ -114,8 +139,11 @@ def main() -> int:
         reqs = requirements()
         reqs_file = tmp / "requirements.in"
         reqs_file.write_text("\n".join(reqs) + "\n")
-        print(f"gpu-wheelhouse: resolving pgmflow's dependencies for CPython {PYTHON_VERSION} manylinux x86_64: "
-              + ", ".join(reqs), flush=True)
+        print(
+            f"gpu-wheelhouse: resolving pgmflow's dependencies for CPython {PYTHON_VERSION} manylinux x86_64: "
+            + ", ".join(reqs),
+            flush=True,
+        )
 
         # 1. packages published only as sources (no wheel at all): build pure-Python wheels of them
         built = []
@@ -126,8 +154,10 @@ def main() -> int:
                 pip("wheel", "--quiet", "--no-deps", "-w", str(dest), f"{name}=={version}")
                 wheel = sorted(dest.glob(f"{re.sub(r'[-.]', '_', name)}-{version}-*.whl"), key=lambda p: p.name)
                 if not wheel or not wheel[-1].name.endswith("-none-any.whl"):
-                    raise SystemExit(f"gpu-wheelhouse: {name} {version} has no wheel on PyPI and does not build "
-                                     "into a pure-Python one")
+                    raise SystemExit(
+                        f"gpu-wheelhouse: {name} {version} has no wheel on PyPI and does not build "
+                        "into a pure-Python one"
+                    )
                 built.append(wheel[-1].name)
 
         # 2. the resolution for the target, with those wheels available
@@ -152,10 +182,12 @@ def main() -> int:
     (dest / "requirements.txt").write_text(
         "# what the GPU image lacks for pgmflow; install: pip install --no-index --find-links .whl -r this file,\n"
         "# then pip install --no-index --no-deps .whl/pgmflow-*.whl (pgmflow names mlflow; mlflow-skinny stands in)\n"
-        + "".join(f"{n}=={v}\n" for n, v in sorted(keep, key=lambda x: norm(x[0]))))
+        + "".join(f"{n}=={v}\n" for n, v in sorted(keep, key=lambda x: norm(x[0])))
+    )
     (dest / "image-provided.txt").write_text(
         "# resolved for the target but not downloaded: the GPU image has these\n"
-        + "".join(f"{n}=={v}\n" for n, v in sorted(image, key=lambda x: norm(x[0]))))
+        + "".join(f"{n}=={v}\n" for n, v in sorted(image, key=lambda x: norm(x[0])))
+    )
 
     wheels = sorted(dest.glob("*.whl"), key=lambda p: -p.stat().st_size)
     missing = [n for n, _ in keep if norm(n) not in {norm(p.name.split("-")[0]) for p in wheels}]
@@ -164,8 +196,10 @@ def main() -> int:
     total = sum(p.stat().st_size for p in dest.iterdir() if p.is_file())
     mib = total / 2**20
     largest = ", ".join(f"{p.name.split('-')[0]} {p.stat().st_size / 2**20:.1f}" for p in wheels[:6])
-    print(f"gpu-wheelhouse: {len(wheels)} wheels ({len(built)} built from sources: {', '.join(built) or 'none'}); "
-          f"left to the image: {', '.join(f'{n} {v}' for n, v in image)}")
+    print(
+        f"gpu-wheelhouse: {len(wheels)} wheels ({len(built)} built from sources: {', '.join(built) or 'none'}); "
+        f"left to the image: {', '.join(f'{n} {v}' for n, v in image)}"
+    )
     print(f"gpu-wheelhouse: largest (MiB): {largest}")
     try:
         shown = dest.relative_to(Path.cwd())
@@ -173,8 +207,10 @@ def main() -> int:
         shown = dest
     print(f"gpu-wheelhouse: {shown}/ is {mib:.1f} MiB (limit {a.limit_mib:.0f} MiB)")
     if mib > a.limit_mib:
-        print(f"gpu-wheelhouse: {shown}/ is over the {a.limit_mib:.0f} MiB that can be carried to the GPU machine",
-              file=sys.stderr)
+        print(
+            f"gpu-wheelhouse: {shown}/ is over the {a.limit_mib:.0f} MiB that can be carried to the GPU machine",
+            file=sys.stderr,
+        )
         return 1
     return 0
 

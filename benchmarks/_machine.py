@@ -88,8 +88,13 @@ def _probe(code: str, threads: int) -> dict:
     import subprocess
     import sys
 
-    env = dict(os.environ, OPENBLAS_NUM_THREADS=str(threads), OMP_NUM_THREADS=str(threads),
-               MKL_NUM_THREADS=str(threads), NUMBA_NUM_THREADS=str(max(threads, 1)))
+    env = dict(
+        os.environ,
+        OPENBLAS_NUM_THREADS=str(threads),
+        OMP_NUM_THREADS=str(threads),
+        MKL_NUM_THREADS=str(threads),
+        NUMBA_NUM_THREADS=str(max(threads, 1)),
+    )
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
 

@@ -38,7 +38,9 @@ CASES = {
     "sparse_gp_svgp": ["pipeline=sparse_gp", "sparse_gp.method=svgp"],
     "sparse_gp_exact": ["pipeline=sparse_gp", "sparse_gp.method=exact"],
 }
-TIMING = re.compile(r"(seconds?|_time$|^time_|_at$|wall|elapsed|duration|per_second|docs_per|throughput|rss|_mb$|memory)", re.I)
+TIMING = re.compile(
+    r"(seconds?|_time$|^time_|_at$|wall|elapsed|duration|per_second|docs_per|throughput|rss|_mb$|memory)", re.I
+)
 SKIP_SUFFIX = (".png", ".svg", ".pdf", ".html")
 SKIP_FILES = {"config.yaml", "run.log", "environment.txt", "MLmodel"}  # MLmodel: its run id and creation time
 SKIP_ARRAYS = {"history"}  # the tempering checkpoints' per-round log (wall-clock times in it)
@@ -59,8 +61,11 @@ def digest_file(path: Path) -> dict | str | None:
         import numpy as np
 
         with np.load(path, allow_pickle=False) as z:
-            return {k: hashlib.sha256(f"{z[k].dtype}{z[k].shape}".encode() + z[k].tobytes()).hexdigest()[:16]
-                    for k in sorted(z.files) if k not in SKIP_ARRAYS and not TIMING.search(k)}
+            return {
+                k: hashlib.sha256(f"{z[k].dtype}{z[k].shape}".encode() + z[k].tobytes()).hexdigest()[:16]
+                for k in sorted(z.files)
+                if k not in SKIP_ARRAYS and not TIMING.search(k)
+            }
     if path.suffix == ".json":
         try:
             data = json.loads(path.read_text())
@@ -81,8 +86,13 @@ def run_case(name: str, overrides: list[str], root: Path) -> dict:
     cwd = os.getcwd()
     os.chdir(work)
     try:
-        res = pgmflow.run(*overrides, "debug=default", "cluster.profile=synchronous", "progress=false",
-                          f"tracking.uri=sqlite:///{work / 'mlflow.db'}")
+        res = pgmflow.run(
+            *overrides,
+            "debug=default",
+            "cluster.profile=synchronous",
+            "progress=false",
+            f"tracking.uri=sqlite:///{work / 'mlflow.db'}",
+        )
     finally:
         os.chdir(cwd)
     out = {}

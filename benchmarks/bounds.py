@@ -36,8 +36,8 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 import numpy as np  # noqa: E402
-
 from _machine import cpu_name, emit, stream_bandwidth  # noqa: E402
+
 from pgmflow.tasks import backend  # noqa: E402
 from pgmflow.tasks.bounds import lattice_kernel, messages, mrf  # noqa: E402
 
@@ -62,18 +62,24 @@ def traffic_section(rows, n_sites, iters, n_threads):
     """The lattice kernel's memory traffic against STREAM-like bandwidth measured now, as markdown."""
     bw1, bwn = stream_bandwidth(1), stream_bandwidth(n_threads)
     gb = 8.0 * WORDS_PER_SITE * n_sites * iters / 1e9
-    lines = ["", f"Machine limit (load average {os.getloadavg()[0]:.1f}; the machine is shared with other work): "
-             f"traffic = {WORDS_PER_SITE} x 8 bytes per site per iteration ({gb:.2f} GB for {iters} iterations; "
-             "each array pass counted once, see WORDS_PER_SITE) against STREAM-like bandwidth measured in the "
-             f"same run on arrays of 64 MiB: 1 thread copy {bw1['copy']:.1f} / triad {bw1['triad']:.1f} GB/s, "
-             f"{n_threads} threads copy {bwn['copy']:.1f} / triad {bwn['triad']:.1f} GB/s. The lattice kernel's "
-             f"working set (14 arrays of {n_sites} doubles) may sit in the last-level cache, so more than 100 % "
-             "is possible.", "",
-             "| method | ours 1 thread: GB/s | % of 1-thread triad | ours all threads: GB/s | % of all-thread triad |",
-             "| --- | --- | --- | --- | --- |"]
+    lines = [
+        "",
+        f"Machine limit (load average {os.getloadavg()[0]:.1f}; the machine is shared with other work): "
+        f"traffic = {WORDS_PER_SITE} x 8 bytes per site per iteration ({gb:.2f} GB for {iters} iterations; "
+        "each array pass counted once, see WORDS_PER_SITE) against STREAM-like bandwidth measured in the "
+        f"same run on arrays of 64 MiB: 1 thread copy {bw1['copy']:.1f} / triad {bw1['triad']:.1f} GB/s, "
+        f"{n_threads} threads copy {bwn['copy']:.1f} / triad {bwn['triad']:.1f} GB/s. The lattice kernel's "
+        f"working set (14 arrays of {n_sites} doubles) may sit in the last-level cache, so more than 100 % "
+        "is possible.",
+        "",
+        "| method | ours 1 thread: GB/s | % of 1-thread triad | ours all threads: GB/s | % of all-thread triad |",
+        "| --- | --- | --- | --- | --- |",
+    ]
     for name, _, t1, tn, *_ in rows:
-        lines.append(f"| {name} | {gb / t1:.1f} | {100 * gb / t1 / bw1['triad']:.0f} % | {gb / tn:.1f} | "
-                     f"{100 * gb / tn / bwn['triad']:.0f} % |")
+        lines.append(
+            f"| {name} | {gb / t1:.1f} | {100 * gb / t1 / bw1['triad']:.0f} % | {gb / tn:.1f} | "
+            f"{100 * gb / tn / bwn['triad']:.0f} % |"
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -110,24 +116,36 @@ def main():
         tn, _ = best(lambda: lattice_kernel.lattice_messages_numba(*args, a.iters, 0.0), a.repeats)
         tp, _ = best(lambda: messages.lattice_messages_xp(*args, a.iters, 0.0), a.repeats)
         # both to convergence: the same value of log Z
-        ours = messages.lattice_beliefs_xp(hL, Jr, Jd, rr, rd, True,
-                                           lattice_kernel.lattice_messages_numba(*args, 100_000, 1e-10))
+        ours = messages.lattice_beliefs_xp(
+            hL, Jr, Jd, rr, rd, True, lattice_kernel.lattice_messages_numba(*args, 100_000, 1e-10)
+        )
         peer = messages.lattice_run_xp(*args, 100_000, 1e-10)
         rows.append((name, tp, t1, tn, tc1, float(ours.log_z), float(peer.log_z), ours.n_iter, peer.n_iter))
-        print(f"{name}: NumPy {tp:.3f} s, numba lattice 1 thread {t1:.3f} s, {n_threads} threads {tn:.3f} s; "
-              f"numba CSR 1 thread {tc1:.3f} s", flush=True)
+        print(
+            f"{name}: NumPy {tp:.3f} s, numba lattice 1 thread {t1:.3f} s, {n_threads} threads {tn:.3f} s; "
+            f"numba CSR 1 thread {tc1:.3f} s",
+            flush=True,
+        )
     out = io.StringIO()
     out.write(f"# Message passing on a {L} x {L} periodic Ising lattice (beta {a.beta}), {a.iters} iterations\n\n")
-    out.write(f"Machine: {cpu_name()}, {os.cpu_count()} cores, Python {platform.python_version()}, numba "
-              f"{nb.__version__}; command: `.venv/bin/python benchmarks/bounds.py`\n\n")
-    out.write("| method | NumPy per direction (peer), s | ours 1 thread, s | ratio | "
-              f"ours {n_threads} threads, s | ratio | any-graph CSR kernel 1 thread, s | ratio |\n"
-              "| --- | --- | --- | --- | --- | --- | --- | --- |\n")
+    out.write(
+        f"Machine: {cpu_name()}, {os.cpu_count()} cores, Python {platform.python_version()}, numba "
+        f"{nb.__version__}; command: `.venv/bin/python benchmarks/bounds.py`\n\n"
+    )
+    out.write(
+        "| method | NumPy per direction (peer), s | ours 1 thread, s | ratio | "
+        f"ours {n_threads} threads, s | ratio | any-graph CSR kernel 1 thread, s | ratio |\n"
+        "| --- | --- | --- | --- | --- | --- | --- | --- |\n"
+    )
     for name, tp, t1, tn, tc1, *_ in rows:
-        out.write(f"| {name} | {tp:.3f} | {t1:.3f} | {tp / t1:.2f}x | {tn:.3f} | {tp / tn:.2f}x | {tc1:.3f} | "
-                  f"{tp / tc1:.2f}x |\n")
-    out.write("\nRun to convergence (tol 1e-10), both implementations:\n\n| method | log Z per site, numba | "
-              "log Z per site, NumPy | difference | iterations (numba / NumPy) |\n| --- | --- | --- | --- | --- |\n")
+        out.write(
+            f"| {name} | {tp:.3f} | {t1:.3f} | {tp / t1:.2f}x | {tn:.3f} | {tp / tn:.2f}x | {tc1:.3f} | "
+            f"{tp / tc1:.2f}x |\n"
+        )
+    out.write(
+        "\nRun to convergence (tol 1e-10), both implementations:\n\n| method | log Z per site, numba | "
+        "log Z per site, NumPy | difference | iterations (numba / NumPy) |\n| --- | --- | --- | --- | --- |\n"
+    )
     for name, _, _, _, _, vo, vp, io_, ip in rows:
         out.write(f"| {name} | {vo / model.n:.12f} | {vp / model.n:.12f} | {abs(vo - vp):.1e} | {io_} / {ip} |\n")
     out.write(f"\nThe CSR adjacency (built once per model, any graph) took {adj_s:.3f} s.\n")

@@ -65,7 +65,6 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 import numpy as np  # noqa: E402
-
 from _machine import cpu_name, emit  # noqa: E402
 
 THREADS = {"NUMBA_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
@@ -83,9 +82,15 @@ def _cluster(n_workers=2, memory_limit="auto"):
     from pgmflow.pipelines.core.cluster import local_start
 
     with local_start():  # as the pipeline's local clusters start (pipelines/core/cluster.py)
-        return LocalCluster(n_workers=n_workers, threads_per_worker=1, processes=True, dashboard_address=None,
-                            silence_logs=logging.ERROR, memory_limit=memory_limit,
-                            env={**THREADS, "PYTHONPATH": str(REPO)})
+        return LocalCluster(
+            n_workers=n_workers,
+            threads_per_worker=1,
+            processes=True,
+            dashboard_address=None,
+            silence_logs=logging.ERROR,
+            memory_limit=memory_limit,
+            env={**THREADS, "PYTHONPATH": str(REPO)},
+        )
 
 
 def make_data(n, n_test, d=10):
@@ -96,6 +101,7 @@ def make_data(n, n_test, d=10):
 
 
 # --- the FLOPs of one evaluation, and the machine's dgemm rate ------------------------------------
+
 
 def evaluation_flops(n, m, d, kuf_stored=True):
     """FLOPs of one SGPR/DTC bound-and-gradient evaluation with the RBF kernel (a multiply-add counts
@@ -119,7 +125,7 @@ def evaluation_flops(n, m, d, kuf_stored=True):
     ``13 m^3``.)
     """
     n, m, d = float(n), float(m), float(d)
-    f = 3 * m * m * n + m * n * (4 * d + 17) + 3 * n * d + 7 * m ** 3
+    f = 3 * m * m * n + m * n * (4 * d + 17) + 3 * n * d + 7 * m**3
     return f if kuf_stored else f + m * n * (2 * d + 6)
 
 
@@ -177,7 +183,8 @@ def profile_chunk(Xs, ys, Z0, params, chunk):
     buf = np.empty(K.shape, order="F")  # as the Kuf store hands a recycled buffer to the statistics task
     steps = {
         "statistics: Kuf alone (GEMM [m, d+2] x [d+2, n_c], min and exp)": lambda: gstats.cross_covariance(
-            "rbf", params, Z0, X),
+            "rbf", params, Z0, X
+        ),
         "statistics: Kuf y": lambda: K @ y,
         "statistics: Kuf Kfu (one whole-chunk SYRK)": lambda: gstats._gram(np, K),
         "statistics: whole task given Kuf": lambda: gstats.chunk_stats("sgpr", "rbf", params, Z0, X, y, Kuf=K),
@@ -185,7 +192,9 @@ def profile_chunk(Xs, ys, Z0, params, chunk):
         "gradient: P Kuf (one whole-chunk GEMM)": lambda: P @ K,
         "gradient: whole task given Kuf": lambda: gstats.chunk_grad("sgpr", "rbf", params, Z0, X, y, adj, Kuf=K),
         _KEY: lambda: kuf_cache.key("rbf", params, Z0, X),
-        "objective task: bounds.objective (m x m algebra, on a worker)": lambda: gbounds.objective("sgpr", "rbf", params, Z0, st),
+        "objective task: bounds.objective (m x m algebra, on a worker)": lambda: gbounds.objective(
+            "sgpr", "rbf", params, Z0, st
+        ),
         "driver: bounds.finish_grad": lambda: gbounds.finish_grad("sgpr", "rbf", params, Z0, adj, g),
     }
     out = {}
@@ -203,6 +212,7 @@ def profile_chunk(Xs, ys, Z0, params, chunk):
 
 
 # --- pgmflow ------------------------------------------------------------------------------------
+
 
 def run_pgmflow(Xs, ys, Xts, yt, std, Z0, a):
     import distributed
@@ -228,13 +238,17 @@ def run_pgmflow(Xs, ys, Xts, yt, std, Z0, a):
     # 0.13-0.17 s per evaluation instead of 0.013-0.019 s
     with _cluster() as cluster, Client(cluster) as client, pinned_blas():
         ex = Executor(client)
-        refs = [ex.scatter(chunks.Chunk(Xs[lo:hi], ys[lo:hi], Xts[tlo:thi], yt[tlo:thi]), place=c)
-                for c, ((lo, hi), (tlo, thi)) in enumerate(zip(bounds, tb))]
+        refs = [
+            ex.scatter(chunks.Chunk(Xs[lo:hi], ys[lo:hi], Xts[tlo:thi], yt[tlo:thi]), place=c)
+            for c, ((lo, hi), (tlo, thi)) in enumerate(zip(bounds, tb))
+        ]
         distributed.wait(refs)
-        fit = FitSettings(max_iter=a.iters, jitter=1e-6, max_tries=6, optimize_inducing=True, checkpoint_every=0,
-                          restarts=0)
-        ev = sg.Evaluations(sg.Chunks(ex, refs, np.zeros(len(refs), np.int64), "bench", a.backend), "sgpr", "rbf",
-                            Z0, fit)
+        fit = FitSettings(
+            max_iter=a.iters, jitter=1e-6, max_tries=6, optimize_inducing=True, checkpoint_every=0, restarts=0
+        )
+        ev = sg.Evaluations(
+            sg.Chunks(ex, refs, np.zeros(len(refs), np.int64), "bench", a.backend), "sgpr", "rbf", Z0, fit
+        )
         theta0 = kern.pack(params0, Z0)
         times = []
         for _ in range(2):  # warm-up
@@ -263,8 +277,9 @@ def run_pgmflow(Xs, ys, Xts, yt, std, Z0, a):
 
         ev.count, ev.seconds = 0, 0.0
         t0 = time.perf_counter()
-        res = scipy.optimize.minimize(ev, theta0, jac=True, method="L-BFGS-B", bounds=lbfgs_box(d, m, True),
-                                      options={"maxiter": a.iters})
+        res = scipy.optimize.minimize(
+            ev, theta0, jac=True, method="L-BFGS-B", bounds=lbfgs_box(d, m, True), options={"maxiter": a.iters}
+        )
         out["fit_s"] = time.perf_counter() - t0
         out["iters"], out["evals"] = int(res.nit), ev.count
         rec = ev.records.get(np.asarray(res.x).tobytes())
@@ -277,8 +292,14 @@ def run_pgmflow(Xs, ys, Xts, yt, std, Z0, a):
         import dask
 
         h = ex.scatter(pred)
-        sums = ex.gather(ex.compute([dask.delayed(chunks.chunk_test_task)(h, r, std, dask_key_name=f"bench-test-{c}")
-                                     for c, r in enumerate(refs)]))
+        sums = ex.gather(
+            ex.compute(
+                [
+                    dask.delayed(chunks.chunk_test_task)(h, r, std, dask_key_name=f"bench-test-{c}")
+                    for c, r in enumerate(refs)
+                ]
+            )
+        )
     n_t = sum(s[0] for s in sums)
     out["rmse"] = math.sqrt(sum(s[1] for s in sums) / n_t)
     out["nlpd"] = sum(s[2] for s in sums) / n_t
@@ -287,6 +308,7 @@ def run_pgmflow(Xs, ys, Xts, yt, std, Z0, a):
 
 
 # --- GPyTorch -----------------------------------------------------------------------------------
+
 
 def run_gpytorch(Xs, ys, Xts, yt, std, Z0, a):
     import gpytorch
@@ -301,8 +323,9 @@ def run_gpytorch(Xs, ys, Xts, yt, std, Z0, a):
             super().__init__(X, y, lik)
             self.mean_module = gpytorch.means.ZeroMean()
             self.base = gpytorch.kernels.ScaleKernel(gpytorch.kernels.RBFKernel(ard_num_dims=Xs.shape[1]))
-            self.covar_module = gpytorch.kernels.InducingPointKernel(self.base, inducing_points=torch.from_numpy(
-                Z0.copy()), likelihood=lik)
+            self.covar_module = gpytorch.kernels.InducingPointKernel(
+                self.base, inducing_points=torch.from_numpy(Z0.copy()), likelihood=lik
+            )
 
         def forward(self, x):
             return gpytorch.distributions.MultivariateNormal(self.mean_module(x), self.covar_module(x))
@@ -335,8 +358,9 @@ def run_gpytorch(Xs, ys, Xts, yt, std, Z0, a):
     out["eval_s"] = statistics.median(times)
     out["eval_all"] = times
     out["bound0"] = -float(loss.detach()) * n
-    opt = torch.optim.LBFGS(model.parameters(), lr=1.0, max_iter=a.iters, history_size=10,
-                            line_search_fn="strong_wolfe")
+    opt = torch.optim.LBFGS(
+        model.parameters(), lr=1.0, max_iter=a.iters, history_size=10, line_search_fn="strong_wolfe"
+    )
     counter[0] = 0
 
     def closure():
@@ -358,7 +382,7 @@ def run_gpytorch(Xs, ys, Xts, yt, std, Z0, a):
     means, variances = [], []
     with torch.no_grad():
         for lo in range(0, Xts.shape[0], 5000):
-            p = lik(model(torch.from_numpy(np.ascontiguousarray(Xts[lo:lo + 5000]))))
+            p = lik(model(torch.from_numpy(np.ascontiguousarray(Xts[lo : lo + 5000]))))
             means.append(p.mean.numpy())
             variances.append(p.variance.numpy())
     mu = std.invert_mean(np.concatenate(means))
@@ -367,9 +391,12 @@ def run_gpytorch(Xs, ys, Xts, yt, std, Z0, a):
     out["rmse"] = float(np.sqrt(np.mean(r * r)))
     out["nlpd"] = float(np.mean(0.5 * (np.log(2 * np.pi * var) + r * r / var)))
     out["noise"] = float(lik.noise.detach())
-    out["params"] = (model.base.base_kernel.lengthscale.detach().numpy().ravel().copy(),
-                     float(model.base.outputscale.detach()), float(lik.noise.detach()),
-                     model.covar_module.inducing_points.detach().numpy().copy())
+    out["params"] = (
+        model.base.base_kernel.lengthscale.detach().numpy().ravel().copy(),
+        float(model.base.outputscale.detach()),
+        float(lik.noise.detach()),
+        model.covar_module.inducing_points.detach().numpy().copy(),
+    )
     return out
 
 
@@ -400,32 +427,47 @@ def compare(a):
     Xs, ys = std.apply(X, y)
     Xts = std.apply_X(Xt)
     Z0 = sg.initial_inducing(Xs, a.m, a.seed, 10, 20_000)
-    print(f"data: Friedman #1, {a.n} training + {a.n_test} test rows, d=10, noise 1.0; m={a.m} inducing inputs "
-          f"(k-means++), {time.perf_counter() - t0:.1f} s", flush=True)
+    print(
+        f"data: Friedman #1, {a.n} training + {a.n_test} test rows, d=10, noise 1.0; m={a.m} inducing inputs "
+        f"(k-means++), {time.perf_counter() - t0:.1f} s",
+        flush=True,
+    )
     ours = run_pgmflow(Xs, ys, Xts, yt, std, Z0, a)
     print(f"pgmflow: {ours['eval_s']:.3f} s per evaluation (one Dask graph each)", flush=True)
-    print(f"pgmflow: fit {ours['iters']} iterations / {ours['evals']} "
-          f"evaluations in {ours['fit_s']:.1f} s; test RMSE {ours['rmse']:.4f}, NLPD {ours['nlpd']:.4f}", flush=True)
+    print(
+        f"pgmflow: fit {ours['iters']} iterations / {ours['evals']} "
+        f"evaluations in {ours['fit_s']:.1f} s; test RMSE {ours['rmse']:.4f}, NLPD {ours['nlpd']:.4f}",
+        flush=True,
+    )
     flops = evaluation_flops(a.n, a.m, Xs.shape[1])
     bound_s = flops / (ours["dgemm"] * 1e9)
     bound_cpu = flops / (ours["dgemm_cpu"] * 1e9)
-    print(f"dgemm: {ours['dgemm']:.1f} GFLOP/s over the workers ({ours['dgemm_cpu']:.1f} per CPU second of a "
-          f"worker); {flops / 1e9:.2f} GFLOP per evaluation: {bound_s:.3f} s at dgemm speed, "
-          f"{100 * bound_s / ours['eval_s']:.1f}% reached; CPU {ours['eval_cpu']:.3f} s against {bound_cpu:.3f} s, "
-          f"{100 * bound_cpu / ours['eval_cpu']:.0f}% (load {os.getloadavg()[0]:.1f})", flush=True)
+    print(
+        f"dgemm: {ours['dgemm']:.1f} GFLOP/s over the workers ({ours['dgemm_cpu']:.1f} per CPU second of a "
+        f"worker); {flops / 1e9:.2f} GFLOP per evaluation: {bound_s:.3f} s at dgemm speed, "
+        f"{100 * bound_s / ours['eval_s']:.1f}% reached; CPU {ours['eval_cpu']:.3f} s against {bound_cpu:.3f} s, "
+        f"{100 * bound_cpu / ours['eval_cpu']:.0f}% (load {os.getloadavg()[0]:.1f})",
+        flush=True,
+    )
     prof = profile_chunk(Xs, ys, Z0, kern_params(Xs.shape[1]), a.chunk_size)
     for k, v in prof.items():
         if not k.startswith("_"):
             print(f"  {k}: {v:.1f} ms", flush=True)
     n_chunks = math.ceil(a.n / a.chunk_size)
     numerics_s = 1e-3 * (n_chunks * sum(prof[k] for k in NUMERICS_PER_CHUNK) + sum(prof[k] for k in NUMERICS_DRIVER))
-    print(f"numerics alone (the profile: {n_chunks} chunks and the driver's algebra, no Dask): {numerics_s:.3f} CPU s "
-          f"per evaluation, {100 * bound_cpu / numerics_s:.0f}% of dgemm speed", flush=True)
+    print(
+        f"numerics alone (the profile: {n_chunks} chunks and the driver's algebra, no Dask): {numerics_s:.3f} CPU s "
+        f"per evaluation, {100 * bound_cpu / numerics_s:.0f}% of dgemm speed",
+        flush=True,
+    )
     if a.no_peer:
         return report_ours_only(a, ours, flops, bound_s, bound_cpu, numerics_s, n_chunks, prof, load0)
     peer = run_gpytorch(Xs, ys, Xts, yt, std, Z0, a)
-    print(f"GPyTorch: {peer['eval_s']:.3f} s per evaluation; fit {peer['iters']} iterations / {peer['evals']} "
-          f"evaluations in {peer['fit_s']:.1f} s; test RMSE {peer['rmse']:.4f}, NLPD {peer['nlpd']:.4f}", flush=True)
+    print(
+        f"GPyTorch: {peer['eval_s']:.3f} s per evaluation; fit {peer['iters']} iterations / {peer['evals']} "
+        f"evaluations in {peer['fit_s']:.1f} s; test RMSE {peer['rmse']:.4f}, NLPD {peer['nlpd']:.4f}",
+        flush=True,
+    )
     check = our_bound_at(peer["params"], Xs, ys)
     speedup = peer["eval_s"] / ours["eval_s"]
     rmse_rel = ours["rmse"] / peer["rmse"] - 1.0
@@ -434,61 +476,103 @@ def compare(a):
 
     out = io.StringIO()
     out.write(f"# Sparse GP benchmark: SGPR on Friedman #1, n={a.n}, d=10, m={a.m}\n\n")
-    out.write(f"Machine: {cpu_name()}, {os.cpu_count()} cores, Python {platform.python_version()}, torch "
-              f"{torch.__version__}, gpytorch {gpytorch.__version__}; command: `.venv/bin/python "
-              f"benchmarks/sparse_gp.py{' --quick' if a.quick else ''}{f' --iters {a.iters}' if a.iters != 50 else ''}"
-              f"{' --backend cupy' if a.backend == 'cupy' else ''}`; "
-              f"{time.strftime('%Y-%m-%d')}\n\n")
-    out.write(f"| what | pgmflow (2 workers x 1 thread{', statistics on the GPU' if a.backend == 'cupy' else ''}) "
-              "| GPyTorch (2 threads) | ratio |\n| --- | --- | --- | --- |\n")
-    out.write(f"| seconds per bound + gradient (median of {a.repeats}) | {ours['eval_s']:.3f} | {peer['eval_s']:.3f} | "
-              f"{speedup:.2f}x faster |\n")
-    out.write(f"| bound at the start, per training row | {ours['bound0'] / a.n:.8f} | {peer['bound0'] / a.n:.8f} | "
-              f"diff {abs(ours['bound0'] - peer['bound0']) / a.n:.1e} |\n")
-    out.write(f"| fit: L-BFGS iterations / evaluations | {ours['iters']} / {ours['evals']} | {peer['iters']} / "
-              f"{peer['evals']} | |\n")
-    out.write(f"| fit: wall time (s) | {ours['fit_s']:.1f} | {peer['fit_s']:.1f} | {peer['fit_s'] / ours['fit_s']:.2f}x |\n")
+    out.write(
+        f"Machine: {cpu_name()}, {os.cpu_count()} cores, Python {platform.python_version()}, torch "
+        f"{torch.__version__}, gpytorch {gpytorch.__version__}; command: `.venv/bin/python "
+        f"benchmarks/sparse_gp.py{' --quick' if a.quick else ''}{f' --iters {a.iters}' if a.iters != 50 else ''}"
+        f"{' --backend cupy' if a.backend == 'cupy' else ''}`; "
+        f"{time.strftime('%Y-%m-%d')}\n\n"
+    )
+    out.write(
+        f"| what | pgmflow (2 workers x 1 thread{', statistics on the GPU' if a.backend == 'cupy' else ''}) "
+        "| GPyTorch (2 threads) | ratio |\n| --- | --- | --- | --- |\n"
+    )
+    out.write(
+        f"| seconds per bound + gradient (median of {a.repeats}) | {ours['eval_s']:.3f} | {peer['eval_s']:.3f} | "
+        f"{speedup:.2f}x faster |\n"
+    )
+    out.write(
+        f"| bound at the start, per training row | {ours['bound0'] / a.n:.8f} | {peer['bound0'] / a.n:.8f} | "
+        f"diff {abs(ours['bound0'] - peer['bound0']) / a.n:.1e} |\n"
+    )
+    out.write(
+        f"| fit: L-BFGS iterations / evaluations | {ours['iters']} / {ours['evals']} | {peer['iters']} / "
+        f"{peer['evals']} | |\n"
+    )
+    out.write(
+        f"| fit: wall time (s) | {ours['fit_s']:.1f} | {peer['fit_s']:.1f} | {peer['fit_s'] / ours['fit_s']:.2f}x |\n"
+    )
     per_ours, per_peer = ours["fit_s"] / ours["evals"], peer["fit_s"] / peer["evals"]
-    out.write(f"| fit: wall time per evaluation (s; the optimiser's own work included) | {per_ours:.3f} | "
-              f"{per_peer:.3f} | {per_peer / per_ours:.2f}x |\n")
+    out.write(
+        f"| fit: wall time per evaluation (s; the optimiser's own work included) | {per_ours:.3f} | "
+        f"{per_peer:.3f} | {per_peer / per_ours:.2f}x |\n"
+    )
     out.write(f"| bound after the fit, per training row | {ours['bound'] / a.n:.6f} | {peer['bound'] / a.n:.6f} | |\n")
     out.write(f"| pgmflow's bound at GPyTorch's optimum, per training row | | {check / a.n:.6f} | |\n")
-    out.write(f"| test RMSE ({a.n_test} rows, original units) | {ours['rmse']:.4f} | {peer['rmse']:.4f} | "
-              f"{100 * rmse_rel:+.2f}% |\n")
-    out.write(f"| test NLPD (mean, original units) | {ours['nlpd']:.4f} | {peer['nlpd']:.4f} | "
-              f"{ours['nlpd'] - peer['nlpd']:+.4f} |\n")
+    out.write(
+        f"| test RMSE ({a.n_test} rows, original units) | {ours['rmse']:.4f} | {peer['rmse']:.4f} | "
+        f"{100 * rmse_rel:+.2f}% |\n"
+    )
+    out.write(
+        f"| test NLPD (mean, original units) | {ours['nlpd']:.4f} | {peer['nlpd']:.4f} | "
+        f"{ours['nlpd'] - peer['nlpd']:+.4f} |\n"
+    )
     out.write(f"| noise variance (standardised units) | {ours['noise']:.4g} | {peer['noise']:.4g} | |\n")
     frac, frac_cpu = bound_s / ours["eval_s"], bound_cpu / ours["eval_cpu"]
-    out.write(f"| dgemm GFLOP/s, the 2 workers at once (1 BLAS thread each; median of 3 measurements right after "
-              f"the timed evaluations) | {ours['dgemm']:.1f} | | |\n")
+    out.write(
+        f"| dgemm GFLOP/s, the 2 workers at once (1 BLAS thread each; median of 3 measurements right after "
+        f"the timed evaluations) | {ours['dgemm']:.1f} | | |\n"
+    )
     out.write(f"| FLOPs per evaluation, 3 m^2 n + m n (4 d + 17) + 3 n d + 7 m^3 | {flops / 1e9:.2f} G | | |\n")
-    out.write(f"| dgemm-bound seconds per evaluation (FLOPs / dgemm rate) | {bound_s:.3f} | | "
-              f"**{100 * frac:.1f}% reached** |\n")
-    out.write(f"| CPU seconds per evaluation (workers + driver, mean over the timed ones) / dgemm-bound CPU seconds "
-              f"({ours['dgemm_cpu']:.1f} GFLOP per CPU second) | {ours['eval_cpu']:.3f} / {bound_cpu:.3f} | | "
-              f"{100 * frac_cpu:.0f}% |\n")
-    out.write(f"| the numerics alone, CPU seconds per evaluation ({n_chunks} x the chunk profile below + the driver's "
-              f"algebra; no Dask) / dgemm-bound CPU seconds | {numerics_s:.3f} / {bound_cpu:.3f} | | "
-              f"{100 * bound_cpu / numerics_s:.0f}% |\n")
-    out.write(f"\n- Target: >= {TARGET_SPEEDUP:.0f}x faster per evaluation: **{speedup:.2f}x, "
-              f"{'met' if speedup >= TARGET_SPEEDUP else 'NOT met'}**.\n")
-    out.write(f"- Target: >= {100 * TARGET_DGEMM:.0f}% of the dgemm-bound time per evaluation: **{100 * frac:.1f}%, "
-              f"{'met' if frac >= TARGET_DGEMM else 'NOT met'}** (in CPU time, which the other work on the machine "
-              f"inflates less: {100 * frac_cpu:.0f}%).\n")
-    out.write(f"- Load average (1 minute) at the start / end: {load0:.1f} / {os.getloadavg()[0]:.1f} on "
-              f"{os.cpu_count()} cores.\n")
-    out.write(f"- Target: test RMSE within {100 * TARGET_RMSE:.0f}% of GPyTorch's: **{100 * rmse_rel:+.2f}%, "
-              f"{'met' if abs(rmse_rel) <= TARGET_RMSE or rmse_rel < 0 else 'NOT met'}**.\n")
-    out.write(f"- Every evaluation time: pgmflow {', '.join(f'{t:.3f}' for t in ours['eval_all'])}; GPyTorch "
-              f"{', '.join(f'{t:.3f}' for t in peer['eval_all'])} (s).\n")
-    out.write(f"- Both from the same k-means++ inducing inputs and hyperparameters (lengthscale {LENGTHSCALE}, scale "
-              f"{VARIANCE}, noise {NOISE}, standardised units); both optimise the inducing inputs; at most {a.iters} "
-              "L-BFGS iterations with memory 10 (scipy L-BFGS-B with a box on the log hyperparameters; torch LBFGS "
-              "with a strong-Wolfe line search on GPyTorch's softplus-constrained raw parameters).\n")
-    out.write(f"- pgmflow: {math.ceil(a.n / a.chunk_size)} chunks of {a.chunk_size} rows scattered once; the clock "
-              "includes both passes over the chunks (one Dask graph per evaluation) and the m x m algebra.\n")
-    out.write(f"\nWhere the time goes: one chunk of {a.chunk_size} rows, CPU milliseconds (best of 3, one BLAS "
-              "thread, in the benchmark's process; `profile_chunk`)\n\n| step | ms |\n| --- | --- |\n")
+    out.write(
+        f"| dgemm-bound seconds per evaluation (FLOPs / dgemm rate) | {bound_s:.3f} | | "
+        f"**{100 * frac:.1f}% reached** |\n"
+    )
+    out.write(
+        f"| CPU seconds per evaluation (workers + driver, mean over the timed ones) / dgemm-bound CPU seconds "
+        f"({ours['dgemm_cpu']:.1f} GFLOP per CPU second) | {ours['eval_cpu']:.3f} / {bound_cpu:.3f} | | "
+        f"{100 * frac_cpu:.0f}% |\n"
+    )
+    out.write(
+        f"| the numerics alone, CPU seconds per evaluation ({n_chunks} x the chunk profile below + the driver's "
+        f"algebra; no Dask) / dgemm-bound CPU seconds | {numerics_s:.3f} / {bound_cpu:.3f} | | "
+        f"{100 * bound_cpu / numerics_s:.0f}% |\n"
+    )
+    out.write(
+        f"\n- Target: >= {TARGET_SPEEDUP:.0f}x faster per evaluation: **{speedup:.2f}x, "
+        f"{'met' if speedup >= TARGET_SPEEDUP else 'NOT met'}**.\n"
+    )
+    out.write(
+        f"- Target: >= {100 * TARGET_DGEMM:.0f}% of the dgemm-bound time per evaluation: **{100 * frac:.1f}%, "
+        f"{'met' if frac >= TARGET_DGEMM else 'NOT met'}** (in CPU time, which the other work on the machine "
+        f"inflates less: {100 * frac_cpu:.0f}%).\n"
+    )
+    out.write(
+        f"- Load average (1 minute) at the start / end: {load0:.1f} / {os.getloadavg()[0]:.1f} on "
+        f"{os.cpu_count()} cores.\n"
+    )
+    out.write(
+        f"- Target: test RMSE within {100 * TARGET_RMSE:.0f}% of GPyTorch's: **{100 * rmse_rel:+.2f}%, "
+        f"{'met' if abs(rmse_rel) <= TARGET_RMSE or rmse_rel < 0 else 'NOT met'}**.\n"
+    )
+    out.write(
+        f"- Every evaluation time: pgmflow {', '.join(f'{t:.3f}' for t in ours['eval_all'])}; GPyTorch "
+        f"{', '.join(f'{t:.3f}' for t in peer['eval_all'])} (s).\n"
+    )
+    out.write(
+        f"- Both from the same k-means++ inducing inputs and hyperparameters (lengthscale {LENGTHSCALE}, scale "
+        f"{VARIANCE}, noise {NOISE}, standardised units); both optimise the inducing inputs; at most {a.iters} "
+        "L-BFGS iterations with memory 10 (scipy L-BFGS-B with a box on the log hyperparameters; torch LBFGS "
+        "with a strong-Wolfe line search on GPyTorch's softplus-constrained raw parameters).\n"
+    )
+    out.write(
+        f"- pgmflow: {math.ceil(a.n / a.chunk_size)} chunks of {a.chunk_size} rows scattered once; the clock "
+        "includes both passes over the chunks (one Dask graph per evaluation) and the m x m algebra.\n"
+    )
+    out.write(
+        f"\nWhere the time goes: one chunk of {a.chunk_size} rows, CPU milliseconds (best of 3, one BLAS "
+        "thread, in the benchmark's process; `profile_chunk`)\n\n| step | ms |\n| --- | --- |\n"
+    )
     for k, v in prof.items():
         if not k.startswith("_"):
             out.write(f"| {k} | {v:.1f} |\n")
@@ -496,6 +580,7 @@ def compare(a):
 
 
 # --- large: a memory-mapped file through the pipeline ------------------------------------------------
+
 
 def write_npy(path: Path, n: int, seed: int, part_rows: int = 500_000):
     from pgmflow.tasks.gp import data as gdata
@@ -566,12 +651,22 @@ def _large_in(a, tmp: Path):
         names = {addr: f"worker {i}" for i, addr in enumerate(sorted(pids))}
         mon = _PeakRSS({names[k]: v for k, v in pids.items()})
         mon.start()
-        ov = ["pipeline=sparse_gp", "gp_data=npy", f"gp_data.path={path}", f"sparse_gp.m={a.large_m}",
-              f"sparse_gp.max_iter={a.large_iters}", "sparse_gp.optimize_inducing=false",
-              f"sparse_gp.chunk_size={a.large_chunk}", f"sparse_gp.test_fraction={a.large_test_fraction}",
-              "sparse_gp.figures=false", "progress=false", "cluster.profile=address",
-              f"cluster.address={cluster.scheduler_address}", f"tracking.uri=sqlite:///{tmp / 'mlflow.db'}",
-              f"seed={a.seed}"]
+        ov = [
+            "pipeline=sparse_gp",
+            "gp_data=npy",
+            f"gp_data.path={path}",
+            f"sparse_gp.m={a.large_m}",
+            f"sparse_gp.max_iter={a.large_iters}",
+            "sparse_gp.optimize_inducing=false",
+            f"sparse_gp.chunk_size={a.large_chunk}",
+            f"sparse_gp.test_fraction={a.large_test_fraction}",
+            "sparse_gp.figures=false",
+            "progress=false",
+            "cluster.profile=address",
+            f"cluster.address={cluster.scheduler_address}",
+            f"tracking.uri=sqlite:///{tmp / 'mlflow.db'}",
+            f"seed={a.seed}",
+        ]
         with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
             cfg = OmegaConf.to_container(compose("config", overrides=ov), resolve=True)
         cfg.pop("hydra", None)
@@ -588,8 +683,10 @@ def _large_in(a, tmp: Path):
     per_task = a.large_m * a.large_chunk * 8
     out = io.StringIO()
     out.write(f"# Sparse GP, large: SGPR on {n} memory-mapped rows, m={a.large_m}, fixed inducing inputs\n\n")
-    out.write(f"Machine: {cpu_name()}, {os.cpu_count()} cores, Python {platform.python_version()}; command: "
-              f"`.venv/bin/python benchmarks/sparse_gp.py --large --large-n {n} --large-iters {a.large_iters} --large-m {a.large_m}`; {time.strftime('%Y-%m-%d')}\n\n")
+    out.write(
+        f"Machine: {cpu_name()}, {os.cpu_count()} cores, Python {platform.python_version()}; command: "
+        f"`.venv/bin/python benchmarks/sparse_gp.py --large --large-n {n} --large-iters {a.large_iters} --large-m {a.large_m}`; {time.strftime('%Y-%m-%d')}\n\n"
+    )
     out.write("| what | value |\n| --- | --- |\n")
     out.write(f"| data file | {n} x 11 float64, {size / 2**30:.2f} GiB (written part by part in {write_s:.1f} s) |\n")
     out.write(f"| cluster | LocalCluster, 2 workers x 1 thread, memory_limit {a.memory_limit} |\n")
@@ -602,10 +699,14 @@ def _large_in(a, tmp: Path):
     for name in sorted(mon.peak):
         out.write(f"| peak resident memory, {name} | {mon.peak[name] / 2**20:.0f} MiB |\n")
     out.write(f"| peak resident memory, driver | {driver_peak / 2**20:.0f} MiB |\n")
-    out.write(f"| test RMSE / NLPD ({res['test_rows']} held-out rows) | {res['test_rmse']:.4f} / {res['test_nlpd']:.4f} |\n")
-    out.write(f"\n- A chunk task holds its rows ({a.large_chunk} x 11 x 8 B = {a.large_chunk * 88 / 2**20:.1f} MiB) and "
-              f"m x chunk kernel matrices ({per_task / 2**20:.0f} MiB each, a few at a time), whatever n is: a "
-              f"worker's memory is bounded by the chunk size, not by the {size / 2**30:.2f} GiB file.\n")
+    out.write(
+        f"| test RMSE / NLPD ({res['test_rows']} held-out rows) | {res['test_rmse']:.4f} / {res['test_nlpd']:.4f} |\n"
+    )
+    out.write(
+        f"\n- A chunk task holds its rows ({a.large_chunk} x 11 x 8 B = {a.large_chunk * 88 / 2**20:.1f} MiB) and "
+        f"m x chunk kernel matrices ({per_task / 2**20:.0f} MiB each, a few at a time), whatever n is: a "
+        f"worker's memory is bounded by the chunk size, not by the {size / 2**30:.2f} GiB file.\n"
+    )
     return out.getvalue()
 
 
@@ -614,27 +715,46 @@ def report_ours_only(a, ours, flops, bound_s, bound_cpu, numerics_s, n_chunks, p
     frac, frac_cpu = bound_s / ours["eval_s"], bound_cpu / ours["eval_cpu"]
     rows = [
         (f"seconds per bound + gradient (median of {a.repeats})", f"{ours['eval_s']:.3f}"),
-        ("fit: L-BFGS iterations / evaluations, wall time (s)", f"{ours['iters']} / {ours['evals']}, {ours['fit_s']:.1f}"),
+        (
+            "fit: L-BFGS iterations / evaluations, wall time (s)",
+            f"{ours['iters']} / {ours['evals']}, {ours['fit_s']:.1f}",
+        ),
         (f"test RMSE / NLPD ({a.n_test} rows, original units)", f"{ours['rmse']:.4f} / {ours['nlpd']:.4f}"),
         ("dgemm GFLOP/s, the 2 workers at once (1 BLAS thread each)", f"{ours['dgemm']:.1f}"),
         ("FLOPs per evaluation, 3 m^2 n + m n (4 d + 17) + 3 n d + 7 m^3", f"{flops / 1e9:.2f} G"),
         ("dgemm-bound seconds per evaluation (FLOPs / dgemm rate)", f"{bound_s:.3f}: **{100 * frac:.1f}% reached**"),
-        (f"CPU seconds per evaluation / dgemm-bound CPU seconds ({ours['dgemm_cpu']:.1f} GFLOP per CPU second)",
-         f"{ours['eval_cpu']:.3f} / {bound_cpu:.3f}: {100 * frac_cpu:.0f}%"),
-        (f"the numerics alone ({n_chunks} x the chunk profile + the driver's algebra; no Dask), CPU seconds",
-         f"{numerics_s:.3f}: {100 * bound_cpu / numerics_s:.0f}% of dgemm speed"),
+        (
+            f"CPU seconds per evaluation / dgemm-bound CPU seconds ({ours['dgemm_cpu']:.1f} GFLOP per CPU second)",
+            f"{ours['eval_cpu']:.3f} / {bound_cpu:.3f}: {100 * frac_cpu:.0f}%",
+        ),
+        (
+            f"the numerics alone ({n_chunks} x the chunk profile + the driver's algebra; no Dask), CPU seconds",
+            f"{numerics_s:.3f}: {100 * bound_cpu / numerics_s:.0f}% of dgemm speed",
+        ),
     ]
-    lines = [f"# Sparse GP benchmark (no peer): SGPR on Friedman #1, n={a.n}, d=10, m={a.m}", "",
-             f"Machine: {cpu_name()}, {os.cpu_count()} cores, Python {platform.python_version()}; command: "
-             f"`.venv/bin/python benchmarks/sparse_gp.py --no-peer --iters {a.iters} --repeats {a.repeats}`; "
-             f"{time.strftime('%Y-%m-%d %H:%M')}; load average at the start / end {load0:.1f} / "
-             f"{os.getloadavg()[0]:.1f}", "", "| what | pgmflow (2 workers x 1 thread) |", "| --- | --- |"]
+    lines = [
+        f"# Sparse GP benchmark (no peer): SGPR on Friedman #1, n={a.n}, d=10, m={a.m}",
+        "",
+        f"Machine: {cpu_name()}, {os.cpu_count()} cores, Python {platform.python_version()}; command: "
+        f"`.venv/bin/python benchmarks/sparse_gp.py --no-peer --iters {a.iters} --repeats {a.repeats}`; "
+        f"{time.strftime('%Y-%m-%d %H:%M')}; load average at the start / end {load0:.1f} / "
+        f"{os.getloadavg()[0]:.1f}",
+        "",
+        "| what | pgmflow (2 workers x 1 thread) |",
+        "| --- | --- |",
+    ]
     lines += [f"| {k} | {v} |" for k, v in rows]
-    lines += ["", f"- Target: >= {100 * TARGET_DGEMM:.0f}% of the dgemm-bound time per evaluation: **{100 * frac:.1f}%, "
-              f"{'met' if frac >= TARGET_DGEMM else 'NOT met'}**. The GPyTorch ratio is not measured (`--no-peer`).",
-              f"- Every evaluation time: {', '.join(f'{t:.3f}' for t in ours['eval_all'])} (s).", "",
-              f"Where the time goes: one chunk of {a.chunk_size} rows, CPU milliseconds (`profile_chunk`)", "",
-              "| step | ms |", "| --- | --- |"]
+    lines += [
+        "",
+        f"- Target: >= {100 * TARGET_DGEMM:.0f}% of the dgemm-bound time per evaluation: **{100 * frac:.1f}%, "
+        f"{'met' if frac >= TARGET_DGEMM else 'NOT met'}**. The GPyTorch ratio is not measured (`--no-peer`).",
+        f"- Every evaluation time: {', '.join(f'{t:.3f}' for t in ours['eval_all'])} (s).",
+        "",
+        f"Where the time goes: one chunk of {a.chunk_size} rows, CPU milliseconds (`profile_chunk`)",
+        "",
+        "| step | ms |",
+        "| --- | --- |",
+    ]
     lines += [f"| {k} | {v:.1f} |" for k, v in prof.items() if not k.startswith("_")]
     return "\n".join(lines) + "\n"
 
@@ -655,11 +775,18 @@ def main():
     ap.add_argument("--large-iters", type=int, default=3)
     ap.add_argument("--large-chunk", type=int, default=20_000)
     ap.add_argument("--large-test-fraction", type=float, default=0.05)
-    ap.add_argument("--large-dir", default=None, help="where the .npy file and the MLflow store go, kept (default: a "
-                    "new temporary folder, removed at the end)")
+    ap.add_argument(
+        "--large-dir",
+        default=None,
+        help="where the .npy file and the MLflow store go, kept (default: a new temporary folder, removed at the end)",
+    )
     ap.add_argument("--memory-limit", default="3GiB", help="memory_limit of each worker in --large")
-    ap.add_argument("--backend", choices=("numpy", "cupy"), default="numpy",
-                    help="where pgmflow's chunk statistics and gradients run: numpy (CPU) or cupy (the workers' GPU)")
+    ap.add_argument(
+        "--backend",
+        choices=("numpy", "cupy"),
+        default="numpy",
+        help="where pgmflow's chunk statistics and gradients run: numpy (CPU) or cupy (the workers' GPU)",
+    )
     ap.add_argument("--out", type=Path, default=None, help="write the report (markdown) here too")
     ap.add_argument("--no-peer", action="store_true", help="pgmflow's timings and the dgemm bound only (no GPyTorch)")
     a = ap.parse_args()

@@ -47,8 +47,17 @@ def main():
     ap.add_argument("--iters", type=int, default=30)
     ap.add_argument("--kill-at", type=int, default=15)
     a = ap.parse_args()
-    args = ["pipeline=sparse_gp", "gp_data=synthetic", f"gp_data.n={a.n}", "gp_data.d=8", f"sparse_gp.m={a.m}",
-            "sparse_gp.chunk_size=10000", f"sparse_gp.max_iter={a.iters}", "sparse_gp.figures=false", "progress=false"]
+    args = [
+        "pipeline=sparse_gp",
+        "gp_data=synthetic",
+        f"gp_data.n={a.n}",
+        "gp_data.d=8",
+        f"sparse_gp.m={a.m}",
+        "sparse_gp.chunk_size=10000",
+        f"sparse_gp.max_iter={a.iters}",
+        "sparse_gp.figures=false",
+        "progress=false",
+    ]
     root = Path(tempfile.mkdtemp(prefix="pgmflow-resume-bench-"))
     uri = f"sqlite:///{root / 'mlflow.db'}"
     from pgmflow.pipelines.core.tracking import Tracker
@@ -87,22 +96,30 @@ def main():
         return json.loads(tr.read_text("results.json"))
 
     full, resumed = results(full_id), results(run_id)
-    with np.load(tr.client.download_artifacts(full_id, "model.npz")) as x, \
-            np.load(tr.client.download_artifacts(run_id, "model.npz")) as y:
+    with (
+        np.load(tr.client.download_artifacts(full_id, "model.npz")) as x,
+        np.load(tr.client.download_artifacts(run_id, "model.npz")) as y,
+    ):
         same = x.files == y.files and all(x[k].tobytes() == y[k].tobytes() for k in x.files)
-    print(f"SGPR n={a.n} d=8 m={a.m}, {full['iterations']} L-BFGS-B iterations ({full['evaluations']} evaluations) "
-          f"on 2 local workers")
+    print(
+        f"SGPR n={a.n} d=8 m={a.m}, {full['iterations']} L-BFGS-B iterations ({full['evaluations']} evaluations) "
+        f"on 2 local workers"
+    )
     print(f"  undisturbed: fit {full['fit_seconds']:.1f} s ({full_wall:.1f} s wall for the whole run)")
     print(f"  killed after iteration {at} was checkpointed ({killed_wall:.1f} s wall)")
-    print(f"  resumed: {resumed['iterations'] - at} iterations left, fit {resumed['fit_seconds']:.1f} s "
-          f"({resumed_wall:.1f} s wall); starting again would have cost the whole {full['fit_seconds']:.1f} s fit: "
-          f"{full['fit_seconds'] - resumed['fit_seconds']:.1f} s saved "
-          f"({100 * (1 - resumed['fit_seconds'] / full['fit_seconds']):.0f} % of the fit)")
+    print(
+        f"  resumed: {resumed['iterations'] - at} iterations left, fit {resumed['fit_seconds']:.1f} s "
+        f"({resumed_wall:.1f} s wall); starting again would have cost the whole {full['fit_seconds']:.1f} s fit: "
+        f"{full['fit_seconds'] - resumed['fit_seconds']:.1f} s saved "
+        f"({100 * (1 - resumed['fit_seconds'] / full['fit_seconds']):.0f} % of the fit)"
+    )
     print(f"  model.npz of the resumed run bit-identical to the undisturbed one: {same}")
     size = max(f.stat().st_size for f in (root / "mlartifacts" / run_id / "artifacts" / "checkpoints").glob("*.npz"))
     per = full["checkpoint_seconds"] / max(full["iterations"], 1)
-    print(f"  checkpoints: {full['checkpoint_seconds']:.3f} s in the undisturbed fit, {1000 * per:.1f} ms per iteration "
-          f"({100 * full['checkpoint_seconds'] / full['fit_seconds']:.1f} % of the fit; {size / 1024:.0f} KiB each)")
+    print(
+        f"  checkpoints: {full['checkpoint_seconds']:.3f} s in the undisturbed fit, {1000 * per:.1f} ms per iteration "
+        f"({100 * full['checkpoint_seconds'] / full['fit_seconds']:.1f} % of the fit; {size / 1024:.0f} KiB each)"
+    )
 
 
 if __name__ == "__main__":

@@ -40,8 +40,16 @@ SWEEP = ["pipeline=tempering", "debug=default", "model.L=8,12,16", "seed=0,1,2,3
 
 def run_sweep(launcher: str, workdir: Path, n_workers: int) -> tuple[float, str, str]:
     uri = f"sqlite:///{workdir / 'mlflow.db'}"
-    cmd = [sys.executable, "-m", "pgmflow", "-m", f"hydra/launcher={launcher}", *SWEEP,
-           f"cluster.n_workers={n_workers}", f"tracking.uri={uri}"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pgmflow",
+        "-m",
+        f"hydra/launcher={launcher}",
+        *SWEEP,
+        f"cluster.n_workers={n_workers}",
+        f"tracking.uri={uri}",
+    ]
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     t0 = time.perf_counter()
     r = subprocess.run(cmd, cwd=workdir, env=env, capture_output=True, text=True, timeout=3600)

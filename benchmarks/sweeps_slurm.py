@@ -41,13 +41,31 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _machine import cpu_name, emit  # noqa: E402
 
-SWEEP = ["pipeline=tempering", "debug=default", "model.L=8,12,16", "seed=0,1,2,3", "tempering.figures=false",
-         "progress=false"]
-DASK = ["hydra/launcher=dask", "cluster.profile=slurm", "cluster.options.cores=1", "cluster.options.memory=2GB",
-        "cluster.options.n_jobs=2", "cluster.options.walltime=00:30:00"]
-SUBMITIT = ["hydra/launcher=submitit_slurm", "hydra.launcher.cpus_per_task=1", "hydra.launcher.mem_gb=2",
-            "hydra.launcher.timeout_min=30", "hydra.launcher.nodes=1", "hydra.launcher.tasks_per_node=1",
-            "cluster.profile=synchronous"]
+SWEEP = [
+    "pipeline=tempering",
+    "debug=default",
+    "model.L=8,12,16",
+    "seed=0,1,2,3",
+    "tempering.figures=false",
+    "progress=false",
+]
+DASK = [
+    "hydra/launcher=dask",
+    "cluster.profile=slurm",
+    "cluster.options.cores=1",
+    "cluster.options.memory=2GB",
+    "cluster.options.n_jobs=2",
+    "cluster.options.walltime=00:30:00",
+]
+SUBMITIT = [
+    "hydra/launcher=submitit_slurm",
+    "hydra.launcher.cpus_per_task=1",
+    "hydra.launcher.mem_gb=2",
+    "hydra.launcher.timeout_min=30",
+    "hydra.launcher.nodes=1",
+    "hydra.launcher.tasks_per_node=1",
+    "cluster.profile=synchronous",
+]
 
 
 def slurm_jobs() -> set[str]:
@@ -124,9 +142,14 @@ def main():
             slurm = TestSlurm(Path(d) / "slurm").start()
             slurm.activate()
         try:
-            desc = (f"single-node SLURM {subprocess.run(['sinfo', '-V'], capture_output=True, text=True).stdout.strip()}"
-                    + (f" (the test SLURM of tests/slurm: 1 node, {slurm.cpus} CPUs, {slurm.memory_mb} MB)"
-                       if slurm else ""))
+            desc = (
+                f"single-node SLURM {subprocess.run(['sinfo', '-V'], capture_output=True, text=True).stdout.strip()}"
+                + (
+                    f" (the test SLURM of tests/slurm: 1 node, {slurm.cpus} CPUs, {slurm.memory_mb} MB)"
+                    if slurm
+                    else ""
+                )
+            )
             t_sub, uri_sub, n_sub = run_sweep("submitit", SUBMITIT, Path(d) / "submitit")
             print(f"hydra/launcher=submitit_slurm: {t_sub:.1f} s, {n_sub} SLURM jobs", flush=True)
             t_dask, uri_dask, n_dask = run_sweep("dask", DASK, Path(d) / "dask")

@@ -48,8 +48,8 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 import numpy as np  # noqa: E402
-
 from _machine import cpu_name  # noqa: E402
+
 from pgmflow.tasks import backend  # noqa: E402
 from pgmflow.tasks.tempering import ising_cpu as C  # noqa: E402
 from pgmflow.tasks.tempering import ising_kernels as K  # noqa: E402
@@ -144,8 +144,12 @@ def philox_blocks_per_ns(repeats: int, clock=time.perf_counter) -> float:
 def load_kernel_at(rev: str):
     """``_sweep_numba`` of tasks/tempering/ising_cpu.py at git revision ``rev`` (a module compiled
     from a temporary file), wrapped like ``ising_sweep`` calls it."""
-    src = subprocess.run(["git", "-C", str(REPO), "show", f"{rev}:tasks/tempering/ising_cpu.py"],
-                         check=True, capture_output=True, text=True).stdout
+    src = subprocess.run(
+        ["git", "-C", str(REPO), "show", f"{rev}:tasks/tempering/ising_cpu.py"],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
     path = Path(tempfile.mkdtemp(prefix="pgmflow-bench-")) / f"ising_cpu_{rev}.py"
     path.write_text(src)
     spec = importlib.util.spec_from_file_location(f"ising_cpu_{rev}", path)
@@ -206,8 +210,10 @@ def main(argv=None) -> int:
     finally:
         numba.set_num_threads(threads)
     ceiling, ceiling_1t = SITES_PER_BLOCK * blocks, SITES_PER_BLOCK * blocks_1t
-    print(f"Philox4x32-10 (the kernel's counter loop): {blocks:.3f} blocks/ns on {threads} threads, "
-          f"{blocks_1t:.3f} on 1 -> ceiling {ceiling:.2f} / {ceiling_1t:.2f} flips/ns")
+    print(
+        f"Philox4x32-10 (the kernel's counter loop): {blocks:.3f} blocks/ns on {threads} threads, "
+        f"{blocks_1t:.3f} on 1 -> ceiling {ceiling:.2f} / {ceiling_1t:.2f} flips/ns"
+    )
     rows = []
     for R, L, ps, os_ in cases:
         ps_, os_ = max(2, int(ps * scale)), max(8, int(os_ * scale))
@@ -220,11 +226,22 @@ def main(argv=None) -> int:
             ours_1t = bench_ours(R, L, os_, os_, max(2, reps // 3), rng)
         finally:
             numba.set_num_threads(threads)
-        rows.append({"lattice": f"{R} x {L}x{L}", "R": R, "L": L, "peer_numpy": peer, "before_4_per_call": old4,
-                     "ours_4_per_call": ours4, "ours_one_call": ours_long, "ours_one_thread": ours_1t,
-                     "ratio_4_per_call": ours4 / peer, "ratio_one_call": ours_long / peer,
-                     "fraction_of_ceiling": max(ours4, ours_long) / ceiling,
-                     "fraction_of_ceiling_one_thread": ours_1t / ceiling_1t})
+        rows.append(
+            {
+                "lattice": f"{R} x {L}x{L}",
+                "R": R,
+                "L": L,
+                "peer_numpy": peer,
+                "before_4_per_call": old4,
+                "ours_4_per_call": ours4,
+                "ours_one_call": ours_long,
+                "ours_one_thread": ours_1t,
+                "ratio_4_per_call": ours4 / peer,
+                "ratio_one_call": ours_long / peer,
+                "fraction_of_ceiling": max(ours4, ours_long) / ceiling,
+                "fraction_of_ceiling_one_thread": ours_1t / ceiling_1t,
+            }
+        )
     # On one thread, per ns of process CPU time: what time slicing by other jobs cannot inflate
     # (cache and memory-bandwidth sharing still can). The before/after comparison to trust on a
     # loaded machine.
@@ -234,58 +251,79 @@ def main(argv=None) -> int:
         cpu_blocks = philox_blocks_per_ns(max(2, reps // 3), time.process_time)
         for R, L, _, os_ in cases:
             os_ = max(8, int(os_ * scale))
-            cpu_rows.append({"lattice": f"{R} x {L}x{L}",
-                             "before": bench_ours(R, L, os_, os_, max(2, reps // 3), rng, before,
-                                                  time.process_time) if before else None,
-                             "ours": bench_ours(R, L, os_, os_, max(2, reps // 3), rng, None, time.process_time)})
+            cpu_rows.append(
+                {
+                    "lattice": f"{R} x {L}x{L}",
+                    "before": bench_ours(R, L, os_, os_, max(2, reps // 3), rng, before, time.process_time)
+                    if before
+                    else None,
+                    "ours": bench_ours(R, L, os_, os_, max(2, reps // 3), rng, None, time.process_time),
+                }
+            )
     finally:
         numba.set_num_threads(threads)
     gpu_ok, gpu_desc = backend.gpu_status()
     gpu = None
     if gpu_ok:
         R, L = (4, 1024) if args.quick else (16, 1024)
-        gpu = {"lattice": f"{R} x {L}x{L}", "device": gpu_desc,
-               "flips_per_ns": bench_gpu(R, L, 20 if args.quick else 100, reps)}
+        gpu = {
+            "lattice": f"{R} x {L}x{L}",
+            "device": gpu_desc,
+            "flips_per_ns": bench_gpu(R, L, 20 if args.quick else 100, reps),
+        }
     load_end = os.getloadavg()[0]
 
     bcol = f"before ({args.before}), 4 sweeps/call | " if before else ""
-    head = (f"| lattice | peer NumPy (1 thread) | {bcol}ours, 4 sweeps/call | ours, one call | ratio (4/call) | "
-            "ratio (one call) | of the Philox ceiling | ours, 1 thread, one call | of the 1-thread ceiling |")
+    head = (
+        f"| lattice | peer NumPy (1 thread) | {bcol}ours, 4 sweeps/call | ours, one call | ratio (4/call) | "
+        "ratio (one call) | of the Philox ceiling | ours, 1 thread, one call | of the 1-thread ceiling |"
+    )
     lines = [head, "|---|---:|" + ("---:|" if before else "") + "---:|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
         bval = f"{r['before_4_per_call']:.3f} | " if before else ""
-        lines.append(f"| {r['lattice']} | {r['peer_numpy']:.4f} | {bval}{r['ours_4_per_call']:.3f} | "
-                     f"{r['ours_one_call']:.3f} | {r['ratio_4_per_call']:.1f}x | {r['ratio_one_call']:.1f}x | "
-                     f"{100 * r['fraction_of_ceiling']:.0f}% | {r['ours_one_thread']:.3f} | "
-                     f"{100 * r['fraction_of_ceiling_one_thread']:.0f}% |")
-    limit = (f"Machine limit (same run): Philox4x32-10 makes {blocks:.3f} blocks/ns on {threads} threads "
-             f"({blocks_1t:.3f} on 1); at {SITES_PER_BLOCK} sites per block (four blocks per 64-site word) no "
-             f"sweep can pass "
-             f"{ceiling:.2f} flips/ns ({ceiling_1t:.2f} on 1 thread). 'of the Philox ceiling' is the better of "
-             f"our two call patterns over that.")
+        lines.append(
+            f"| {r['lattice']} | {r['peer_numpy']:.4f} | {bval}{r['ours_4_per_call']:.3f} | "
+            f"{r['ours_one_call']:.3f} | {r['ratio_4_per_call']:.1f}x | {r['ratio_one_call']:.1f}x | "
+            f"{100 * r['fraction_of_ceiling']:.0f}% | {r['ours_one_thread']:.3f} | "
+            f"{100 * r['fraction_of_ceiling_one_thread']:.0f}% |"
+        )
+    limit = (
+        f"Machine limit (same run): Philox4x32-10 makes {blocks:.3f} blocks/ns on {threads} threads "
+        f"({blocks_1t:.3f} on 1); at {SITES_PER_BLOCK} sites per block (four blocks per 64-site word) no "
+        f"sweep can pass "
+        f"{ceiling:.2f} flips/ns ({ceiling_1t:.2f} on 1 thread). 'of the Philox ceiling' is the better of "
+        f"our two call patterns over that."
+    )
     # the targets are for all cores; the 1-thread column is context (immune to time slicing)
     at_target = [r for r in rows if (r["R"], r["L"]) in TARGET_LATTICES]
     worst = min(max(r["ours_4_per_call"], r["ours_one_call"]) for r in at_target)
     worst_ratio = min(min(r["ratio_4_per_call"], r["ratio_one_call"]) for r in rows)
-    verdict = (f"CPU targets: >= {TARGET_FLIPS_PER_NS} flips/ns at "
-               f"{', '.join(f'{R} x {L}x{L}' for R, L in TARGET_LATTICES)} (worst here {worst:.3f}: "
-               f"{'met' if worst >= TARGET_FLIPS_PER_NS else 'NOT met'}), >= {TARGET_RATIO:.0f}x NumPy "
-               f"(worst here {worst_ratio:.1f}x: {'met' if worst_ratio >= TARGET_RATIO else 'NOT met'}). "
-               f"1-min load average {load:.2f} at the start, {load_end:.2f} at the end.")
+    verdict = (
+        f"CPU targets: >= {TARGET_FLIPS_PER_NS} flips/ns at "
+        f"{', '.join(f'{R} x {L}x{L}' for R, L in TARGET_LATTICES)} (worst here {worst:.3f}: "
+        f"{'met' if worst >= TARGET_FLIPS_PER_NS else 'NOT met'}), >= {TARGET_RATIO:.0f}x NumPy "
+        f"(worst here {worst_ratio:.1f}x: {'met' if worst_ratio >= TARGET_RATIO else 'NOT met'}). "
+        f"1-min load average {load:.2f} at the start, {load_end:.2f} at the end."
+    )
     if gpu is not None:
-        gpu_line = (f"GPU ({gpu['device']}), CuPy kernel, {gpu['lattice']}: {gpu['flips_per_ns']:.1f} flips/ns "
-                    f"(target >= {TARGET_GPU_FLIPS_PER_NS:.0f}: "
-                    f"{'met' if gpu['flips_per_ns'] >= TARGET_GPU_FLIPS_PER_NS else 'NOT met'})")
+        gpu_line = (
+            f"GPU ({gpu['device']}), CuPy kernel, {gpu['lattice']}: {gpu['flips_per_ns']:.1f} flips/ns "
+            f"(target >= {TARGET_GPU_FLIPS_PER_NS:.0f}: "
+            f"{'met' if gpu['flips_per_ns'] >= TARGET_GPU_FLIPS_PER_NS else 'NOT met'})"
+        )
     else:
         gpu_line = f"GPU: not measured ({gpu_desc})"
-    cpu_lines = [f"| lattice | {'before (' + args.before + ') | ' if before else ''}ours | "
-                 f"of the 1-thread Philox ceiling ({SITES_PER_BLOCK * cpu_blocks:.2f}) |",
-                 "|---|" + ("---:|" if before else "") + "---:|---:|"]
+    cpu_lines = [
+        f"| lattice | {'before (' + args.before + ') | ' if before else ''}ours | "
+        f"of the 1-thread Philox ceiling ({SITES_PER_BLOCK * cpu_blocks:.2f}) |",
+        "|---|" + ("---:|" if before else "") + "---:|---:|",
+    ]
     for r in cpu_rows:
         bval = f"{r['before']:.3f} | " if before else ""
-        cpu_lines.append(f"| {r['lattice']} | {bval}{r['ours']:.3f} | "
-                         f"{100 * r['ours'] / (SITES_PER_BLOCK * cpu_blocks):.0f}% |")
-    cpu_head = (f"One thread, flips per ns of CPU time (one call; Philox: {cpu_blocks:.3f} blocks per CPU-ns):")
+        cpu_lines.append(
+            f"| {r['lattice']} | {bval}{r['ours']:.3f} | {100 * r['ours'] / (SITES_PER_BLOCK * cpu_blocks):.0f}% |"
+        )
+    cpu_head = f"One thread, flips per ns of CPU time (one call; Philox: {cpu_blocks:.3f} blocks per CPU-ns):"
     print("\n".join(lines))
     print(cpu_head)
     print("\n".join(cpu_lines))
@@ -295,19 +333,45 @@ def main(argv=None) -> int:
 
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
-        meta = {"benchmark": "ising checkerboard sweep", "device": device, "load_average_1min": load,
-                "load_average_1min_end": load_end, "method": METHOD, "beta": BETA_C,
-                "unit": "spin flips (site updates) per ns", "philox_blocks_per_ns": blocks,
-                "philox_blocks_per_ns_one_thread": blocks_1t, "philox_ceiling_flips_per_ns": ceiling,
-                "philox_blocks_per_cpu_ns_one_thread": cpu_blocks, "one_thread_cpu_time": cpu_rows,
-                "before": args.before, "date": time.strftime("%Y-%m-%d %H:%M:%S"), "quick": bool(args.quick)}
+        meta = {
+            "benchmark": "ising checkerboard sweep",
+            "device": device,
+            "load_average_1min": load,
+            "load_average_1min_end": load_end,
+            "method": METHOD,
+            "beta": BETA_C,
+            "unit": "spin flips (site updates) per ns",
+            "philox_blocks_per_ns": blocks,
+            "philox_blocks_per_ns_one_thread": blocks_1t,
+            "philox_ceiling_flips_per_ns": ceiling,
+            "philox_blocks_per_cpu_ns_one_thread": cpu_blocks,
+            "one_thread_cpu_time": cpu_rows,
+            "before": args.before,
+            "date": time.strftime("%Y-%m-%d %H:%M:%S"),
+            "quick": bool(args.quick),
+        }
         if args.out.suffix == ".json":
             args.out.write_text(json.dumps({**meta, "cpu": rows, "gpu": gpu}, indent=2) + "\n")
         else:
-            text = [f"# Ising checkerboard sweep ({meta['date']})", "",
-                    f"Device: {device}; 1-min load average at start: {load:.2f}. "
-                    f"2D Ising ferromagnet, {METHOD}, beta = {BETA_C}; spin flips (site updates) per ns.",
-                    "", *lines, "", limit, "", cpu_head, "", *cpu_lines, "", verdict, "", gpu_line, ""]
+            text = [
+                f"# Ising checkerboard sweep ({meta['date']})",
+                "",
+                f"Device: {device}; 1-min load average at start: {load:.2f}. "
+                f"2D Ising ferromagnet, {METHOD}, beta = {BETA_C}; spin flips (site updates) per ns.",
+                "",
+                *lines,
+                "",
+                limit,
+                "",
+                cpu_head,
+                "",
+                *cpu_lines,
+                "",
+                verdict,
+                "",
+                gpu_line,
+                "",
+            ]
             args.out.write_text("\n".join(text))
         print(f"wrote {args.out}")
     return 0

@@ -48,18 +48,35 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 import numpy as np  # noqa: E402
-
 from _machine import cpu_name, emit  # noqa: E402
 
 TARGETS = {
-    "gaussian": ["model=gaussian", "model.dim=16", "model.shift=3.0", "model.scale_min=0.05", "model.scale_max=0.5",
-                 "model.correlation=0.5", "model.reference_scale=1.0"],
-    "mixture": ["model=gaussian_mixture", "model.dim=10", "model.n_components=2", "model.separation=4.0",
-                "model.sigma=0.5", "model.weights=[1.0,2.0]", "model.reference_scale=3.0"],
+    "gaussian": [
+        "model=gaussian",
+        "model.dim=16",
+        "model.shift=3.0",
+        "model.scale_min=0.05",
+        "model.scale_max=0.5",
+        "model.correlation=0.5",
+        "model.reference_scale=1.0",
+    ],
+    "mixture": [
+        "model=gaussian_mixture",
+        "model.dim=10",
+        "model.n_components=2",
+        "model.separation=4.0",
+        "model.sigma=0.5",
+        "model.weights=[1.0,2.0]",
+        "model.reference_scale=3.0",
+    ],
 }
 #: (label, tempering.reference, tempering.stabilized_split)
-REFERENCES = (("fixed", "fixed", "adaptive"), ("variational", "variational", "adaptive"),
-              ("stabilized", "stabilized", "adaptive"), ("stabilized (half split)", "stabilized", "half"))
+REFERENCES = (
+    ("fixed", "fixed", "adaptive"),
+    ("variational", "variational", "adaptive"),
+    ("stabilized", "stabilized", "adaptive"),
+    ("stabilized (half split)", "stabilized", "half"),
+)
 
 
 def compose(overrides):
@@ -77,12 +94,23 @@ def compose(overrides):
 def one_run(target, reference, seed, rounds, replicas, uri, split="adaptive"):
     from pgmflow.pipelines.core.runner import execute
 
-    ov = TARGETS[target] + [f"tempering.reference={reference}", f"tempering.stabilized_split={split}",
-                            f"seed={seed}", f"tempering.n_rounds={rounds}",
-                            f"tempering.n_replicas={replicas}", "tempering.n_chains=1", "tempering.explorer=hmc",
-                            "tempering.sweeps_per_scan=2", "tempering.n_leapfrog=8", "tempering.variational_from_round=4",
-                            "tempering.variational_family=full", "tempering.figures=false", "progress=false",
-                            "cluster.profile=synchronous", f"tracking.uri={uri}"]
+    ov = TARGETS[target] + [
+        f"tempering.reference={reference}",
+        f"tempering.stabilized_split={split}",
+        f"seed={seed}",
+        f"tempering.n_rounds={rounds}",
+        f"tempering.n_replicas={replicas}",
+        "tempering.n_chains=1",
+        "tempering.explorer=hmc",
+        "tempering.sweeps_per_scan=2",
+        "tempering.n_leapfrog=8",
+        "tempering.variational_from_round=4",
+        "tempering.variational_family=full",
+        "tempering.figures=false",
+        "progress=false",
+        "cluster.profile=synchronous",
+        f"tracking.uri={uri}",
+    ]
     t0 = time.perf_counter()
     res = execute(compose(ov), stream=io.StringIO())
     res["_seconds"] = time.perf_counter() - t0
@@ -91,9 +119,15 @@ def one_run(target, reference, seed, rounds, replicas, uri, split="adaptive"):
 
 def row(res):
     per_k = 1000.0 / res["scans_total"]
-    out = {"barrier": res["barrier"], "trips": res["round_trips"] * per_k, "restarts": res["restarts"] * per_k,
-           "err_se": res["log_z_ss_error_sigmas"], "se": res["log_z_ss_se"], "err": res["log_z_ss_error"],
-           "seconds": res["_seconds"]}
+    out = {
+        "barrier": res["barrier"],
+        "trips": res["round_trips"] * per_k,
+        "restarts": res["restarts"] * per_k,
+        "err_se": res["log_z_ss_error_sigmas"],
+        "se": res["log_z_ss_se"],
+        "err": res["log_z_ss_error"],
+        "seconds": res["_seconds"],
+    }
     for leg in ("fixed", "variational"):
         if f"barrier_{leg}" in res:
             out[f"barrier_{leg}"] = res[f"barrier_{leg}"]
@@ -112,10 +146,12 @@ def table_line(target, label, rows, load):
             return "-"
         return " / ".join(fmt.format(np.mean([r[f"{k}_{leg}"] for r in rows])) for leg in ("fixed", "variational"))
 
-    return (f"| {target} | {label} | {m('barrier')} | {m('barrier_fixed')} | {m('barrier_variational')} | "
-            f"{legs('levels', '{:.1f}')} | {m('trips', '{:.1f}')} | {m('restarts', '{:.1f}')} | "
-            f"{legs('trips', '{:.1f}')} | {m('err_se', '{:+.2f}')} | {m('se', '{:.4f}')} | "
-            f"{np.mean([r['seconds'] for r in rows]):.0f} | {load:.1f} |")
+    return (
+        f"| {target} | {label} | {m('barrier')} | {m('barrier_fixed')} | {m('barrier_variational')} | "
+        f"{legs('levels', '{:.1f}')} | {m('trips', '{:.1f}')} | {m('restarts', '{:.1f}')} | "
+        f"{legs('trips', '{:.1f}')} | {m('err_se', '{:+.2f}')} | {m('se', '{:.4f}')} | "
+        f"{np.mean([r['seconds'] for r in rows]):.0f} | {load:.1f} |"
+    )
 
 
 def main():
@@ -125,17 +161,22 @@ def main():
     ap.add_argument("--seeds", type=int, default=3)
     a = ap.parse_args()
     rounds, replicas = (8, 12) if a.quick else (11, 16)
-    lines = ["# Parallel tempering: fixed vs variational vs stabilized reference (benchmarks/tempering_reference.py)",
-             "", f"Machine: {cpu_name()} (2 cores), shared with other helpers running tests and benchmarks while this "
-             "ran (a loaded machine: the 1-minute load average is in the last column; the seconds are indicative "
-             "only; the other figures do not depend on load).",
-             f"Equal compute per run: {replicas} replicas, {rounds} rounds ({2 ** (rounds + 1) - 2} scans), HMC "
-             "(2 trajectories of 8 leapfrog steps per replica per scan); stabilized: the replicas shared between "
-             f"its two legs. Mean over {a.seeds} seeds (seed = 1..{a.seeds}); in brackets: min .. max over seeds. "
-             "Round trips and restarts as Pigeons.jl counts them (see the script's docstring).", "",
-             "| target | reference | Λ (whole chain) | Λ fixed leg | Λ variational leg | levels per leg (fixed / var.) | "
-             "round trips / 1000 scans | restarts / 1000 scans | leg's own round trips (fixed / var.) | "
-             "log Z error / SE | SE | s/run | load |", "|" + "---|" * 13]
+    lines = [
+        "# Parallel tempering: fixed vs variational vs stabilized reference (benchmarks/tempering_reference.py)",
+        "",
+        f"Machine: {cpu_name()} (2 cores), shared with other helpers running tests and benchmarks while this "
+        "ran (a loaded machine: the 1-minute load average is in the last column; the seconds are indicative "
+        "only; the other figures do not depend on load).",
+        f"Equal compute per run: {replicas} replicas, {rounds} rounds ({2 ** (rounds + 1) - 2} scans), HMC "
+        "(2 trajectories of 8 leapfrog steps per replica per scan); stabilized: the replicas shared between "
+        f"its two legs. Mean over {a.seeds} seeds (seed = 1..{a.seeds}); in brackets: min .. max over seeds. "
+        "Round trips and restarts as Pigeons.jl counts them (see the script's docstring).",
+        "",
+        "| target | reference | Λ (whole chain) | Λ fixed leg | Λ variational leg | levels per leg (fixed / var.) | "
+        "round trips / 1000 scans | restarts / 1000 scans | leg's own round trips (fixed / var.) | "
+        "log Z error / SE | SE | s/run | load |",
+        "|" + "---|" * 13,
+    ]
     with tempfile.TemporaryDirectory() as tmp:
         uri = f"sqlite:///{tmp}/mlflow.db"
         for target in TARGETS:

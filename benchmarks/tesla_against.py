@@ -30,10 +30,18 @@ def dump(bench: str, screen: bool, path: str) -> None:
     a = argparse.Namespace(seed=0, p=100, T=100, n=10)
     _, series = bench_tesla.make_data(a)
     out = bench_tesla.run_pgmflow(series, 2, ["tesla", "static"], a, screen=screen, grid=True)
-    np.savez(path, obj=out["grid"][1], nz=out["grid"][2], tesla=out["tesla"][1], static=out["static"][1],
-             secs=[out["tesla"][0], out["static"][0], out["grid"][0]])
-    print(f"saved {path}: TESLA graph {out['tesla'][0]:.1f} s, static {out['static'][0]:.1f} s, grid check "
-          f"{out['grid'][0]:.1f} s on 2 workers")
+    np.savez(
+        path,
+        obj=out["grid"][1],
+        nz=out["grid"][2],
+        tesla=out["tesla"][1],
+        static=out["static"][1],
+        secs=[out["tesla"][0], out["static"][0], out["grid"][0]],
+    )
+    print(
+        f"saved {path}: TESLA graph {out['tesla'][0]:.1f} s, static {out['static'][0]:.1f} s, grid check "
+        f"{out['grid'][0]:.1f} s on 2 workers"
+    )
 
 
 def compare(old_path: str, new_path: str) -> None:
@@ -43,16 +51,22 @@ def compare(old_path: str, new_path: str) -> None:
     old, new = np.load(old_path), np.load(new_path)
     rel = (new["obj"] - old["obj"]) / np.abs(old["obj"])
     print(f"F at {rel.size} grid points, (new - old) / |old|: max {rel.max():+.2e}, min {rel.min():+.2e}")
-    print(f"zero-pattern entries that differ: {int(np.unpackbits(old['nz'] ^ new['nz']).sum())} of "
-          f"{old['obj'].size * old['tesla'].shape[1] * old['tesla'].shape[2]}")
+    print(
+        f"zero-pattern entries that differ: {int(np.unpackbits(old['nz'] ^ new['nz']).sum())} of "
+        f"{old['obj'].size * old['tesla'].shape[1] * old['tesla'].shape[2]}"
+    )
     for m in ("tesla", "static"):
         for r in ("and", "or"):
             e_old, e_new = evaluate.edge_sets(old[m], r), evaluate.edge_sets(new[m], r)
-            print(f"{m}, {r} rule: selected edges old {int(e_old.sum()) // 2}, new {int(e_new.sum()) // 2}, "
-                  f"in one only {int((e_old ^ e_new).sum()) // 2}")
+            print(
+                f"{m}, {r} rule: selected edges old {int(e_old.sum()) // 2}, new {int(e_new.sum()) // 2}, "
+                f"in one only {int((e_old ^ e_new).sum()) // 2}"
+            )
     o, n = old["secs"], new["secs"]
-    print(f"wall seconds on 2 workers, old -> new: TESLA graph {o[0]:.1f} -> {n[0]:.1f} ({o[0] / n[0]:.2f}x), static "
-          f"{o[1]:.1f} -> {n[1]:.1f} ({o[1] / n[1]:.2f}x), grid check {o[2]:.1f} -> {n[2]:.1f} ({o[2] / n[2]:.2f}x)")
+    print(
+        f"wall seconds on 2 workers, old -> new: TESLA graph {o[0]:.1f} -> {n[0]:.1f} ({o[0] / n[0]:.2f}x), static "
+        f"{o[1]:.1f} -> {n[1]:.1f} ({o[1] / n[1]:.2f}x), grid check {o[2]:.1f} -> {n[2]:.1f} ({o[2] / n[2]:.2f}x)"
+    )
 
 
 def main():

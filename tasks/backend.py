@@ -40,9 +40,11 @@ def kernel(**options):
     """Mark a module-level function as a numba kernel, compiled with ``numba.njit(**options)`` by
     :func:`compile_kernels` on first use. Marking imports nothing: the function stays plain Python
     (callable, testable and readable as such) until its module's kernels are compiled."""
+
     def mark(fn):
         setattr(fn, KERNEL_MARK, dict(options))
         return fn
+
     return mark
 
 
@@ -82,19 +84,26 @@ def compile_kernels(module, bind: dict | None = None) -> dict:
     """
     nb = numba()
     bind = dict(bind or {})
-    own = {name: fn for name, fn in vars(module).items()
-           if inspect.isfunction(fn) and getattr(fn, KERNEL_MARK, None) is not None
-           and fn.__module__ == module.__name__}
+    own = {
+        name: fn
+        for name, fn in vars(module).items()
+        if inspect.isfunction(fn) and getattr(fn, KERNEL_MARK, None) is not None and fn.__module__ == module.__name__
+    }
     clash = sorted(set(own) & set(bind))
     if clash:
         raise ValueError(f"compile_kernels({module.__name__}): bind names kernels of the module itself: {clash}")
     for name, value in bind.items():
         setattr(module, name, value)
-    foreign = sorted(name for name, fn in vars(module).items()
-                     if inspect.isfunction(fn) and getattr(fn, KERNEL_MARK, None) is not None and name not in own)
+    foreign = sorted(
+        name
+        for name, fn in vars(module).items()
+        if inspect.isfunction(fn) and getattr(fn, KERNEL_MARK, None) is not None and name not in own
+    )
     if foreign:
-        raise ValueError(f"compile_kernels({module.__name__}): {foreign} name kernels of other modules, not their "
-                         "compiled dispatchers; pass bind={name: that module's dispatcher}")
+        raise ValueError(
+            f"compile_kernels({module.__name__}): {foreign} name kernels of other modules, not their "
+            "compiled dispatchers; pass bind={name: that module's dispatcher}"
+        )
     compiled = {name: nb.njit(**getattr(fn, KERNEL_MARK))(fn) for name, fn in own.items()}
     for name, dispatcher in compiled.items():
         setattr(module, name, dispatcher)
@@ -209,8 +218,10 @@ def describe_gpu(info: dict) -> str:
     driver = info.get("driver", "?")
     if info.get("cuda_driver"):
         driver += f" (CUDA {info['cuda_driver']})"
-    return (f"{info['device']} (sm_{cc}, {info.get('memory_gib', '?')} GiB{more}; "
-            f"CUDA runtime {info.get('cuda_runtime', '?')}, driver {driver}, CuPy {info.get('cupy', '?')})")
+    return (
+        f"{info['device']} (sm_{cc}, {info.get('memory_gib', '?')} GiB{more}; "
+        f"CUDA runtime {info.get('cuda_runtime', '?')}, driver {driver}, CuPy {info.get('cupy', '?')})"
+    )
 
 
 def gpu_status() -> tuple[bool, str]:

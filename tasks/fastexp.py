@@ -70,7 +70,30 @@ def _capped_exp_nb(a, cap):
         kf = x * _LOG2E + _SHIFT
         k = kf - _SHIFT
         r = (x - k * _LN2_HI) - k * _LN2_LO
-        p = (((((((((((((_E13) * r + _E12) * r + _E11) * r + _E10) * r + _E9) * r + _E8) * r + _E7) * r + _E6) * r + _E5) * r + _E4) * r + _E3) * r + _E2) * r + _E1) * r + _E0
+        p = (
+            (
+                (
+                    (
+                        (
+                            (
+                                (((((((_E13) * r + _E12) * r + _E11) * r + _E10) * r + _E9) * r + _E8) * r + _E7) * r
+                                + _E6
+                            )
+                            * r
+                            + _E5
+                        )
+                        * r
+                        + _E4
+                    )
+                    * r
+                    + _E3
+                )
+                * r
+                + _E2
+            )
+            * r
+            + _E1
+        ) * r + _E0
         a[i] = kf
         bits[i] = (bits[i] - _SHIFT_BITS + 1023) << 52  # 2^k
         y = a[i] * p
@@ -93,7 +116,8 @@ def _renamed(fn, name: str):
 # the sparse GP's RBF matrices use it (their bits depend on the BLAS anyway), TESLA keeps the plain loop, whose
 # bits are the same on every machine.
 _capped_exp_fma_nb = backend.kernel(cache=True, nogil=True, fastmath={"contract"})(
-    _renamed(_capped_exp_nb, "_capped_exp_fma_nb"))
+    _renamed(_capped_exp_nb, "_capped_exp_fma_nb")
+)
 
 
 @functools.cache

@@ -42,8 +42,10 @@ def configured_threads() -> int | None:
     try:
         n = int(raw)
     except ValueError:
-        raise ValueError(f"{BLAS_THREADS_ENV}={raw!r} is not a whole number; fix: set it to 1 (the default, "
-                         "reproducible), another thread count, or 0 to leave BLAS alone") from None
+        raise ValueError(
+            f"{BLAS_THREADS_ENV}={raw!r} is not a whole number; fix: set it to 1 (the default, "
+            "reproducible), another thread count, or 0 to leave BLAS alone"
+        ) from None
     return n if n > 0 else None
 
 
@@ -66,8 +68,11 @@ def blas_libraries() -> list[dict]:
 
 def blas_summary() -> str:
     """One line naming each BLAS in use, e.g. ``openblas 0.3.30 Haswell pthreads (libscipy_openblas)``."""
-    parts = [f"{b['internal_api']} {b['version']} {b['architecture'] or ''} {b['threading_layer'] or ''} "
-             f"({b['prefix']})".replace("  ", " ") for b in blas_libraries()]
+    parts = [
+        f"{b['internal_api']} {b['version']} {b['architecture'] or ''} {b['threading_layer'] or ''} "
+        f"({b['prefix']})".replace("  ", " ")
+        for b in blas_libraries()
+    ]
     return "; ".join(sorted(parts)) or "none found"
 
 

@@ -53,20 +53,34 @@ def numba_kernels_compiled(tmp_path_factory):
     import time
 
     cached = {p.name.split("-")[0].split(".")[0] for p in (REPO / "tasks").rglob("__pycache__/*.nbi")}
-    if os.environ.get("PGMFLOW_TEST_WARM", "1") == "0" or {"ising_cpu", "estep", "gibbs", "lattice_kernel", "pr_kernels"} <= cached:
+    if (
+        os.environ.get("PGMFLOW_TEST_WARM", "1") == "0"
+        or {"ising_cpu", "estep", "gibbs", "lattice_kernel", "pr_kernels"} <= cached
+    ):
         yield  # switched off, or the cache is warm already (a second run in this checkout)
         return
     store = tmp_path_factory.mktemp("warm_kernels")
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     t0 = time.monotonic()
-    procs = [subprocess.Popen([sys.executable, "-m", "tests.warm_kernels", part, str(store)], cwd=store, env=env,
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for part in ("A", "B")]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-m", "tests.warm_kernels", part, str(store)],
+            cwd=store,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for part in ("A", "B")
+    ]
     notes = []
     for p in procs:
         out, _ = p.communicate(timeout=600)
         if p.returncode != 0:  # only time is lost: the tests compile what they need themselves
             notes.append(f"warm_kernels failed (exit {p.returncode}): {out[-500:]}")
-    print(f"\nnumba kernels compiled into the cache in {time.monotonic() - t0:.1f} s" + "".join(f"\n{n}" for n in notes))
+    print(
+        f"\nnumba kernels compiled into the cache in {time.monotonic() - t0:.1f} s" + "".join(f"\n{n}" for n in notes)
+    )
     yield
 
 
@@ -108,8 +122,9 @@ def _cluster(n):
     from distributed import LocalCluster
 
     env = {"NUMBA_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
-    return LocalCluster(n_workers=n, threads_per_worker=1, processes=True, dashboard_address=":0",
-                        silence_logs=logging.ERROR, env=env)
+    return LocalCluster(
+        n_workers=n, threads_per_worker=1, processes=True, dashboard_address=":0", silence_logs=logging.ERROR, env=env
+    )
 
 
 @pytest.fixture(scope="session")
@@ -168,13 +183,28 @@ class MlflowServer:
             shutil.copyfile(template, self.root / "server.db")
         mlflow = str(Path(sys.executable).with_name("mlflow"))
         self.log = open(self.root / "server.log", "a")
-        self.proc = subprocess.Popen([mlflow, "server", "--host", "127.0.0.1", "--port", str(self.port),
-                                      "--backend-store-uri", f"sqlite:///{self.root / 'server.db'}",
-                                      "--artifacts-destination", str(self.root / "server-artifacts"),
-                                      "--workers", "2"],
-                                     cwd=self.root, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True,
-                                     # no background job runners (huey consumers): a tracking server only
-                                     env={**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"})
+        self.proc = subprocess.Popen(
+            [
+                mlflow,
+                "server",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(self.port),
+                "--backend-store-uri",
+                f"sqlite:///{self.root / 'server.db'}",
+                "--artifacts-destination",
+                str(self.root / "server-artifacts"),
+                "--workers",
+                "2",
+            ],
+            cwd=self.root,
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            # no background job runners (huey consumers): a tracking server only
+            env={**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"},
+        )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:

@@ -27,7 +27,7 @@ def installed_name(rel: Path) -> str:
     elif parts[0] in ("pipelines", "tasks", "conf"):
         parts = ["pgmflow", *parts]
     name = ".".join(parts)
-    return name[:-len(".__init__")] if name.endswith(".__init__") else name
+    return name[: -len(".__init__")] if name.endswith(".__init__") else name
 
 
 def _modules() -> dict[str, Path]:
@@ -115,8 +115,13 @@ def test_no_import_cycle():
 
 
 def test_core_imports_no_workload():
-    bad = [f"{m} imports {t}" for m, ts in import_graph().items() if m.startswith("pgmflow.pipelines.core")
-           for t in ts if _workload(t)]
+    bad = [
+        f"{m} imports {t}"
+        for m, ts in import_graph().items()
+        if m.startswith("pgmflow.pipelines.core")
+        for t in ts
+        if _workload(t)
+    ]
     assert not bad, "\n".join(bad)
 
 
@@ -135,8 +140,13 @@ def test_workloads_do_not_import_each_other():
 
 
 def test_tasks_import_no_pipelines_code():
-    bad = [f"{m} imports {t}" for m, ts in import_graph().items() if m.startswith("pgmflow.tasks")
-           for t in ts if not t.startswith("pgmflow.tasks")]
+    bad = [
+        f"{m} imports {t}"
+        for m, ts in import_graph().items()
+        if m.startswith("pgmflow.tasks")
+        for t in ts
+        if not t.startswith("pgmflow.tasks")
+    ]
     assert not bad, "\n".join(bad)
 
 

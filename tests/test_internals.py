@@ -23,11 +23,30 @@ from tests.conftest import REPO
 LIBS = ("scipy", "dask", "distributed", "hydra", "omegaconf", "mlflow")
 QUARANTINE = REPO / "pipelines" / "core" / "internals.py"
 # Internal modules without a leading underscore: reached only through the quarantine.
-INTERNAL_MODULES = ("distributed.utils_comm", "distributed.core", "distributed.protocol", "distributed.comm",
-                    "hydra.core.plugins", "hydra._internal", "mlflow.store", "mlflow.utils")
+INTERNAL_MODULES = (
+    "distributed.utils_comm",
+    "distributed.core",
+    "distributed.protocol",
+    "distributed.comm",
+    "hydra.core.plugins",
+    "hydra._internal",
+    "mlflow.store",
+    "mlflow.utils",
+)
 # Private-looking names that are public APIs: the namedtuple protocol, the interpreter's.
-PUBLIC_UNDERSCORED = {"_replace", "_asdict", "_fields", "_make", "_field_defaults", "_exit", "_getframe",
-                      "_current_frames", "_debugmallocstats", "_xoptions", "_name_"}
+PUBLIC_UNDERSCORED = {
+    "_replace",
+    "_asdict",
+    "_fields",
+    "_make",
+    "_field_defaults",
+    "_exit",
+    "_getframe",
+    "_current_frames",
+    "_debugmallocstats",
+    "_xoptions",
+    "_name_",
+}
 
 
 def _sources() -> list[Path]:
@@ -97,8 +116,9 @@ def _violations(path: Path, tree: ast.AST, own: set[str]) -> list[str]:
             while isinstance(base, ast.Attribute):
                 base = base.value
             if isinstance(base, ast.Name) and base.id in lib_aliases:
-                out.append(f"{rel}:{node.lineno}: {base.id}...{node.attr} (a private attribute of "
-                           f"{lib_aliases[base.id]})")
+                out.append(
+                    f"{rel}:{node.lineno}: {base.id}...{node.attr} (a private attribute of {lib_aliases[base.id]})"
+                )
             elif node.attr not in own:
                 out.append(f"{rel}:{node.lineno}: .{node.attr} (a private attribute pgmflow does not define)")
     return out
@@ -108,8 +128,9 @@ def test_no_private_or_internal_api_outside_the_quarantine():
     trees = {p: ast.parse(p.read_text(encoding="utf-8"), filename=str(p)) for p in _sources()}
     own = _own_private_names(trees)
     bad = [v for p, t in trees.items() if p != QUARANTINE for v in _violations(p, t, own)]
-    assert not bad, "private or internal APIs of other libraries outside pipelines/core/internals.py:\n" + \
-        "\n".join(bad)
+    assert not bad, "private or internal APIs of other libraries outside pipelines/core/internals.py:\n" + "\n".join(
+        bad
+    )
 
 
 def test_the_check_finds_what_it_is_for():
@@ -144,8 +165,9 @@ def test_the_quarantine_is_pinned_to_the_versions_it_was_checked_with(dist):
 
     lo, hi = CHECKED[dist]
     v = importlib.metadata.version(dist)
-    assert _version_tuple(lo) <= _version_tuple(v) < _version_tuple(hi), \
+    assert _version_tuple(lo) <= _version_tuple(v) < _version_tuple(hi), (
         f"{dist} {v} is outside {lo} <= v < {hi}: re-check pipelines/core/internals.py against it"
+    )
 
 
 def test_the_quarantined_internals_still_work():
@@ -154,14 +176,20 @@ def test_the_quarantined_internals_still_work():
 
     from hydra.core.plugins import Plugins
 
-    from pgmflow.pipelines.core import internals
     from hydra_plugins.pgmflow_dask_launcher.dask_launcher import DaskLauncher
+    from pgmflow.pipelines.core import internals
 
     internals.register_hydra_plugins(DaskLauncher)
     assert any(c is DaskLauncher for c in Plugins.instance().discover())
-    rec = logging.LogRecord("distributed.scheduler", logging.ERROR, __file__, 1,
-                            "Task %s marked as failed because %d workers died while trying to run it",
-                            ("x-1", 3), None)
+    rec = logging.LogRecord(
+        "distributed.scheduler",
+        logging.ERROR,
+        __file__,
+        1,
+        "Task %s marked as failed because %d workers died while trying to run it",
+        ("x-1", 3),
+        None,
+    )
     assert not internals.KilledWorkerLogFilter().filter(rec)
     rec.msg, rec.args = "something else", ()
     assert internals.KilledWorkerLogFilter().filter(rec)

@@ -36,8 +36,11 @@ def test_importing_tasks_loads_neither_numba_nor_cupy():
     import subprocess
     import sys
 
-    code = ("import sys, pgmflow.tasks.tempering.engine, pgmflow.tasks.tempering.ising_kernels, pgmflow.tasks.tempering.explorers, "
-            "pgmflow.tasks.lda.regularization, pgmflow.tasks.lda.pr_kernels; "
-            "print(sorted(m for m in ('numba', 'cupy', 'dask', 'mlflow') if m in sys.modules))")
+    code = (
+        "import sys, pgmflow.tasks.tempering.engine, pgmflow.tasks.tempering.ising_kernels, "
+        "pgmflow.tasks.tempering.explorers, "
+        "pgmflow.tasks.lda.regularization, pgmflow.tasks.lda.pr_kernels; "
+        "print(sorted(m for m in ('numba', 'cupy', 'dask', 'mlflow') if m in sys.modules))"
+    )
     out = subprocess.run([sys.executable, "-c", code], cwd=TASKS.parent, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"

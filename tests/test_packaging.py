@@ -7,11 +7,11 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import tomllib
 import zipfile
 from pathlib import Path
 
 import pytest
+import tomllib
 
 from tests.conftest import REPO, compose
 
@@ -34,7 +34,9 @@ def test_every_source_package_is_installed():
         for init in (REPO / top).rglob("__init__.py"):
             if "__pycache__" not in init.parts and "data" not in init.relative_to(REPO).parts:
                 found.add(_installed_name(init.parent))
-    assert found - listed == set(), f"folders with an __init__.py that pyproject.toml does not install: {found - listed}"
+    assert found - listed == set(), (
+        f"folders with an __init__.py that pyproject.toml does not install: {found - listed}"
+    )
     assert {n.split(".")[0] for n in listed} == {"pgmflow", "hydra_plugins"}
 
 
@@ -48,9 +50,24 @@ def test_one_version():
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("wheel")
-    proc = subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation",
-                           "-w", str(out), str(REPO)], capture_output=True, text=True, timeout=300,
-                          env={**os.environ, "PYTHONWARNINGS": ""})
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--quiet",
+            "--no-deps",
+            "--no-build-isolation",
+            "-w",
+            str(out),
+            str(REPO),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "PYTHONWARNINGS": ""},
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "warning" not in proc.stderr.lower(), proc.stderr  # a quiet build: no packaging warnings
     (whl,) = out.glob("pgmflow-*.whl")
@@ -61,8 +78,14 @@ def test_the_wheel_holds_one_namespace_and_the_configs(wheel):
     names = zipfile.ZipFile(wheel).namelist()
     tops = {n.split("/")[0] for n in names if not n.split("/")[0].endswith(".dist-info")}
     assert tops == {"pgmflow", "hydra_plugins"}
-    for f in ("pgmflow/conf/config.yaml", "pgmflow/conf/pipeline/sparse_gp.yaml", "pgmflow/tasks/gp/data/diabetes.csv",
-              "pgmflow/__init__.py", "pgmflow/pipelines/core/api.py", "hydra_plugins/pgmflow_dask_launcher/__init__.py"):
+    for f in (
+        "pgmflow/conf/config.yaml",
+        "pgmflow/conf/pipeline/sparse_gp.yaml",
+        "pgmflow/tasks/gp/data/diabetes.csv",
+        "pgmflow/__init__.py",
+        "pgmflow/pipelines/core/api.py",
+        "hydra_plugins/pgmflow_dask_launcher/__init__.py",
+    ):
         assert f in names, f
 
 
@@ -71,27 +94,42 @@ def test_installed_wheel_runs_and_provides_no_tasks_or_pipelines(wheel, tmp_path
     """pip install (not editable) of the wheel: ``import tasks`` and ``import pipelines`` fail, ``import pgmflow``
     is the installed copy, and ``python -m pgmflow`` runs a pipeline from it."""
     target = tmp_path / "site"
-    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--target", str(target),
-                    str(wheel)], check=True, capture_output=True, timeout=300)
+    subprocess.run(
+        [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--target", str(target), str(wheel)],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
     work = tmp_path / "work"
     work.mkdir()
     env = {**os.environ, "PYTHONPATH": str(target)}
     env.pop("PGMFLOW_CONF_DIR", None)
 
     def py(*args, **kw):
-        return subprocess.run([sys.executable, *args], cwd=work, env=env, capture_output=True, text=True,
-                              timeout=300, **kw)
+        return subprocess.run(
+            [sys.executable, *args], cwd=work, env=env, capture_output=True, text=True, timeout=300, **kw
+        )
 
     for name in ("tasks", "pipelines", "pgmflow_conf"):
         proc = py("-c", f"import {name}")
         assert proc.returncode != 0 and "ModuleNotFoundError" in proc.stderr, (name, proc.stderr)
-    proc = py("-c", "import pgmflow, pgmflow.conf, pgmflow.pipelines.core.config as c; "
-                    "print(pgmflow.__file__); print(c.conf_dir())")
+    proc = py(
+        "-c",
+        "import pgmflow, pgmflow.conf, pgmflow.pipelines.core.config as c; "
+        "print(pgmflow.__file__); print(c.conf_dir())",
+    )
     assert proc.returncode == 0, proc.stderr
     module_file, conf = proc.stdout.split()
     assert module_file.startswith(str(target)) and conf.startswith(str(target))
-    proc = py("-m", "pgmflow", "pipeline=sparse_gp", "debug=default", "cluster.profile=synchronous", "progress=false",
-              "tracking.uri=sqlite:///mlflow.db")
+    proc = py(
+        "-m",
+        "pgmflow",
+        "pipeline=sparse_gp",
+        "debug=default",
+        "cluster.profile=synchronous",
+        "progress=false",
+        "tracking.uri=sqlite:///mlflow.db",
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "pgmflow: finished." in proc.stdout
 
@@ -104,8 +142,8 @@ def test_users_tasks_and_pipelines_modules_change_nothing(tmp_path, mlflow_uri):
     """A ``tasks.py`` and a ``pipelines/`` package in the working directory (which pgmflow puts on its local
     workers' PYTHONPATH, for users' allow-listed modules) are never imported: a run on a LocalCluster of 2
     workers from that directory gives the bits of a synchronous run from elsewhere."""
-    from tests.pipelines.helpers import run
     from tests.pipelines.core.test_bit_reproducibility import artifacts
+    from tests.pipelines.helpers import run
 
     args = ["pipeline=sparse_gp", "debug=default", "sparse_gp.in_process=false", "progress=false"]
     _, reference = run(args, mlflow_uri)
@@ -116,8 +154,13 @@ def test_users_tasks_and_pipelines_modules_change_nothing(tmp_path, mlflow_uri):
     (work / "tasks.py").write_text(POISON.format(marker=str(marker), name="tasks.py"))
     (work / "pipelines" / "__init__.py").write_text(POISON.format(marker=str(marker), name="pipelines/"))
     exe = Path(sys.executable).with_name("pgmflow")
-    proc = subprocess.run([str(exe), *args, "cluster.profile=local", "cluster.n_workers=2",
-                           f"tracking.uri={mlflow_uri}"], cwd=work, capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [str(exe), *args, "cluster.profile=local", "cluster.n_workers=2", f"tracking.uri={mlflow_uri}"],
+        cwd=work,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "on local (2 workers)" in proc.stdout
     assert not marker.exists(), marker.read_text()

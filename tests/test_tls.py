@@ -23,9 +23,16 @@ from tests.pipelines.helpers import SMALL_ISING
 def _security(c):
     from distributed.security import Security
 
-    return Security(tls_ca_file=c["ca_file"], tls_client_cert=c["cert"], tls_client_key=c["key"],
-                    tls_scheduler_cert=c["cert"], tls_scheduler_key=c["key"], tls_worker_cert=c["cert"],
-                    tls_worker_key=c["key"], require_encryption=True)
+    return Security(
+        tls_ca_file=c["ca_file"],
+        tls_client_cert=c["cert"],
+        tls_client_key=c["key"],
+        tls_scheduler_cert=c["cert"],
+        tls_scheduler_key=c["key"],
+        tls_worker_cert=c["cert"],
+        tls_worker_key=c["key"],
+        require_encryption=True,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -39,9 +46,17 @@ def tls_cluster(certs):
     """A LocalCluster with one worker process, every connection over TLS with the test CA."""
     from distributed import LocalCluster
 
-    with LocalCluster(n_workers=1, threads_per_worker=1, processes=True, protocol="tls://", host="127.0.0.1",
-                      security=_security(certs["good"]), dashboard_address="127.0.0.1:0", silence_logs=logging.ERROR,
-                      env={"PYTHONPATH": str(REPO), "NUMBA_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}) as cl:
+    with LocalCluster(
+        n_workers=1,
+        threads_per_worker=1,
+        processes=True,
+        protocol="tls://",
+        host="127.0.0.1",
+        security=_security(certs["good"]),
+        dashboard_address="127.0.0.1:0",
+        silence_logs=logging.ERROR,
+        env={"PYTHONPATH": str(REPO), "NUMBA_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"},
+    ) as cl:
         yield cl
 
 
@@ -87,18 +102,25 @@ def bad_clients(tls_cluster, certs):
     import sys
 
     o = certs["other"]
-    r = subprocess.run([sys.executable, "-c", _BAD_CLIENTS, tls_cluster.scheduler_address, o["ca_file"], o["cert"],
-                        o["key"]], capture_output=True, text=True, timeout=120)
+    r = subprocess.run(
+        [sys.executable, "-c", _BAD_CLIENTS, tls_cluster.scheduler_address, o["ca_file"], o["cert"], o["key"]],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     results = {d["case"]: d for d in map(json.loads, (ln for ln in r.stdout.splitlines() if ln.startswith("{")))}
     assert len(results) == 3, (r.stdout, r.stderr[-3000:])
     return results
 
 
-@pytest.mark.parametrize("case,types,message", [
-    ("plain_tcp", ("OSError", "TimeoutError"), ""),  # the scheduler resets a connection that is not TLS
-    ("certificate_of_another_ca", ("CommClosedError",), "certificate"),
-    ("tls_without_certificates", ("TypeError",), "TLS expects a `ssl_context`"),
-])
+@pytest.mark.parametrize(
+    "case,types,message",
+    [
+        ("plain_tcp", ("OSError", "TimeoutError"), ""),  # the scheduler resets a connection that is not TLS
+        ("certificate_of_another_ca", ("CommClosedError",), "certificate"),
+        ("tls_without_certificates", ("TypeError",), "TLS expects a `ssl_context`"),
+    ],
+)
 def test_a_client_without_the_certificates_is_refused(bad_clients, case, types, message):
     got = bad_clients[case]
     assert not got["connected"], got
@@ -122,6 +144,7 @@ def test_a_tls_client_without_a_certificate_is_refused_by_the_scheduler(tls_clus
     """Raw TLS connections that trust the CA: the scheduler greets the one that presents the
     certificate and ends the handshake of the one that presents none (the refusal is the
     scheduler's, not a client-side check)."""
+
     def context(with_certificate):
         ctx = ssl.create_default_context(cafile=certs["good"]["ca_file"])
         ctx.check_hostname = False
@@ -144,18 +167,33 @@ def test_a_pipeline_runs_through_a_tls_address_profile(tls_cluster, certs, tmp_p
     (tmp_path / "certs").mkdir()
     for k in ("ca_file", "cert", "key"):
         (tmp_path / "certs" / f"{k}.pem").write_bytes(open(good[k], "rb").read())
-    tls = {"ca_file": "certs/ca_file.pem", "cert": "certs/cert.pem", "key": "certs/key.pem",
-           "require_encryption": True}
-    (tmp_path / "tls_cluster.yaml").write_text(yaml.safe_dump({"profiles": {"secure": {
-        "type": "address", "address": tls_cluster.scheduler_address, "timeout": 10, "tls": tls}}}))
+    tls = {"ca_file": "certs/ca_file.pem", "cert": "certs/cert.pem", "key": "certs/key.pem", "require_encryption": True}
+    (tmp_path / "tls_cluster.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "profiles": {
+                    "secure": {"type": "address", "address": tls_cluster.scheduler_address, "timeout": 10, "tls": tls}
+                }
+            }
+        )
+    )
     ccfg = {"file": str(tmp_path / "tls_cluster.yaml"), "profile": "secure"}
     sec = cluster_mod.security_for(ccfg)  # what a sweep job uses to reach the same scheduler
     assert sec.require_encryption and sec.tls_client_cert == str((tmp_path / "certs" / "cert.pem").resolve())
 
     before = set(tls_cluster.scheduler.task_prefixes)
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    r = pgmflow([*SMALL_ISING, "tempering.n_rounds=2", "tempering.figures=false", "cluster.file=tls_cluster.yaml",
-                 "cluster.profile=secure", f"tracking.uri={uri}"], tmp_path)
+    r = pgmflow(
+        [
+            *SMALL_ISING,
+            "tempering.n_rounds=2",
+            "tempering.figures=false",
+            "cluster.file=tls_cluster.yaml",
+            "cluster.profile=secure",
+            f"tracking.uri={uri}",
+        ],
+        tmp_path,
+    )
     assert r.returncode == 0, (r.stdout[-2000:], r.stderr[-3000:])
     assert "tempering run " in r.stdout and "on secure (1 worker)" in r.stdout
     assert [s for s, _ in run_statuses(tmp_path, uri)] == ["FINISHED"]
@@ -169,13 +207,33 @@ def test_sparse_gp_evaluations_reach_the_workers_over_tls(tls_cluster, certs, tm
 
     good = certs["good"]
     tls = {"ca_file": good["ca_file"], "cert": good["cert"], "key": good["key"], "require_encryption": True}
-    (tmp_path / "tls_cluster.yaml").write_text(yaml.safe_dump({"profiles": {"secure": {
-        "type": "address", "address": tls_cluster.scheduler_address, "timeout": 10, "tls": tls}}}))
+    (tmp_path / "tls_cluster.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "profiles": {
+                    "secure": {"type": "address", "address": tls_cluster.scheduler_address, "timeout": 10, "tls": tls}
+                }
+            }
+        )
+    )
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     before = set(tls_cluster.scheduler.task_prefixes)
-    r = pgmflow(["pipeline=sparse_gp", "gp_data=diabetes", "sparse_gp.m=8", "sparse_gp.max_iter=4",
-                 "sparse_gp.chunk_size=150", "sparse_gp.in_process=false", "sparse_gp.figures=false", "progress=false",
-                 "cluster.file=tls_cluster.yaml", "cluster.profile=secure", f"tracking.uri={uri}"], tmp_path)
+    r = pgmflow(
+        [
+            "pipeline=sparse_gp",
+            "gp_data=diabetes",
+            "sparse_gp.m=8",
+            "sparse_gp.max_iter=4",
+            "sparse_gp.chunk_size=150",
+            "sparse_gp.in_process=false",
+            "sparse_gp.figures=false",
+            "progress=false",
+            "cluster.file=tls_cluster.yaml",
+            "cluster.profile=secure",
+            f"tracking.uri={uri}",
+        ],
+        tmp_path,
+    )
     assert r.returncode == 0, (r.stdout[-2000:], r.stderr[-3000:])
     tr = Tracker(uri, "pgmflow")
     (run,) = tr.client.search_runs([tr.client.get_experiment_by_name("pgmflow").experiment_id])
@@ -191,9 +249,20 @@ def test_the_local_tls_profile_starts_a_tls_cluster(certs, tmp_path):
     from pgmflow.pipelines.core import cluster as cluster_mod
 
     good = certs["good"]
-    (tmp_path / "c.yaml").write_text(yaml.safe_dump({"profiles": {"local_tls": {
-        "type": "local", "n_workers": 1, "dashboard_address": "127.0.0.1:0",
-        "tls": {"ca_file": good["ca_file"], "cert": good["cert"], "key": good["key"]}}}}))
+    (tmp_path / "c.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "profiles": {
+                    "local_tls": {
+                        "type": "local",
+                        "n_workers": 1,
+                        "dashboard_address": "127.0.0.1:0",
+                        "tls": {"ca_file": good["ca_file"], "cert": good["cert"], "key": good["key"]},
+                    }
+                }
+            }
+        )
+    )
     with cluster_mod.open_cluster({"file": str(tmp_path / "c.yaml"), "profile": "local_tls"}) as ch:
         assert ch.address.startswith("tls://127.0.0.1:")
         assert ch.client.submit(sum, [1, 2, 3], pure=False).result(timeout=30) == 6
@@ -221,24 +290,51 @@ def test_a_sweep_over_the_local_tls_profile(certs, tmp_path):
     import subprocess
     import sys
 
-    from tests.pipelines.helpers import run
     from tests.pipelines.core.test_sweeps import runs
+    from tests.pipelines.helpers import run
 
     good = certs["good"]
-    (tmp_path / "c.yaml").write_text(yaml.safe_dump({"profiles": {"local_tls": {
-        "type": "local", "n_workers": 2, "dashboard_address": "127.0.0.1:0",
-        "tls": {"ca_file": good["ca_file"], "cert": good["cert"], "key": good["key"]}}}}))
+    (tmp_path / "c.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "profiles": {
+                    "local_tls": {
+                        "type": "local",
+                        "n_workers": 2,
+                        "dashboard_address": "127.0.0.1:0",
+                        "tls": {"ca_file": good["ca_file"], "cert": good["cert"], "key": good["key"]},
+                    }
+                }
+            }
+        )
+    )
     job = [*SMALL_ISING, "tempering.n_rounds=3", "tempering.figures=false"]
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    r = subprocess.run([sys.executable, "-m", "pgmflow", "-m", *job, "seed=0,1", "cluster.file=c.yaml",
-                        "cluster.profile=local_tls", f"tracking.uri={uri}"], cwd=tmp_path, capture_output=True,
-                       text=True, timeout=300, env={**__import__("os").environ, "PYTHONPATH": str(REPO)})
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pgmflow",
+            "-m",
+            *job,
+            "seed=0,1",
+            "cluster.file=c.yaml",
+            "cluster.profile=local_tls",
+            f"tracking.uri={uri}",
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**__import__("os").environ, "PYTHONPATH": str(REPO)},
+    )
     assert r.returncode == 0, (r.stdout[-2000:], r.stderr[-3000:])
     assert "pgmflow: sweep cluster: local_tls (2 workers)" in r.stdout, r.stdout[-2000:]
     tr, parents, children = runs(uri)
     assert len(parents) == 1 and len(children) == 2 and all(c.info.status == "FINISHED" for c in children)
-    assert all(c.data.tags.get("pgmflow.cluster.profile", "").endswith("local_tls") for c in children), \
-        [c.data.tags.get("pgmflow.cluster.profile") for c in children]
+    assert all(c.data.tags.get("pgmflow.cluster.profile", "").endswith("local_tls") for c in children), [
+        c.data.tags.get("pgmflow.cluster.profile") for c in children
+    ]
     for c in children:
         seed = c.data.tags["pgmflow.sweep.overrides"].split("seed=")[1].split()[0]
         ref, _ = run(job + [f"seed={seed}"], f"sqlite:///{tmp_path / 'ref.db'}")

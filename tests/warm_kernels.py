@@ -16,14 +16,18 @@ import sys
 import time
 
 RUNS = {
-    "A": [["pipeline=tempering", "debug=default"],
-          ["pipeline=tempering", "model.L=64", "tempering.n_replicas=4", "tempering.n_rounds=1"],
-          ["pipeline=tesla", "debug=default", "tesla.figures=false"],
-          ["pipeline=bounds", "model=ising", "model.L=8", "variational.figures=false"]],
-    "B": [["pipeline=svi", "debug=default", "svi.figures=false"],
-          ["pipeline=svi", "corpus=synthetic", "debug=default", "svi.figures=false"],
-          ["experiment=lda_seeded", "debug=default", "svi.figures=false"],
-          ["pipeline=sparse_gp", "debug=default", "sparse_gp.figures=false"]],  # the RBF exp kernel (tasks/fastexp.py)
+    "A": [
+        ["pipeline=tempering", "debug=default"],
+        ["pipeline=tempering", "model.L=64", "tempering.n_replicas=4", "tempering.n_rounds=1"],
+        ["pipeline=tesla", "debug=default", "tesla.figures=false"],
+        ["pipeline=bounds", "model=ising", "model.L=8", "variational.figures=false"],
+    ],
+    "B": [
+        ["pipeline=svi", "debug=default", "svi.figures=false"],
+        ["pipeline=svi", "corpus=synthetic", "debug=default", "svi.figures=false"],
+        ["experiment=lda_seeded", "debug=default", "svi.figures=false"],
+        ["pipeline=sparse_gp", "debug=default", "sparse_gp.figures=false"],
+    ],  # the RBF exp kernel (tasks/fastexp.py)
 }
 
 
@@ -33,8 +37,10 @@ def main(part: str, store: str) -> int:
 
     t0 = time.monotonic()
     for overrides in RUNS[part]:
-        cfg = compose(overrides + ["progress=false", "cluster.profile=synchronous",
-                                   f"tracking.uri=sqlite:///{store}/warm_{part}.db"])
+        cfg = compose(
+            overrides
+            + ["progress=false", "cluster.profile=synchronous", f"tracking.uri=sqlite:///{store}/warm_{part}.db"]
+        )
         if isinstance(cfg.get("corpus"), dict) and "cache_dir" in cfg["corpus"]:
             cfg["corpus"]["cache_dir"] = f"{store}/corpus_cache_{part}"
         execute(cfg, stream=io.StringIO())

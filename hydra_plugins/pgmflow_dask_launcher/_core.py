@@ -9,8 +9,8 @@ import os
 import pickle
 import threading
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 from hydra.core.singleton import Singleton
 from hydra.core.utils import JobReturn, JobStatus, configure_log, filter_overrides, setup_globals
@@ -32,7 +32,7 @@ def job_failure(ret) -> BaseException | None:
 
     with contextlib.redirect_stderr(io.StringIO()):
         try:
-            ret.return_value
+            ret.return_value  # noqa: B018 - the property raises the job's exception
         except BaseException as exc:  # noqa: BLE001 - whatever the job raised is its failure
             return exc
     return None
@@ -58,8 +58,11 @@ class _Runner:
         import subprocess
         import sys
 
-        self.proc = subprocess.Popen([sys.executable, "-m", "hydra_plugins.pgmflow_dask_launcher._job",
-                                      str(os.getpid())], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "hydra_plugins.pgmflow_dask_launcher._job", str(os.getpid())],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+        )
 
     def alive(self) -> bool:
         return self.proc.poll() is None
@@ -158,8 +161,9 @@ def _resolved_task_config(job_cfg) -> dict:
 
 
 def _failed(overrides, cfg, hydra_cfg, message: str) -> JobReturn:
-    ret = JobReturn(overrides=list(overrides), cfg=cfg, hydra_cfg=hydra_cfg, working_dir=os.getcwd(),
-                    task_name="pgmflow")
+    ret = JobReturn(
+        overrides=list(overrides), cfg=cfg, hydra_cfg=hydra_cfg, working_dir=os.getcwd(), task_name="pgmflow"
+    )
     ret.status = JobStatus.FAILED
     ret.return_value = JobFailed(message)
     return ret
@@ -187,16 +191,19 @@ def launch(launcher, job_overrides: Sequence[Sequence[str]], initial_job_idx: in
     from pgmflow.pipelines.core.errors import EXIT_BAD_INPUT, ConfigError
 
     try:
-        session = sweep_mod.open_session(cluster_cfg, tracking_cfg, task_overrides, sweeper,
-                                         resume=bool(getattr(launcher, "resume", True)))
+        session = sweep_mod.open_session(
+            cluster_cfg, tracking_cfg, task_overrides, sweeper, resume=bool(getattr(launcher, "resume", True))
+        )
     except ConfigError as exc:  # refused before any job: one line, exit code 2
         import sys
 
         print(f"pgmflow: error: {exc.message}", file=sys.stderr, flush=True)
         raise SystemExit(EXIT_BAD_INPUT) from None
     if cluster_cfg.get("profile") == "synchronous":
-        raise JobFailed("hydra/launcher=dask needs a Dask cluster, not cluster.profile=synchronous; fix: pick "
-                        "another cluster profile, or run the sweep with hydra/launcher=basic")
+        raise JobFailed(
+            "hydra/launcher=dask needs a Dask cluster, not cluster.profile=synchronous; fix: pick "
+            "another cluster profile, or run the sweep with hydra/launcher=basic"
+        )
 
     singleton_state = Singleton.get_state()
     returns: dict[int, JobReturn] = {}
@@ -230,8 +237,7 @@ def launch(launcher, job_overrides: Sequence[Sequence[str]], initial_job_idx: in
         if finished:
             row.status, row.objective = "SKIPPED", objective
             log.info(f"\t#{idx} : {' '.join(shown)} (FINISHED before in run {run_id}; skipped)")
-            ret = JobReturn(overrides=overrides, cfg=None, hydra_cfg=None, working_dir=os.getcwd(),
-                            task_name="pgmflow")
+            ret = JobReturn(overrides=overrides, cfg=None, hydra_cfg=None, working_dir=os.getcwd(), task_name="pgmflow")
             ret.status = JobStatus.COMPLETED
             ret.return_value = objective
             returns[idx] = ret
@@ -241,12 +247,24 @@ def launch(launcher, job_overrides: Sequence[Sequence[str]], initial_job_idx: in
             returns[idx] = _failed(overrides, None, None, f"job {idx} ({' '.join(shown)}): {error}")
         else:
             log.info(f"\t#{idx} : {' '.join(shown)}")
-            payload = cloudpickle.dumps({"idx": idx, "overrides": overrides, "hydra_context": ctx, "config": config,
-                                    "task_function": launcher.task_function, "singleton_state": singleton_state})
-            env = {"PGMFLOW_SWEEP_JOB": "1", "PGMFLOW_SWEEP_RUN_ID": run_id, "PYTHONPATH": os.environ.get("PYTHONPATH", ""),
-                   "PGMFLOW_SWEEP_PARENT_ID": session.parent_id,
-                   "PGMFLOW_ORIG_CWD": os.environ.get("PGMFLOW_ORIG_CWD", os.getcwd()),
-                   "PGMFLOW_TRACKING_URI": tracking_cfg["uri"]}
+            payload = cloudpickle.dumps(
+                {
+                    "idx": idx,
+                    "overrides": overrides,
+                    "hydra_context": ctx,
+                    "config": config,
+                    "task_function": launcher.task_function,
+                    "singleton_state": singleton_state,
+                }
+            )
+            env = {
+                "PGMFLOW_SWEEP_JOB": "1",
+                "PGMFLOW_SWEEP_RUN_ID": run_id,
+                "PYTHONPATH": os.environ.get("PYTHONPATH", ""),
+                "PGMFLOW_SWEEP_PARENT_ID": session.parent_id,
+                "PGMFLOW_ORIG_CWD": os.environ.get("PGMFLOW_ORIG_CWD", os.getcwd()),
+                "PGMFLOW_TRACKING_URI": tracking_cfg["uri"],
+            }
             todo.append((idx, overrides, run_id, payload, env))
         session.record(row)
 
@@ -279,8 +297,14 @@ def _run_jobs(launcher, session, todo, returns):
 
     def submit_next():
         idx, overrides, run_id, payload, env = item = pending.pop()
-        fut = client.submit(run_job_task, payload, env, launcher.job_timeout, pure=False,
-                            key=f"pgmflow-sweep-job-{session.parent_id[:8]}-{idx}-{time.monotonic_ns()}")
+        fut = client.submit(
+            run_job_task,
+            payload,
+            env,
+            launcher.job_timeout,
+            pure=False,
+            key=f"pgmflow-sweep-job-{session.parent_id[:8]}-{idx}-{time.monotonic_ns()}",
+        )
         running[fut] = item
         session.rows[idx].status = "RUNNING"
         session.rows[idx].seconds = time.monotonic()
@@ -293,8 +317,10 @@ def _run_jobs(launcher, session, todo, returns):
         limit = int(launcher.max_concurrent_jobs or max(len(client.nthreads()), 1))
         if limit != state["limit"]:
             how = "max_concurrent_jobs" if launcher.max_concurrent_jobs else "one per joined worker"
-            log.info(f"Dask launcher: {len(pending) + len(running)} jobs to run, at most {limit} at once ({how}), "
-                     f"on {cluster.profile}")
+            log.info(
+                f"Dask launcher: {len(pending) + len(running)} jobs to run, at most {limit} at once ({how}), "
+                f"on {cluster.profile}"
+            )
             state["limit"] = limit
         while pending and len(running) < limit:
             submit_next()

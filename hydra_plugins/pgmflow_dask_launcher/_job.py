@@ -37,8 +37,13 @@ def _run(payload: bytes):
             sweep_config.hydra.job.id = f"{sweep_config.hydra.job.name}_{idx}"
             sweep_config.hydra.job.num = idx
         HydraConfig.instance().set_config(sweep_config)
-        ret = run_job(hydra_context=ctx, config=sweep_config, task_function=p["task_function"],
-                      job_dir_key="hydra.sweep.dir", job_subdir_key="hydra.sweep.subdir")
+        ret = run_job(
+            hydra_context=ctx,
+            config=sweep_config,
+            task_function=p["task_function"],
+            job_dir_key="hydra.sweep.dir",
+            job_subdir_key="hydra.sweep.subdir",
+        )
     except BaseException as exc:  # SystemExit from a task function that exits, for instance
         ret = JobReturn(overrides=list(p["overrides"]), task_name="pgmflow")
         ret.status = JobStatus.FAILED

@@ -16,10 +16,10 @@ How a job runs (see :mod:`pgmflow.pipelines.core.sweep` for the MLflow side):
    error); ``launch()`` never raises for a job.
 """
 
-
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Dict, Optional, Sequence
+from typing import Any
 
 from hydra.core.config_store import ConfigStore
 from hydra.core.utils import JobReturn
@@ -34,9 +34,9 @@ log = logging.getLogger(__name__)
 class DaskLauncherConf:
     _target_: str = "hydra_plugins.pgmflow_dask_launcher.dask_launcher.DaskLauncher"
     # Jobs running at once (null: one per Dask worker). Each job's own tasks share the workers.
-    max_concurrent_jobs: Optional[int] = None
+    max_concurrent_jobs: int | None = None
     # Seconds a job may run before it is counted FAILED (null: no limit).
-    job_timeout: Optional[float] = None
+    job_timeout: float | None = None
     # true: the same sweep command again reuses its parent run and skips jobs that FINISHED
     # (same resolved config); false: always a new parent run.
     resume: bool = True
@@ -46,17 +46,20 @@ ConfigStore.instance().store(group="hydra/launcher", name="dask", node=DaskLaunc
 
 
 class DaskLauncher(Launcher):
-    def __init__(self, max_concurrent_jobs: Optional[int] = None, job_timeout: Optional[float] = None,
-                 resume: bool = True) -> None:
+    def __init__(
+        self, max_concurrent_jobs: int | None = None, job_timeout: float | None = None, resume: bool = True
+    ) -> None:
         if max_concurrent_jobs is not None and int(max_concurrent_jobs) < 1:
-            raise ValueError(f"hydra.launcher.max_concurrent_jobs={max_concurrent_jobs}: must be a positive "
-                             "integer or null (one per worker)")
+            raise ValueError(
+                f"hydra.launcher.max_concurrent_jobs={max_concurrent_jobs}: must be a positive "
+                "integer or null (one per worker)"
+            )
         self.max_concurrent_jobs = max_concurrent_jobs
         self.job_timeout = job_timeout
         self.resume = bool(resume)
-        self.config: Optional[DictConfig] = None
-        self.task_function: Optional[TaskFunction] = None
-        self.hydra_context: Optional[HydraContext] = None
+        self.config: DictConfig | None = None
+        self.task_function: TaskFunction | None = None
+        self.hydra_context: HydraContext | None = None
 
     def setup(self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig) -> None:
         self.config = config
@@ -69,6 +72,5 @@ class DaskLauncher(Launcher):
 
         return _core.launch(self, job_overrides, initial_job_idx)
 
-    def __getstate__(self) -> Dict[str, Any]:  # never shipped to workers; keep pickles small if it is
-        return {"max_concurrent_jobs": self.max_concurrent_jobs, "job_timeout": self.job_timeout,
-                "resume": self.resume}
+    def __getstate__(self) -> dict[str, Any]:  # never shipped to workers; keep pickles small if it is
+        return {"max_concurrent_jobs": self.max_concurrent_jobs, "job_timeout": self.job_timeout, "resume": self.resume}

@@ -22,7 +22,9 @@ __version__ = "0.2.0"
 
 __all__ = ["run", "load", "compose", "RunResult", "LoadedRun", "ConfigError", "RunFailed", "__version__"]
 
-_API = {name: "pgmflow.pipelines.core.api" for name in ("run", "load", "compose", "RunResult", "LoadedRun", "RunFailed")}
+_API = {
+    name: "pgmflow.pipelines.core.api" for name in ("run", "load", "compose", "RunResult", "LoadedRun", "RunFailed")
+}
 _API["ConfigError"] = "pgmflow.pipelines.core.errors"
 
 

@@ -7,13 +7,16 @@ import numpy as np
 from pgmflow.pipelines.core.plotting import plt
 
 
-def bounds_figure(betas, curves: dict, exact, tempering, tempering_se, title: str = "") -> "plt.Figure":
+def bounds_figure(betas, curves: dict, exact, tempering, tempering_se, title: str = "") -> plt.Figure:
     """log Z per spin against beta: MF lower bound, TRW upper bound, Bethe, the exact value where
     known, and the tempering estimate with a +-2 SE band."""
     fig, (ax, ax2) = plt.subplots(2, 1, figsize=(7, 7), sharex=True, gridspec_kw={"height_ratios": [3, 2]})
     b = np.asarray(betas, dtype=np.float64)
-    style = {"mf": ("tab:blue", "mean field (lower bound)"), "bethe": ("tab:green", "Bethe (loopy BP)"),
-             "trw": ("tab:red", "TRW (upper bound)")}
+    style = {
+        "mf": ("tab:blue", "mean field (lower bound)"),
+        "bethe": ("tab:green", "Bethe (loopy BP)"),
+        "trw": ("tab:red", "TRW (upper bound)"),
+    }
     for key, (color, label) in style.items():
         if key in curves:
             ax.plot(b, curves[key], "-o", ms=3, color=color, label=label)

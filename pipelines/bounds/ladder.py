@@ -29,15 +29,18 @@ def tempering_bounds(ctx, settings: VariationalSettings, target, betas_per_chain
     rho = ising_rho(target, ising_model(target, float(b[-1])), settings)
     rho = rho if isinstance(rho, str) else ex.scatter(rho)
     lat = lattice_of(target)
-    tasks = [dask.delayed(bounds_task, pure=True)((target, float(bk)), rho, opts, lat,
-                                                  dask_key_name=f"bounds-{ctx.token}-g{group}-k{k}")
-             for k, bk in enumerate(b)]
+    tasks = [
+        dask.delayed(bounds_task, pure=True)(
+            (target, float(bk)), rho, opts, lat, dask_key_name=f"bounds-{ctx.token}-g{group}-k{k}"
+        )
+        for k, bk in enumerate(b)
+    ]
     res = ex.gather(ex.compute(tasks))
     n = target.n_sites
     ll = traces[0].loglik.T  # [K, T] chain 0
     est, se = [target.log_z_reference], [0.0]
     for k in range(1, b.size):
-        e = estimators.stepping_stone_joint(b[:k + 1], ll[:k + 1])
+        e = estimators.stepping_stone_joint(b[: k + 1], ll[: k + 1])
         est.append(target.log_z_reference + float(e.estimate))
         se.append(float(e.se))
     rows = []
@@ -46,10 +49,21 @@ def tempering_bounds(ctx, settings: VariationalSettings, target, betas_per_chain
         r = res[k]
         lo_ok = r.mf <= est[k] + 2 * se[k]
         up_ok = est[k] - 2 * se[k] <= r.trw
-        rows.append({"level": k, "b": float(b[k]), "beta": beta, "T": (1.0 / beta) if beta > 0 else math.inf,
-                     "mf_per_site": r.mf / n, "bethe_per_site": r.bethe / n, "trw_per_site": r.trw / n,
-                     "tempering_per_site": est[k] / n, "tempering_se_per_site": se[k] / n,
-                     "gap_tempering_minus_mf": (est[k] - r.mf) / n, "gap_trw_minus_tempering": (r.trw - est[k]) / n,
-                     "order_holds_2se": bool(lo_ok and up_ok),
-                     "converged": bool(r.mf_converged and r.bp_converged and r.trw_converged)})
+        rows.append(
+            {
+                "level": k,
+                "b": float(b[k]),
+                "beta": beta,
+                "T": (1.0 / beta) if beta > 0 else math.inf,
+                "mf_per_site": r.mf / n,
+                "bethe_per_site": r.bethe / n,
+                "trw_per_site": r.trw / n,
+                "tempering_per_site": est[k] / n,
+                "tempering_se_per_site": se[k] / n,
+                "gap_tempering_minus_mf": (est[k] - r.mf) / n,
+                "gap_trw_minus_tempering": (r.trw - est[k]) / n,
+                "order_holds_2se": bool(lo_ok and up_ok),
+                "converged": bool(r.mf_converged and r.bp_converged and r.trw_converged),
+            }
+        )
     return {"rows": rows, "n": n}

@@ -93,12 +93,25 @@ def file_mrf(mcfg: Mapping, loaded: tuple, settings: VariationalSettings, seed: 
     if rho is None:
         rho = trw.spanning_tree_rho(model, n_trees=settings.n_trees, seed=seed)
     T = 1.0 / float(mcfg.get("beta", 1.0))
-    return BoundsModel(name="mrf", spec=dict(mcfg), data_path=mcfg.get("path"),
-                       temperatures=(Temperature(T, None, model, rho, None),), node_marginals=True)
+    return BoundsModel(
+        name="mrf",
+        spec=dict(mcfg),
+        data_path=mcfg.get("path"),
+        temperatures=(Temperature(T, None, model, rho, None),),
+        node_marginals=True,
+    )
 
 
-__all__ = ["BoundsModel", "Temperature", "file_mrf", "ising_lattices", "ising_model", "ising_rho", "ising_target",
-           "load_mrf"]
+__all__ = [
+    "BoundsModel",
+    "Temperature",
+    "file_mrf",
+    "ising_lattices",
+    "ising_model",
+    "ising_rho",
+    "ising_target",
+    "load_mrf",
+]
 
 
 def load_mrf(mcfg: dict) -> tuple[_mrf.PairwiseMRF, np.ndarray | None]:
@@ -107,8 +120,12 @@ def load_mrf(mcfg: dict) -> tuple[_mrf.PairwiseMRF, np.ndarray | None]:
 
     path = mcfg.get("path")
     if not path:
-        raise ConfigError("model.path", path, "model=mrf needs a file with the couplings",
-                          "pass model.path=FILE.npz holding J [n, n] (and optionally h [n], rho)")
+        raise ConfigError(
+            "model.path",
+            path,
+            "model=mrf needs a file with the couplings",
+            "pass model.path=FILE.npz holding J [n, n] (and optionally h [n], rho)",
+        )
     p = Path(str(path)).expanduser()
     if not p.is_file():
         raise ConfigError("model.path", str(path), "no such file", "check the path")
@@ -116,15 +133,25 @@ def load_mrf(mcfg: dict) -> tuple[_mrf.PairwiseMRF, np.ndarray | None]:
         z = np.load(p, allow_pickle=False)
         arrays = {k: z[k] for k in z.files} if hasattr(z, "files") else {"J": np.asarray(z)}
     except Exception as exc:
-        raise ConfigError("model.path", str(path), f"cannot read it as .npz/.npy ({type(exc).__name__})",
-                          "save the couplings with numpy.savez(path, J=..., h=...)") from None
+        raise ConfigError(
+            "model.path",
+            str(path),
+            f"cannot read it as .npz/.npy ({type(exc).__name__})",
+            "save the couplings with numpy.savez(path, J=..., h=...)",
+        ) from None
     if "J" not in arrays:
-        raise ConfigError("model.path", str(path), f"has no array 'J' (found: {', '.join(arrays) or 'none'})",
-                          "save the coupling matrix under the name J")
+        raise ConfigError(
+            "model.path",
+            str(path),
+            f"has no array 'J' (found: {', '.join(arrays) or 'none'})",
+            "save the coupling matrix under the name J",
+        )
     beta = float(mcfg.get("beta", 1.0))
     try:
-        model = _mrf.from_dense(beta * np.asarray(arrays["J"], dtype=np.float64),
-                                None if "h" not in arrays else beta * np.asarray(arrays["h"], dtype=np.float64))
+        model = _mrf.from_dense(
+            beta * np.asarray(arrays["J"], dtype=np.float64),
+            None if "h" not in arrays else beta * np.asarray(arrays["h"], dtype=np.float64),
+        )
     except _mrf.MRFError as exc:
         raise ConfigError("model.path", str(path), f"{exc.what} {exc.problem}", exc.fix) from None
     rho = None
@@ -132,8 +159,12 @@ def load_mrf(mcfg: dict) -> tuple[_mrf.PairwiseMRF, np.ndarray | None]:
         r = np.asarray(arrays["rho"], dtype=np.float64)
         if r.ndim == 2:  # a symmetric [n, n] matrix of edge probabilities
             if r.shape != (model.n, model.n):
-                raise ConfigError("model.path", str(path), f"rho has shape {r.shape}, the couplings need "
-                                  f"({model.n}, {model.n}) or ({model.E},)", "save one probability per edge")
+                raise ConfigError(
+                    "model.path",
+                    str(path),
+                    f"rho has shape {r.shape}, the couplings need ({model.n}, {model.n}) or ({model.E},)",
+                    "save one probability per edge",
+                )
             r = r[model.edges[:, 0], model.edges[:, 1]]
         try:
             trw.check_rho(model, r)

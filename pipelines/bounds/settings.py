@@ -24,5 +24,6 @@ class VariationalSettings:
 
     def solver_options(self, backend: str = "numpy") -> dict:
         """The keyword arguments of ``pgmflow.tasks.bounds.summary.compute_bounds``."""
-        return dict(damping=self.damping, max_iter=self.max_iter, tol=self.tol, mf_restarts=self.mf_restarts,
-                    backend=backend)
+        return dict(
+            damping=self.damping, max_iter=self.max_iter, tol=self.tol, mf_restarts=self.mf_restarts, backend=backend
+        )

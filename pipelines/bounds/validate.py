@@ -10,12 +10,27 @@ from pgmflow.pipelines.core.validation import apply, boolean, choice, get, integ
 
 # The Ising model (model=ising) is a binary pairwise model: its rules live here, and tempering, which
 # samples it, takes them from here (tempering -> bounds is the one workload-to-workload import).
-ISING_RULES = {"L": integer(lo=2, hi=1 << 15, even=True), "T": real(gt=0), "J": real(nonzero=True), "h": real(),
-               "couplings": choice("ferromagnetic", "antiferromagnetic", "spin_glass"),
-               "disorder_seed": integer(lo=0)}
+ISING_RULES = {
+    "L": integer(lo=2, hi=1 << 15, even=True),
+    "T": real(gt=0),
+    "J": real(nonzero=True),
+    "h": real(),
+    "couplings": choice("ferromagnetic", "antiferromagnetic", "spin_glass"),
+    "disorder_seed": integer(lo=0),
+}
 
-VARIATIONAL_KEYS = {"damping", "max_iter", "tol", "mf_restarts", "rho", "n_trees", "temperatures", "marginals",
-                    "figures", "checkpoint_seconds"}
+VARIATIONAL_KEYS = {
+    "damping",
+    "max_iter",
+    "tol",
+    "mf_restarts",
+    "rho",
+    "n_trees",
+    "temperatures",
+    "marginals",
+    "figures",
+    "checkpoint_seconds",
+}
 VARIATIONAL = {
     "damping": real(gt=0),
     "max_iter": integer(lo=1),
@@ -39,17 +54,27 @@ def check_variational(cfg: dict) -> VariationalSettings:
     temps = cfg["variational"].get("temperatures")
     if temps is not None:
         if not isinstance(temps, (list, tuple)) or not temps:
-            raise ConfigError("variational.temperatures", temps, "must be a non-empty list of temperatures or null",
-                              "use e.g. variational.temperatures=[2.0,2.269,2.5]")
+            raise ConfigError(
+                "variational.temperatures",
+                temps,
+                "must be a non-empty list of temperatures or null",
+                "use e.g. variational.temperatures=[2.0,2.269,2.5]",
+            )
         for t in temps:
             real(gt=0)("variational.temperatures", t)
     v = cfg["variational"]
-    return VariationalSettings(damping=float(v["damping"]), max_iter=int(v["max_iter"]), tol=float(v["tol"]),
-                               mf_restarts=int(v["mf_restarts"]), rho=str(v.get("rho", "auto")),
-                               n_trees=int(v["n_trees"]),
-                               temperatures=None if temps is None else tuple(float(t) for t in temps),
-                               marginals=bool(v.get("marginals")), figures=bool(v.get("figures", True)),
-                               checkpoint_seconds=float(v.get("checkpoint_seconds", 10.0)))
+    return VariationalSettings(
+        damping=float(v["damping"]),
+        max_iter=int(v["max_iter"]),
+        tol=float(v["tol"]),
+        mf_restarts=int(v["mf_restarts"]),
+        rho=str(v.get("rho", "auto")),
+        n_trees=int(v["n_trees"]),
+        temperatures=None if temps is None else tuple(float(t) for t in temps),
+        marginals=bool(v.get("marginals")),
+        figures=bool(v.get("figures", True)),
+        checkpoint_seconds=float(v.get("checkpoint_seconds", 10.0)),
+    )
 
 
 def check_bounds(cfg: dict) -> tuple | None:
@@ -67,8 +92,12 @@ def check_bounds(cfg: dict) -> tuple | None:
         from pgmflow.pipelines.bounds.models import load_mrf
 
         return load_mrf(model)
-    raise ConfigError("model", name, "pipeline=bounds works on binary pairwise models",
-                      "use model=ising or model=mrf model.path=FILE.npz")
+    raise ConfigError(
+        "model",
+        name,
+        "pipeline=bounds works on binary pairwise models",
+        "use model=ising or model=mrf model.path=FILE.npz",
+    )
 
 
 def check_bounds_pipeline(cfg: dict) -> BoundsPlan:
@@ -79,6 +108,9 @@ def check_bounds_pipeline(cfg: dict) -> BoundsPlan:
     loaded = check_bounds(cfg)
     settings = check_variational(cfg)
     seed = int(cfg["seed"])
-    model = (models.ising_lattices(cfg["model"], settings) if loaded is None
-             else models.file_mrf(cfg["model"], loaded, settings, seed))
+    model = (
+        models.ising_lattices(cfg["model"], settings)
+        if loaded is None
+        else models.file_mrf(cfg["model"], loaded, settings, seed)
+    )
     return BoundsPlan(seed=seed, variational=settings, model=model)

@@ -57,8 +57,9 @@ def _check_overrides(overrides) -> list[str]:
     out = []
     for o in overrides:
         if not isinstance(o, str):
-            raise TypeError(f"pgmflow: overrides are strings such as 'model.L=32' or 'pipeline=svi', not {o!r} "
-                            f"({type(o).__name__})")
+            raise TypeError(
+                f"pgmflow: overrides are strings such as 'model.L=32' or 'pipeline=svi', not {o!r} ({type(o).__name__})"
+            )
         out.append(o)
     return out
 
@@ -122,8 +123,10 @@ class RunResult:
 
     def __repr__(self):
         obj = f"{self.objective:.6g}" if isinstance(self.objective, float) else self.objective
-        return (f"RunResult(pipeline={self.pipeline!r}, run_id={self.run_id!r}, objective={obj}, "
-                f"{len(self.metrics)} metrics)")
+        return (
+            f"RunResult(pipeline={self.pipeline!r}, run_id={self.run_id!r}, objective={obj}, "
+            f"{len(self.metrics)} metrics)"
+        )
 
 
 def _client_handle(client):
@@ -131,8 +134,13 @@ def _client_handle(client):
     from pgmflow.pipelines.core.cluster import ClusterHandle
 
     n = len(client.scheduler_info().get("workers", {}))
-    return ClusterHandle(client=client, profile="client", type="client", n_workers=max(n, 1),
-                         address=getattr(client.scheduler, "address", None))
+    return ClusterHandle(
+        client=client,
+        profile="client",
+        type="client",
+        n_workers=max(n, 1),
+        address=getattr(client.scheduler, "address", None),
+    )
 
 
 def _cluster_arg(cfg: dict, cluster) -> object | None:
@@ -155,8 +163,10 @@ def _cluster_arg(cfg: dict, cluster) -> object | None:
         return cluster
     if hasattr(cluster, "scheduler_address"):  # a LocalCluster, SLURMCluster, KubeCluster...
         return cluster
-    raise TypeError(f"pgmflow.run: cluster={cluster!r} ({type(cluster).__name__}) is not a profile name, a "
-                    f"scheduler address, a distributed.Client or a Dask cluster")
+    raise TypeError(
+        f"pgmflow.run: cluster={cluster!r} ({type(cluster).__name__}) is not a profile name, a "
+        f"scheduler address, a distributed.Client or a Dask cluster"
+    )
 
 
 @contextlib.contextmanager
@@ -170,8 +180,9 @@ def _as_client(obj):
             yield client
 
 
-def run(*overrides: str, cluster=None, tracking_uri: str | None = None, progress: bool | None = None,
-        stream=None) -> RunResult:
+def run(
+    *overrides: str, cluster=None, tracking_uri: str | None = None, progress: bool | None = None, stream=None
+) -> RunResult:
     """Run one experiment, as ``pgmflow <overrides...>`` does, and return a :class:`RunResult`.
 
     overrides: Hydra overrides, e.g. ``"pipeline=svi", "model.K=10", "seed=3"``.
@@ -220,11 +231,18 @@ def _result(result: dict, cfg: dict) -> RunResult:
     client = _mlflow_client(uri)
     run = client.get_run(result["run_id"])
     objective = result.get("objective")
-    return RunResult(run_id=result["run_id"], pipeline=cfg["pipeline"]["name"],
-                     objective=float(objective) if isinstance(objective, (int, float)) else None,
-                     objective_name=result.get("objective_name"), metrics=dict(run.data.metrics), config=cfg,
-                     result=result, tracking_uri=uri, artifact_uri=run.info.artifact_uri,
-                     artifact_dir=_local_dir(run.info.artifact_uri))
+    return RunResult(
+        run_id=result["run_id"],
+        pipeline=cfg["pipeline"]["name"],
+        objective=float(objective) if isinstance(objective, (int, float)) else None,
+        objective_name=result.get("objective_name"),
+        metrics=dict(run.data.metrics),
+        config=cfg,
+        result=result,
+        tracking_uri=uri,
+        artifact_uri=run.info.artifact_uri,
+        artifact_dir=_local_dir(run.info.artifact_uri),
+    )
 
 
 def _mlflow_client(uri: str):
@@ -256,8 +274,7 @@ def _artifact(uri: str, run_id: str, local: Path | None, path: str) -> Path:
     import mlflow.artifacts
 
     dst = tempfile.mkdtemp(prefix=f"pgmflow-{run_id[:8]}-")
-    return Path(mlflow.artifacts.download_artifacts(run_id=run_id, artifact_path=path, dst_path=dst,
-                                                    tracking_uri=uri))
+    return Path(mlflow.artifacts.download_artifacts(run_id=run_id, artifact_path=path, dst_path=dst, tracking_uri=uri))
 
 
 # --- load ---------------------------------------------------------------------------------------------
@@ -297,8 +314,10 @@ class LoadedRun:
 
     def __repr__(self):
         model = f", model={type(self.model).__name__}" if self.model is not None else ""
-        return (f"LoadedRun(pipeline={self.pipeline!r}, run_id={self.run_id!r}, status={self.status!r}, "
-                f"arrays={sorted(self.arrays)}{model})")
+        return (
+            f"LoadedRun(pipeline={self.pipeline!r}, run_id={self.run_id!r}, status={self.status!r}, "
+            f"arrays={sorted(self.arrays)}{model})"
+        )
 
 
 def load(run_id: str, tracking_uri: str | None = None) -> LoadedRun:
@@ -313,16 +332,21 @@ def load(run_id: str, tracking_uri: str | None = None) -> LoadedRun:
     from pgmflow.pipelines.core.tracking import _absolute_uri
 
     if not isinstance(run_id, str) or not run_id.strip():
-        raise ConfigError("run_id", run_id, "is not an MLflow run id", "pass the run id a run printed (or "
-                          "RunResult.run_id)")
+        raise ConfigError(
+            "run_id", run_id, "is not an MLflow run id", "pass the run id a run printed (or RunResult.run_id)"
+        )
     with _launch_dir():
         uri = _absolute_uri(tracking_uri or DEFAULT_TRACKING_URI)
     client = _mlflow_client(uri)
     try:
         run = client.get_run(run_id)
     except Exception:
-        raise ConfigError("run_id", run_id, f"no such MLflow run in {uri}",
-                          "pass a run id from that store, or the store it was logged to (tracking_uri=...)") from None
+        raise ConfigError(
+            "run_id",
+            run_id,
+            f"no such MLflow run in {uri}",
+            "pass a run id from that store, or the store it was logged to (tracking_uri=...)",
+        ) from None
     local = _local_dir(run.info.artifact_uri)
     folder = local if local is not None else Path(_artifact(uri, run_id, None, ""))
 
@@ -337,9 +361,20 @@ def load(run_id: str, tracking_uri: str | None = None) -> LoadedRun:
         with np.load(p, allow_pickle=False) as z:
             arrays[p.stem] = {k: z[k] for k in z.files}
     pipeline = run.data.tags.get("pgmflow.pipeline") or (config.get("pipeline") or {}).get("name")
-    loaded = LoadedRun(run_id=run_id, pipeline=pipeline, status=run.info.status, config=config, results=results,
-                       metrics=dict(run.data.metrics), params=dict(run.data.params), tags=dict(run.data.tags),
-                       tracking_uri=uri, artifact_uri=run.info.artifact_uri, artifact_dir=folder, arrays=arrays)
+    loaded = LoadedRun(
+        run_id=run_id,
+        pipeline=pipeline,
+        status=run.info.status,
+        config=config,
+        results=results,
+        metrics=dict(run.data.metrics),
+        params=dict(run.data.params),
+        tags=dict(run.data.tags),
+        tracking_uri=uri,
+        artifact_uri=run.info.artifact_uri,
+        artifact_dir=folder,
+        arrays=arrays,
+    )
     loaded.model = _fitted_model(pipeline, folder)
     return loaded
 

@@ -24,8 +24,9 @@ def numeric(result: dict) -> dict:
 
 def log_final_metrics(tracker, result: dict, step: int, prefix: str = "final_", skip=(), flush: bool = True):
     """Log every number of ``result`` as metric ``<prefix><key>`` at ``step`` (keys in ``skip`` left out)."""
-    tracker.log_metrics({f"{prefix}{k}": v for k, v in numeric(result).items() if k not in skip}, step=step,
-                        flush=flush)
+    tracker.log_metrics(
+        {f"{prefix}{k}": v for k, v in numeric(result).items() if k not in skip}, step=step, flush=flush
+    )
 
 
 def log_results(tracker, result: dict, exclude=()):

@@ -27,15 +27,15 @@ def _report(message: str, code: int):
     sys.exit(code)
 
 
-
-
 def run_from_hydra(cfg):
     """The Hydra task function: resolve, execute, map errors to exit codes; returns the objective."""
     from omegaconf import OmegaConf
 
     from pgmflow.pipelines.core.errors import EXIT_BAD_INPUT, EXIT_FAILED, ConfigError
 
-    verbose = OmegaConf.select(cfg, "verbose", default=False) is True  # a mistyped verbose=2 is refused by preflight, not obeyed
+    verbose = (
+        OmegaConf.select(cfg, "verbose", default=False) is True
+    )  # a mistyped verbose=2 is refused by preflight, not obeyed
     try:
         cfg_dict = resolved(cfg)
         from pgmflow.pipelines.core.runner import execute
@@ -71,7 +71,9 @@ def override_error(argv, exc):
         options = [str(o) for o in exc.options]
         near = difflib.get_close_matches(opt, options, n=1)
         hint = f"did you mean {grp}={near[0]}? " if near else ""
-        return ConfigError(grp, opt, f"unknown option of config group '{grp}'", f"{hint}use one of {', '.join(options)}")
+        return ConfigError(
+            grp, opt, f"unknown option of config group '{grp}'", f"{hint}use one of {', '.join(options)}"
+        )
     if "Could not override" in text or "not in struct" in text:
         key = text.split("Could not override '")[1].split("'")[0] if "Could not override '" in text else "?"
         section, _, leaf = key.rpartition(".")
@@ -88,12 +90,16 @@ def override_error(argv, exc):
         except Exception:
             known = []
         near = difflib.get_close_matches(leaf, known, n=1)
-        hint = f"did you mean {section + '.' if section else ''}{near[0]}?" if near else \
-            "check the spelling (pgmflow --cfg job lists every key), or add a new key with +" + key + "=..."
+        hint = (
+            f"did you mean {section + '.' if section else ''}{near[0]}?"
+            if near
+            else "check the spelling (pgmflow --cfg job lists every key), or add a new key with +" + key + "=..."
+        )
         return ConfigError(key, None, "unknown key", hint, line=f"{key}: unknown key; fix: {hint}")
     fix = "check the override syntax (key=value, group=option)"
-    return ConfigError("overrides", " ".join(argv), first, fix,
-                       line=f"overrides {' '.join(argv)!r}: {first}; fix: {fix}")
+    return ConfigError(
+        "overrides", " ".join(argv), first, fix, line=f"overrides {' '.join(argv)!r}: {first}; fix: {fix}"
+    )
 
 
 def _precheck(argv) -> None:

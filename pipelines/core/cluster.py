@@ -33,14 +33,19 @@ from pgmflow.pipelines.core.internals import KilledWorkerLogFilter
 from pgmflow.pipelines.core.tls import check_tls, make_security  # noqa: F401  (check_tls: part of this module's API)
 
 TYPES = ("local", "address", "slurm", "pbs", "kubernetes", "local_cuda", "synchronous")
-EXTRAS = {"slurm": ("dask_jobqueue", "slurm"), "pbs": ("dask_jobqueue", "pbs"),
-          "kubernetes": ("dask_kubernetes", "kubernetes"), "local_cuda": ("dask_cuda", "gpu")}
+EXTRAS = {
+    "slurm": ("dask_jobqueue", "slurm"),
+    "pbs": ("dask_jobqueue", "pbs"),
+    "kubernetes": ("dask_kubernetes", "kubernetes"),
+    "local_cuda": ("dask_cuda", "gpu"),
+}
 PACKAGED_FILE = Path(__file__).resolve().parents[2] / "dask_cluster.yaml"
 # Used when no dask_cluster.yaml exists (an installed pgmflow run outside the source tree).
-BUILTIN_PROFILES = {"local": {"type": "local", "n_workers": None, "threads_per_worker": 1,
-                              "dashboard_address": "127.0.0.1:8787"},
-                    "address": {"type": "address", "address": "tcp://127.0.0.1:8786", "timeout": 10},
-                    "synchronous": {"type": "synchronous"}}
+BUILTIN_PROFILES = {
+    "local": {"type": "local", "n_workers": None, "threads_per_worker": 1, "dashboard_address": "127.0.0.1:8787"},
+    "address": {"type": "address", "address": "tcp://127.0.0.1:8786", "timeout": 10},
+    "synchronous": {"type": "synchronous"},
+}
 TLS_TYPES = ("local", "address")
 ADDRESS_KEYS = ("type", "address", "timeout", "tls")
 SCHEMES = ("tcp://", "tls://", "ucx://", "inproc://", "ws://", "wss://")
@@ -76,26 +81,34 @@ def load_profiles(path: str) -> tuple[Path, dict]:
         return Path("<built-in>"), {k: dict(v) for k, v in BUILTIN_PROFILES.items()}
     if not p.is_file():
         problem = f"file not found (looked at {p})" if not p.exists() else f"{p} is not a regular file"
-        raise ConfigError("cluster.file", str(path), problem,
-                          "point cluster.file at a dask_cluster.yaml or remove the override")
+        raise ConfigError(
+            "cluster.file", str(path), problem, "point cluster.file at a dask_cluster.yaml or remove the override"
+        )
     try:
         data = yaml.safe_load(p.read_text())
     except yaml.YAMLError as exc:
         line = getattr(getattr(exc, "problem_mark", None), "line", None)
         where = f" at line {line + 1}" if line is not None else ""
-        raise ConfigError("cluster.file", str(p), f"is not valid YAML{where}",
-                          "fix the YAML syntax (indentation, colons, quotes)") from None
+        raise ConfigError(
+            "cluster.file", str(p), f"is not valid YAML{where}", "fix the YAML syntax (indentation, colons, quotes)"
+        ) from None
     except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError("cluster.file", str(p), f"cannot be read ({type(exc).__name__})",
-                          "make it a readable UTF-8 text file") from None
+        raise ConfigError(
+            "cluster.file", str(p), f"cannot be read ({type(exc).__name__})", "make it a readable UTF-8 text file"
+        ) from None
     if not isinstance(data, dict) or not isinstance(data.get("profiles"), dict) or not data["profiles"]:
-        raise ConfigError("cluster.file", str(p), "has no 'profiles:' mapping",
-                          "start the file with 'profiles:' and one entry per profile, each with a 'type'")
+        raise ConfigError(
+            "cluster.file",
+            str(p),
+            "has no 'profiles:' mapping",
+            "start the file with 'profiles:' and one entry per profile, each with a 'type'",
+        )
     for name, prof in data["profiles"].items():
         if not isinstance(prof, dict) or prof.get("type") not in TYPES:
             t = prof.get("type") if isinstance(prof, dict) else prof
-            raise ConfigError(f"{p.name}:profiles.{name}.type", t, f"unknown cluster type in {p}",
-                              f"use one of {', '.join(TYPES)}")
+            raise ConfigError(
+                f"{p.name}:profiles.{name}.type", t, f"unknown cluster type in {p}", f"use one of {', '.join(TYPES)}"
+            )
     return p, data["profiles"]
 
 
@@ -116,8 +129,23 @@ def _positive_int_or_null(field: str, v, fix: str):
 
 
 # the usual keys of a local profile; any other option of LocalCluster or its Nanny/Worker is allowed too
-LOCAL_KEYS = ("type", "tls", "n_workers", "threads_per_worker", "memory_limit", "dashboard_address", "processes",
-              "host", "protocol", "scheduler_port", "local_directory", "resources", "lifetime", "env", "dask_config")
+LOCAL_KEYS = (
+    "type",
+    "tls",
+    "n_workers",
+    "threads_per_worker",
+    "memory_limit",
+    "dashboard_address",
+    "processes",
+    "host",
+    "protocol",
+    "scheduler_port",
+    "local_directory",
+    "resources",
+    "lifetime",
+    "env",
+    "dask_config",
+)
 
 
 # glibc's malloc in the worker processes of a local cluster. Dask's nanny sets MALLOC_TRIM_THRESHOLD_=65536,
@@ -215,8 +243,11 @@ def _local_keys() -> frozenset[str]:
 
     keys = set()
     for cls in (LocalCluster, Nanny, Worker):
-        keys |= {n for n, prm in inspect.signature(cls.__init__).parameters.items()
-                 if prm.kind not in (prm.VAR_KEYWORD, prm.VAR_POSITIONAL) and n != "self"}
+        keys |= {
+            n
+            for n, prm in inspect.signature(cls.__init__).parameters.items()
+            if prm.kind not in (prm.VAR_KEYWORD, prm.VAR_POSITIONAL) and n != "self"
+        }
     return frozenset(keys | {"type", "tls"})
 
 
@@ -237,9 +268,13 @@ def _check_memory_limit(field: str, v, name: str):
     else:
         ok = False
     if not ok:
-        raise ConfigError(field, v, "must be 'auto', null, a size such as 4GB, a number of bytes, or a fraction "
-                          "of the machine's memory (0 < x <= 1)",
-                          f"set memory_limit: auto or e.g. 4GB in profile {name}")
+        raise ConfigError(
+            field,
+            v,
+            "must be 'auto', null, a size such as 4GB, a number of bytes, or a fraction "
+            "of the machine's memory (0 < x <= 1)",
+            f"set memory_limit: auto or e.g. 4GB in profile {name}",
+        )
 
 
 def _check_address(field: str, address, fix: str):
@@ -248,7 +283,7 @@ def _check_address(field: str, address, fix: str):
     rest = address
     for scheme in SCHEMES:
         if address.startswith(scheme):
-            rest = address[len(scheme):]
+            rest = address[len(scheme) :]
             break
     else:
         if "://" in address:
@@ -265,49 +300,86 @@ def _check_profile(path: Path, name: str, prof: dict, ccfg: dict):
     if kind == "local":
         for key, value in prof.items():
             if key not in LOCAL_KEYS and key not in _local_keys():
-                raise _unknown(f"{path.name}:profiles.{name}", key, value, _local_keys(),
-                               listed=[*LOCAL_KEYS[2:], "(or any option of distributed.LocalCluster)"])
+                raise _unknown(
+                    f"{path.name}:profiles.{name}",
+                    key,
+                    value,
+                    _local_keys(),
+                    listed=[*LOCAL_KEYS[2:], "(or any option of distributed.LocalCluster)"],
+                )
         _positive_int_or_null(_field(path, name, "n_workers"), prof.get("n_workers"), fix_n)
-        _positive_int_or_null(_field(path, name, "threads_per_worker"), prof.get("threads_per_worker"),
-                              f"set threads_per_worker: 1 in profile {name} of {path}")
+        _positive_int_or_null(
+            _field(path, name, "threads_per_worker"),
+            prof.get("threads_per_worker"),
+            f"set threads_per_worker: 1 in profile {name} of {path}",
+        )
         _check_memory_limit(_field(path, name, "memory_limit"), prof.get("memory_limit"), name)
         if prof.get("processes", True) is not True:
-            raise ConfigError(_field(path, name, "processes"), prof["processes"], "pgmflow runs its workers as "
-                              "processes (numba kernels hold the GIL)", "drop the key, or use cluster.profile="
-                              "synchronous to run everything in this process")
+            raise ConfigError(
+                _field(path, name, "processes"),
+                prof["processes"],
+                "pgmflow runs its workers as processes (numba kernels hold the GIL)",
+                "drop the key, or use cluster.profile=synchronous to run everything in this process",
+            )
         if not isinstance(prof.get("env", {}), dict):
-            raise ConfigError(_field(path, name, "env"), prof["env"], "must be a mapping of environment variables "
-                              "for the workers", "write env: {NAME: value}")
+            raise ConfigError(
+                _field(path, name, "env"),
+                prof["env"],
+                "must be a mapping of environment variables for the workers",
+                "write env: {NAME: value}",
+            )
         dcfg = prof.get("dask_config", {})
         if not isinstance(dcfg, dict) or not all(isinstance(k, str) and "." in k for k in dcfg):
-            raise ConfigError(_field(path, name, "dask_config"), dcfg, "must be a mapping of dotted Dask configuration "
-                              "keys to values", "write dask_config: {distributed.worker.profile.interval: 10ms}")
+            raise ConfigError(
+                _field(path, name, "dask_config"),
+                dcfg,
+                "must be a mapping of dotted Dask configuration keys to values",
+                "write dask_config: {distributed.worker.profile.interval: 10ms}",
+            )
     elif kind == "address":
         for key, value in prof.items():
             if key not in ADDRESS_KEYS:
                 raise _unknown(f"{path.name}:profiles.{name}", key, value, ADDRESS_KEYS)
         t = prof.get("timeout", 10)
         if isinstance(t, bool) or not isinstance(t, numbers.Real) or not math.isfinite(t) or t <= 0:
-            raise ConfigError(_field(path, name, "timeout"), t, "must be a positive number of seconds",
-                              f"set timeout: 10 in profile {name} of {path}")
+            raise ConfigError(
+                _field(path, name, "timeout"),
+                t,
+                "must be a positive number of seconds",
+                f"set timeout: 10 in profile {name} of {path}",
+            )
         if ccfg.get("address") is not None:
             _check_address("cluster.address", ccfg["address"], "set cluster.address=tcp://HOST:PORT")
         else:
-            _check_address(_field(path, name, "address"), prof.get("address"),
-                           f"set address: tcp://HOST:8786 in profile {name}, or cluster.address=tcp://HOST:PORT")
+            _check_address(
+                _field(path, name, "address"),
+                prof.get("address"),
+                f"set address: tcp://HOST:8786 in profile {name}, or cluster.address=tcp://HOST:PORT",
+            )
     if "tls" in prof and kind not in TLS_TYPES:
-        raise ConfigError(_field(path, name, "tls"), prof["tls"], f"TLS is configured here for the "
-                          f"{', '.join(TLS_TYPES)} types only, not {kind}",
-                          "configure TLS in the cluster class's own options, or use a local or address profile")
+        raise ConfigError(
+            _field(path, name, "tls"),
+            prof["tls"],
+            f"TLS is configured here for the {', '.join(TLS_TYPES)} types only, not {kind}",
+            "configure TLS in the cluster class's own options, or use a local or address profile",
+        )
     if kind == "address":
         address = ccfg.get("address") or prof.get("address")
         field = "cluster.address" if ccfg.get("address") else _field(path, name, "address")
         if prof.get("tls") is not None and not address.startswith("tls://"):
-            raise ConfigError(field, address, f"profile {name} has a tls: block, so the scheduler speaks TLS",
-                              f"use the tls:// address of the scheduler (tls://{address.split('://')[-1]})")
+            raise ConfigError(
+                field,
+                address,
+                f"profile {name} has a tls: block, so the scheduler speaks TLS",
+                f"use the tls:// address of the scheduler (tls://{address.split('://')[-1]})",
+            )
         if address.startswith("tls://") and prof.get("tls") is None and not _dask_tls_configured():
-            raise ConfigError(field, address, f"a tls:// scheduler needs certificates and profile {name} has none",
-                              f"add a tls: block (ca_file, cert, key) to profile {name} of {path}")
+            raise ConfigError(
+                field,
+                address,
+                f"a tls:// scheduler needs certificates and profile {name} has none",
+                f"add a tls: block (ca_file, cert, key) to profile {name} of {path}",
+            )
 
 
 def _dask_tls_configured() -> bool:
@@ -315,19 +387,29 @@ def _dask_tls_configured() -> bool:
     import dask
     import distributed  # noqa: F401  (loads distributed's config defaults)
 
-    return bool(dask.config.get("distributed.comm.tls.ca-file", None)
-                and dask.config.get("distributed.comm.tls.client.cert", None))
+    return bool(
+        dask.config.get("distributed.comm.tls.ca-file", None)
+        and dask.config.get("distributed.comm.tls.client.cert", None)
+    )
 
 
 def _options(ccfg: dict) -> dict:
     """``cluster.options.*``: profile options set on the command line (null: the profile's value)."""
     options = ccfg.get("options") or {}
     if not isinstance(options, dict):
-        raise ConfigError("cluster.options", options, "must be a mapping of profile options",
-                          "set single options, e.g. cluster.options.cores=2 (+cluster.options.KEY=VALUE for others)")
+        raise ConfigError(
+            "cluster.options",
+            options,
+            "must be a mapping of profile options",
+            "set single options, e.g. cluster.options.cores=2 (+cluster.options.KEY=VALUE for others)",
+        )
     if options.get("type") is not None:
-        raise ConfigError("cluster.options.type", options["type"], "the type belongs to the profile",
-                          "choose another profile with cluster.profile=NAME")
+        raise ConfigError(
+            "cluster.options.type",
+            options["type"],
+            "the type belongs to the profile",
+            "choose another profile with cluster.profile=NAME",
+        )
     return {str(k): v for k, v in options.items() if v is not None}
 
 
@@ -339,19 +421,31 @@ def check_cluster_config(ccfg: dict) -> dict:
     path, profiles = load_profiles(file)
     name = ccfg.get("profile") or "local"
     if name not in profiles:
-        raise ConfigError("cluster.profile", name, f"no such profile in {path}",
-                          f"use one of {', '.join(map(str, profiles))} or add it to the file")
+        raise ConfigError(
+            "cluster.profile",
+            name,
+            f"no such profile in {path}",
+            f"use one of {', '.join(map(str, profiles))} or add it to the file",
+        )
     n = ccfg.get("n_workers")
     if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 1):
-        raise ConfigError("cluster.n_workers", n, "must be a positive integer or null",
-                          "set cluster.n_workers=null (one per core) or e.g. cluster.n_workers=2")
+        raise ConfigError(
+            "cluster.n_workers",
+            n,
+            "must be a positive integer or null",
+            "set cluster.n_workers=null (one per core) or e.g. cluster.n_workers=2",
+        )
     prof = dict(profiles[name])
     options = _options(ccfg)
     prof.update(options)
     extra = EXTRAS.get(prof["type"])
     if extra and importlib.util.find_spec(extra[0]) is None:
-        raise ConfigError("cluster.profile", name, f"needs the optional package {extra[0].replace('_', '-')}, "
-                          "which is not installed", f"pip install 'pgmflow[{extra[1]}]'")
+        raise ConfigError(
+            "cluster.profile",
+            name,
+            f"needs the optional package {extra[0].replace('_', '-')}, which is not installed",
+            f"pip install 'pgmflow[{extra[1]}]'",
+        )
     if prof["type"] in ("slurm", "pbs"):
         from pgmflow.pipelines.core import slurm
 
@@ -379,8 +473,17 @@ _FILTER = KilledWorkerLogFilter()
 
 
 def _quiet_logs():
-    for name in ("distributed", "distributed.nanny", "distributed.scheduler", "distributed.worker",
-                 "distributed.core", "distributed.batched", "distributed.http.proxy", "bokeh", "tornado"):
+    for name in (
+        "distributed",
+        "distributed.nanny",
+        "distributed.scheduler",
+        "distributed.worker",
+        "distributed.core",
+        "distributed.batched",
+        "distributed.http.proxy",
+        "bokeh",
+        "tornado",
+    ):
         logging.getLogger(name).setLevel(logging.ERROR)
     if _FILTER not in logging.getLogger("distributed.scheduler").filters:
         logging.getLogger("distributed.scheduler").addFilter(_FILTER)
@@ -392,14 +495,25 @@ def _address_error(name: str, address: str, timeout, exc: BaseException) -> Conf
     low = text.lower()
     field = "cluster.address"
     if "certificate" in low or "ssl" in low or "tls" in low:
-        return ConfigError(field, address, f"the scheduler refused the TLS handshake ({' '.join(text.split())[:160]})",
-                           f"use certificates signed by the scheduler's CA in the tls: block of profile {name}")
+        return ConfigError(
+            field,
+            address,
+            f"the scheduler refused the TLS handshake ({' '.join(text.split())[:160]})",
+            f"use certificates signed by the scheduler's CA in the tls: block of profile {name}",
+        )
     if "reset by peer" in low or "stream is closed" in low:
-        return ConfigError(field, address, "the scheduler closed the connection (it may require TLS)",
-                           f"if the scheduler uses TLS, use its tls:// address and add a tls: block to profile {name}")
-    return ConfigError(field, address, f"no Dask scheduler answered within {timeout} s ({type(exc).__name__})",
-                       "start one with `dask scheduler` and `dask worker <address>`, or set "
-                       "cluster.address=tcp://HOST:PORT")
+        return ConfigError(
+            field,
+            address,
+            "the scheduler closed the connection (it may require TLS)",
+            f"if the scheduler uses TLS, use its tls:// address and add a tls: block to profile {name}",
+        )
+    return ConfigError(
+        field,
+        address,
+        f"no Dask scheduler answered within {timeout} s ({type(exc).__name__})",
+        "start one with `dask scheduler` and `dask worker <address>`, or set cluster.address=tcp://HOST:PORT",
+    )
 
 
 @contextlib.contextmanager
@@ -426,8 +540,12 @@ def open_cluster(ccfg: dict):
             n = n_override or prof.pop("n_workers", None) or os.cpu_count() or 1
             prof.pop("n_workers", None)
             tpw = prof.pop("threads_per_worker", 1) or 1
-            env = {"NUMBA_NUM_THREADS": str(tpw), "OMP_NUM_THREADS": str(tpw), "MKL_NUM_THREADS": str(tpw),
-                   "OPENBLAS_NUM_THREADS": str(tpw)}
+            env = {
+                "NUMBA_NUM_THREADS": str(tpw),
+                "OMP_NUM_THREADS": str(tpw),
+                "MKL_NUM_THREADS": str(tpw),
+                "OPENBLAS_NUM_THREADS": str(tpw),
+            }
             cwd = os.environ.get("PGMFLOW_ORIG_CWD", os.getcwd())
             env["PYTHONPATH"] = os.pathsep.join(p for p in (cwd, os.environ.get("PYTHONPATH", "")) if p)
             env.update({str(k): str(v) for k, v in (prof.pop("env", None) or {}).items()})
@@ -438,9 +556,16 @@ def open_cluster(ccfg: dict):
                 prof.setdefault("host", "127.0.0.1")
                 prof["security"] = security
             with local_start(env, prof.pop("dask_config", None)):
-                cluster = stack.enter_context(LocalCluster(n_workers=int(n), threads_per_worker=int(tpw),
-                                                           processes=True, silence_logs=logging.ERROR, env=env,
-                                                           **prof))
+                cluster = stack.enter_context(
+                    LocalCluster(
+                        n_workers=int(n),
+                        threads_per_worker=int(tpw),
+                        processes=True,
+                        silence_logs=logging.ERROR,
+                        env=env,
+                        **prof,
+                    )
+                )
             client = stack.enter_context(Client(cluster, security=security))
         elif kind == "address":
             address = ccfg.get("address") or prof.get("address")
@@ -452,8 +577,9 @@ def open_cluster(ccfg: dict):
         elif kind in ("slurm", "pbs"):
             from pgmflow.pipelines.core import slurm
 
-            client, tags, want = slurm.open_jobqueue(stack, name, kind, prof, n_override, ccfg.get("file"),
-                                                     _options(ccfg))
+            client, tags, want = slurm.open_jobqueue(
+                stack, name, kind, prof, n_override, ccfg.get("file"), _options(ccfg)
+            )
         elif kind == "kubernetes":
             from dask_kubernetes.operator import KubeCluster
 
@@ -471,5 +597,12 @@ def open_cluster(ccfg: dict):
         else:  # pragma: no cover - TYPES is checked above
             raise ConfigError("cluster.profile", name, f"unknown type {kind}", f"use one of {', '.join(TYPES)}")
         n_workers = len(client.scheduler_info().get("workers", {}))
-        yield ClusterHandle(client=client, profile=name, type=kind, n_workers=max(n_workers, 1),
-                            address=getattr(client.scheduler, "address", None), tags=tags, want=want)
+        yield ClusterHandle(
+            client=client,
+            profile=name,
+            type=kind,
+            n_workers=max(n_workers, 1),
+            address=getattr(client.scheduler, "address", None),
+            tags=tags,
+            want=want,
+        )

@@ -102,5 +102,6 @@ def resolved(cfg) -> dict:
         return OmegaConf.to_container(cfg, resolve=True)
     except OmegaConfBaseException as exc:
         key = getattr(exc, "full_key", None) or "config"
-        raise ConfigError(str(key), "<interpolation>", f"cannot be resolved ({getattr(exc, 'msg', exc)})",
-                          "fix the ${...} reference") from None
+        raise ConfigError(
+            str(key), "<interpolation>", f"cannot be resolved ({getattr(exc, 'msg', exc)})", "fix the ${...} reference"
+        ) from None

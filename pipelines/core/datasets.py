@@ -81,15 +81,28 @@ def _schema(arrays: dict, columns) -> str | None:
     try:
         if columns:
             return Schema([ColSpec("double", str(c)) for c in columns]).to_json()
-        specs = [TensorSpec(np.dtype("float64" if v["dtype"] == "str" else v["dtype"]), (-1, *v["shape"][1:]), k)
-                 for k, v in arrays.items() if v["dtype"] != "str"]
+        specs = [
+            TensorSpec(np.dtype("float64" if v["dtype"] == "str" else v["dtype"]), (-1, *v["shape"][1:]), k)
+            for k, v in arrays.items()
+            if v["dtype"] != "str"
+        ]
         return Schema(specs).to_json() if specs else None
     except Exception:  # a dtype MLflow's schema cannot express: the profile still has it
         return None
 
 
-def log_input(tracker, name: str, arrays, *, path=None, generator: str | None = None, parameters: dict | None = None,
-              context: str | None = None, columns=None, profile: dict | None = None) -> str:
+def log_input(
+    tracker,
+    name: str,
+    arrays,
+    *,
+    path=None,
+    generator: str | None = None,
+    parameters: dict | None = None,
+    context: str | None = None,
+    columns=None,
+    profile: dict | None = None,
+) -> str:
     """Record one input dataset of the tracker's run; returns its digest.
 
     name: the dataset's name (e.g. ``"corpus docstrings"``). arrays: a dict ``{name: array}`` or an
@@ -108,9 +121,14 @@ def log_input(tracker, name: str, arrays, *, path=None, generator: str | None = 
         source_type, source = "code", {"generator": str(generator), "parameters": parameters or {}}
     first = next(iter(shapes.values()), {"shape": [0]})
     prof = {"num_rows": first["shape"][0] if first["shape"] else 1, "arrays": shapes, **(profile or {})}
-    ds = Dataset(name=str(name)[:500], digest=dig, source_type=source_type,
-                 source=json.dumps(source, sort_keys=True, default=str),
-                 schema=_schema(shapes, columns), profile=json.dumps(prof, sort_keys=True, default=str))
+    ds = Dataset(
+        name=str(name)[:500],
+        digest=dig,
+        source_type=source_type,
+        source=json.dumps(source, sort_keys=True, default=str),
+        schema=_schema(shapes, columns),
+        profile=json.dumps(prof, sort_keys=True, default=str),
+    )
     tags = [InputTag(CONTEXT_TAG, context)] if context else []
     tracker.client.log_inputs(tracker.run_id, datasets=[DatasetInput(ds, tags)])
     return dig

@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import contextlib
 import time
-from typing import Callable, NamedTuple, Sequence
+from collections.abc import Callable, Sequence
+from typing import NamedTuple
 
 import dask
 import dask.callbacks
@@ -76,8 +77,13 @@ class Executor:
             self._worker_list = cached
         return cached[1]
 
-    def compute(self, outputs: Sequence, watch: Sequence[int] = (), on_done: Callable[[int], None] | None = None,
-                on_result: Callable[[int, object], None] | None = None):
+    def compute(
+        self,
+        outputs: Sequence,
+        watch: Sequence[int] = (),
+        on_done: Callable[[int], None] | None = None,
+        on_result: Callable[[int, object], None] | None = None,
+    ):
         """Compute ``outputs`` (delayed objects); as each watched output finishes, call ``on_result(i,
         value)`` (the value fetched to the driver: a workload saving finished units) and ``on_done(i)``.
 
@@ -103,7 +109,7 @@ class Executor:
                         on_done(index[fut.key])
         return futures
 
-    def submit(self, specs: Sequence["TaskSpec"], outputs: Sequence[int]) -> list:
+    def submit(self, specs: Sequence[TaskSpec], outputs: Sequence[int]) -> list:
         """Submit the tasks ``specs`` as one graph and return handles for ``specs[i]``, ``i`` in ``outputs``.
 
         :meth:`compute` with ``dask.delayed`` objects costs the driver ~2 ms per graph in building and
@@ -126,8 +132,10 @@ class Executor:
             used: set = set()
             # a Dep becomes a reference to its task; a list holding references (handles are references too)
             # becomes a List node, so that the scheduler sees them as dependencies
-            args = [_with_deps(a, lambda d: used.add(d.key) or TaskRef(d.key), (Dep, TaskRef), lambda xs: List(*xs))
-                    for a in s.args]
+            args = [
+                _with_deps(a, lambda d: used.add(d.key) or TaskRef(d.key), (Dep, TaskRef), lambda xs: List(*xs))
+                for a in s.args
+            ]
             where = {"workers": [s.worker], "allow_other_workers": True} if s.worker is not None else None
             layers[s.key] = MaterializedLayer({s.key: Task(s.key, s.func, *args)}, annotations=where)
             deps[s.key] = used
@@ -156,7 +164,7 @@ class Executor:
         except MemoryError as exc:
             raise WorkerMemoryError(None, None, None, None, detail=str(exc)) from exc
 
-    def _killed_by_memory(self, exc) -> "WorkerMemoryError | None":
+    def _killed_by_memory(self, exc) -> WorkerMemoryError | None:
         """The nanny logs a ``worker-restart-memory`` event before it restarts a worker for memory."""
         worker = getattr(exc.last_worker, "address", None)
         limit = getattr(exc.last_worker, "memory_limit", None)
@@ -195,9 +203,9 @@ class Executor:
         """The results of ``handles`` added left to right, gathered (and released) ``batch`` at a time."""
         total = None
         for i in range(0, len(handles), batch):
-            for part in self.gather(handles[i:i + batch]):
+            for part in self.gather(handles[i : i + batch]):
                 total = part if total is None else total + part
-            self.release(handles[i:i + batch])
+            self.release(handles[i : i + batch])
         return total
 
     def release(self, handles):
@@ -284,11 +292,14 @@ class WorkerMemoryError(RuntimeError):
         chunk = next((hint for prefix, hint in chunk_settings() if key.startswith(prefix)), None)
         fixes = ([chunk] if chunk else []) + [
             "a larger memory_limit for the cluster profile in dask_cluster.yaml",
-            "fewer workers per machine (cluster.n_workers=N) with memory_limit: auto, so each gets more"]
+            "fewer workers per machine (cluster.n_workers=N) with memory_limit: auto, so each gets more",
+        ]
         if task is not None:
-            what = (f"task {key!r} ran its worker out of memory: the worker reached {_bytes(rss)} of its "
-                    f"memory_limit {_bytes(memory_limit)} and was restarted; all {tries} workers that tried the "
-                    "task died")
+            what = (
+                f"task {key!r} ran its worker out of memory: the worker reached {_bytes(rss)} of its "
+                f"memory_limit {_bytes(memory_limit)} and was restarted; all {tries} workers that tried the "
+                "task died"
+            )
         else:
             what = f"a task ran out of memory on its worker ({detail or 'MemoryError'})"
         super().__init__(f"{what}; fix: {', or '.join(fixes)}")

@@ -18,7 +18,6 @@ def register_hydra_plugins() -> None:
     """
     from hydra_plugins.pgmflow_dask_launcher.dask_launcher import DaskLauncher
     from hydra_plugins.pgmflow_workloads.search_path import PgmflowWorkloadsSearchPath
-
     from pgmflow.pipelines.core.internals import register_hydra_plugins as register
 
     register(DaskLauncher, PgmflowWorkloadsSearchPath)

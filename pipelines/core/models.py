@@ -45,17 +45,24 @@ def requirements() -> list[str]:
     import pandas
     import scipy
 
-    return [f"pgmflow=={pgmflow_version()}", f"mlflow=={mlflow.__version__}", f"numpy=={np.__version__}",
-            f"scipy=={scipy.__version__}", f"pandas=={pandas.__version__}"]
+    return [
+        f"pgmflow=={pgmflow_version()}",
+        f"mlflow=={mlflow.__version__}",
+        f"numpy=={np.__version__}",
+        f"scipy=={scipy.__version__}",
+        f"pandas=={pandas.__version__}",
+    ]
 
 
 def _code_file(directory: Path, wrapper: type) -> Path:
     """The model's code (models from code): import ``wrapper`` from its pgmflow module, set it as the model."""
     p = directory / f"{wrapper.__name__.lower()}.py"
-    p.write_text(f'"""pgmflow pyfunc model (MLflow models from code): {wrapper.__module__}.{wrapper.__name__}."""\n'
-                 "import mlflow.models\n\n"
-                 f"from {wrapper.__module__} import {wrapper.__name__}\n\n"
-                 f"mlflow.models.set_model({wrapper.__name__}())\n")
+    p.write_text(
+        f'"""pgmflow pyfunc model (MLflow models from code): {wrapper.__module__}.{wrapper.__name__}."""\n'
+        "import mlflow.models\n\n"
+        f"from {wrapper.__module__} import {wrapper.__name__}\n\n"
+        f"mlflow.models.set_model({wrapper.__name__}())\n"
+    )
     return p
 
 
@@ -65,9 +72,14 @@ def save_pyfunc(path, npz_path, wrapper: type, signature, input_example) -> None
     import mlflow.pyfunc
 
     with tempfile.TemporaryDirectory() as d:
-        mlflow.pyfunc.save_model(str(path), python_model=str(_code_file(Path(d), wrapper)),
-                                 artifacts={NPZ_KEY: str(npz_path)}, signature=signature,
-                                 input_example=input_example, pip_requirements=requirements())
+        mlflow.pyfunc.save_model(
+            str(path),
+            python_model=str(_code_file(Path(d), wrapper)),
+            artifacts={NPZ_KEY: str(npz_path)},
+            signature=signature,
+            input_example=input_example,
+            pip_requirements=requirements(),
+        )
 
 
 def log_pyfunc(ctx, arrays: dict, artifact_path: str, wrapper: type, signature, input_example, npz_name: str) -> None:
@@ -84,8 +96,10 @@ def log_pyfunc(ctx, arrays: dict, artifact_path: str, wrapper: type, signature, 
     if name:
         version = register_model(tracker, artifact_path, name)
         tracker.set_tags({"pgmflow.registered_model": f"{name}/{version}"})
-        ctx.say(f"registered the model runs:/{tracker.run_id}/{artifact_path} as '{name}' version {version} "
-                f"(models:/{name}/{version})")
+        ctx.say(
+            f"registered the model runs:/{tracker.run_id}/{artifact_path} as '{name}' version {version} "
+            f"(models:/{name}/{version})"
+        )
 
 
 def register_model(tracker, artifact_path: str, name: str) -> str:
@@ -98,6 +112,7 @@ def register_model(tracker, artifact_path: str, name: str) -> str:
         if "already exists" not in str(exc).lower() and "resource_already_exists" not in str(exc).lower():
             raise
     source = f"{client.get_run(tracker.run_id).info.artifact_uri}/{artifact_path}"
-    mv = client.create_model_version(name, source, run_id=tracker.run_id,
-                                     description=f"pgmflow run {tracker.run_id}, artifact {artifact_path}")
+    mv = client.create_model_version(
+        name, source, run_id=tracker.run_id, description=f"pgmflow run {tracker.run_id}, artifact {artifact_path}"
+    )
     return str(mv.version)

@@ -92,8 +92,9 @@ class PartialResults:
     def flush(self):
         if not self._pending:
             return
-        arrays = {f"{key}{SEP}{field}": a for key, value in self._pending.items()
-                  for field, a in to_arrays(value).items()}
+        arrays = {
+            f"{key}{SEP}{field}": a for key, value in self._pending.items() for field, a in to_arrays(value).items()
+        }
         self.tracker.flush()  # the metrics logged before these results are stored before them
         with tempfile.TemporaryDirectory() as d:
             p = Path(d) / f"{self.name}_{self._index:06d}.npz"
@@ -109,5 +110,7 @@ class PartialResults:
 
     def describe(self, total: int, what: str) -> str:
         """The resume line: how many units were found and how many are left."""
-        return f"resuming: {self.loaded} of {total} {what} were saved by the interrupted run; running the other " \
-               f"{total - self.loaded}"
+        return (
+            f"resuming: {self.loaded} of {total} {what} were saved by the interrupted run; running the other "
+            f"{total - self.loaded}"
+        )

@@ -10,7 +10,16 @@ from __future__ import annotations
 from pgmflow.pipelines.core import registry
 from pgmflow.pipelines.core.config import conf_dir, conf_keys
 from pgmflow.pipelines.core.errors import ConfigError
-from pgmflow.pipelines.core.validation import ALLOWED_MODULES_ENV, apply, boolean, choice, get, integer, optional_str, unknown_keys
+from pgmflow.pipelines.core.validation import (
+    ALLOWED_MODULES_ENV,
+    apply,
+    boolean,
+    choice,
+    get,
+    integer,
+    optional_str,
+    unknown_keys,
+)
 
 
 def registered_model_name(path, v):
@@ -18,11 +27,19 @@ def registered_model_name(path, v):
     if v is None:
         return
     if not isinstance(v, str) or not v.strip():
-        raise ConfigError(path, v, "must be the name of a registered model (a non-empty string) or null",
-                          f"set {path}=my_model, or {path}=null to log the model without registering it")
+        raise ConfigError(
+            path,
+            v,
+            "must be the name of a registered model (a non-empty string) or null",
+            f"set {path}=my_model, or {path}=null to log the model without registering it",
+        )
     if v != v.strip() or "/" in v or ":" in v:
-        raise ConfigError(path, v, "a registered model's name has no '/', ':' or surrounding spaces (models:/NAME/"
-                          "VERSION would not resolve)", f"set {path} to a plain name like my_model")
+        raise ConfigError(
+            path,
+            v,
+            "a registered model's name has no '/', ':' or surrounding spaces (models:/NAME/VERSION would not resolve)",
+            f"set {path} to a plain name like my_model",
+        )
 
 
 TOP = {
@@ -43,8 +60,13 @@ def check_backend(cfg: dict):
 
         ok, why = backend.gpu_status()
         if not ok:
-            raise ConfigError("backend", "cupy", f"no usable GPU: {why}",
-                              "use backend=numpy (or auto), or install pgmflow[gpu] on a machine with a CUDA GPU")
+            raise ConfigError(
+                "backend",
+                "cupy",
+                f"no usable GPU: {why}",
+                "use backend=numpy (or auto), or install pgmflow[gpu] on a machine with a CUDA GPU",
+            )
+
 
 # A key that looks like a way to widen the allow-list of importable modules gets that answer.
 _ALLOW_LIST_LIKE = ("allowed_modules", "allow_list", "allowlist")
@@ -60,15 +82,22 @@ def check_unknown_top_level(cfg: dict):
         if key in top:
             continue
         if any(w in str(key).lower() for w in _ALLOW_LIST_LIKE):
-            raise ConfigError(str(key), cfg[key], "unknown key: the allow-list of modules a config may import "
-                              "is never read from the config", f"drop it and export {ALLOWED_MODULES_ENV}=module "
-                              "in the shell that runs pgmflow")
+            raise ConfigError(
+                str(key),
+                cfg[key],
+                "unknown key: the allow-list of modules a config may import is never read from the config",
+                f"drop it and export {ALLOWED_MODULES_ENV}=module in the shell that runs pgmflow",
+            )
         import difflib
 
         near = difflib.get_close_matches(str(key), sorted(top), n=1)
         hint = f"did you mean {near[0]}?" if near else f"known top-level keys: {', '.join(sorted(top - {'hydra'}))}"
-        raise ConfigError(str(key), cfg[key], "unknown top-level key (no config defines it, so nothing would read "
-                          "it)", f"{hint} (pgmflow --cfg job shows every key)")
+        raise ConfigError(
+            str(key),
+            cfg[key],
+            "unknown top-level key (no config defines it, so nothing would read it)",
+            f"{hint} (pgmflow --cfg job shows every key)",
+        )
     for section in ("cluster", "tracking"):  # sections that are wholly defined by their config group
         if isinstance(cfg.get(section), dict) and section in sections:
             unknown_keys(cfg, section, sections[section])

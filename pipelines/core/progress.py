@@ -45,8 +45,9 @@ def _fmt_time(s: float) -> str:
 
 
 class Progress:
-    def __init__(self, total: int, desc: str, unit: str = "it", enabled: bool = True, stream=None,
-                 clock=time.monotonic):
+    def __init__(
+        self, total: int, desc: str, unit: str = "it", enabled: bool = True, stream=None, clock=time.monotonic
+    ):
         self.total = max(int(total), 1)
         self.desc = desc
         self.unit = unit
@@ -94,9 +95,10 @@ class Progress:
         width = 24
         bar = "#" * int(frac * width) + "-" * (width - int(frac * width))
         extra = "  ".join(f"{k} {v}" for k, v in self.fields.items())
-        return (f"{self.desc} [{bar}] {self.done}/{self.total} {self.unit} {100 * frac:5.1f}%  "
-                f"{extra}  elapsed {_fmt_time(el)}  "
-                + ("compiling kernels" if eta is None else f"ETA {_fmt_time(eta)}"))
+        return (
+            f"{self.desc} [{bar}] {self.done}/{self.total} {self.unit} {100 * frac:5.1f}%  "
+            f"{extra}  elapsed {_fmt_time(el)}  " + ("compiling kernels" if eta is None else f"ETA {_fmt_time(eta)}")
+        )
 
     def _html(self) -> str:
         """The notebook's bar: an HTML <progress> element and the same figures as the terminal line."""
@@ -104,10 +106,12 @@ class Progress:
         eta = self.eta()
         extra = " &nbsp; ".join(f"{html.escape(k)} <b>{html.escape(v)}</b>" for k, v in self.fields.items())
         when = "compiling kernels" if eta is None else f"ETA {_fmt_time(eta)}"
-        return (f"<div style='font-family: monospace'>{html.escape(self.desc)} "
-                f"<progress value='{self.done}' max='{self.total}' style='width: 18em'></progress> "
-                f"{self.done}/{self.total} {html.escape(self.unit)} ({100 * self.done / self.total:.1f}%) &nbsp; "
-                f"{extra} &nbsp; elapsed {_fmt_time(el)} &nbsp; {when}</div>")
+        return (
+            f"<div style='font-family: monospace'>{html.escape(self.desc)} "
+            f"<progress value='{self.done}' max='{self.total}' style='width: 18em'></progress> "
+            f"{self.done}/{self.total} {html.escape(self.unit)} ({100 * self.done / self.total:.1f}%) &nbsp; "
+            f"{extra} &nbsp; elapsed {_fmt_time(el)} &nbsp; {when}</div>"
+        )
 
     def _draw_notebook(self, now: float, final: bool):
         if not (final or now - self._last_draw > 0.1):

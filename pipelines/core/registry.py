@@ -23,9 +23,9 @@ import functools
 import importlib
 import os
 import pkgutil
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 WORKLOADS_ENV = "PGMFLOW_WORKLOADS"
 ENTRY_POINT_GROUP = "pgmflow.workloads"
@@ -86,19 +86,27 @@ def _from_module(name: str, where: str) -> Workload:
     try:
         mod = importlib.import_module(name)
     except Exception as exc:
-        raise WorkloadError(f"{where}: workload module {name!r} cannot be imported ({type(exc).__name__}: {exc}); "
-                            "fix: check the module name and that it is importable") from None
+        raise WorkloadError(
+            f"{where}: workload module {name!r} cannot be imported ({type(exc).__name__}: {exc}); "
+            "fix: check the module name and that it is importable"
+        ) from None
     wl = getattr(mod, "WORKLOAD", None)
     if not isinstance(wl, Workload):
-        raise WorkloadError(f"{where}: module {name!r} defines no WORKLOAD (a pgmflow.pipelines.core.registry.Workload); "
-                            "fix: declare WORKLOAD = Workload(name=..., run=..., validate=...) in it")
+        raise WorkloadError(
+            f"{where}: module {name!r} defines no WORKLOAD (a pgmflow.pipelines.core.registry.Workload); "
+            "fix: declare WORKLOAD = Workload(name=..., run=..., validate=...) in it"
+        )
     return wl
 
 
 def _builtin_modules() -> list[str]:
     import pgmflow.pipelines
-    return [f"pgmflow.pipelines.{m.name}" for m in pkgutil.iter_modules(pgmflow.pipelines.__path__)
-            if m.ispkg and m.name != "core" and not m.name.startswith("_")]
+
+    return [
+        f"pgmflow.pipelines.{m.name}"
+        for m in pkgutil.iter_modules(pgmflow.pipelines.__path__)
+        if m.ispkg and m.name != "core" and not m.name.startswith("_")
+    ]
 
 
 def _entry_point_modules() -> list[str]:
@@ -114,14 +122,18 @@ def _env_modules() -> list[str]:
 @functools.lru_cache(maxsize=8)
 def _discover(env_value: str) -> tuple[Workload, ...]:
     found: dict[str, Workload] = {}
-    sources = [(m, "pipelines/") for m in _builtin_modules()] + \
-              [(m, f"entry point group {ENTRY_POINT_GROUP}") for m in _entry_point_modules()] + \
-              [(m, WORKLOADS_ENV) for m in _env_modules()]
+    sources = (
+        [(m, "pipelines/") for m in _builtin_modules()]
+        + [(m, f"entry point group {ENTRY_POINT_GROUP}") for m in _entry_point_modules()]
+        + [(m, WORKLOADS_ENV) for m in _env_modules()]
+    )
     for module, where in sources:
         wl = _from_module(module, where)
         if wl.name in found and found[wl.name] != wl:
-            raise WorkloadError(f"{where}: workload {wl.name!r} of module {module!r} is declared twice; "
-                                "fix: give the workload another name")
+            raise WorkloadError(
+                f"{where}: workload {wl.name!r} of module {module!r} is declared twice; "
+                "fix: give the workload another name"
+            )
         found[wl.name] = wl
     return tuple(found.values())
 
@@ -143,8 +155,12 @@ def get(name: str) -> Workload:
     from pgmflow.pipelines.core.errors import ConfigError
 
     known = names()
-    raise ConfigError("pipeline.name", name, f"unknown value; expected one of {', '.join(known)}",
-                      f"set pipeline.name={known[0]}" if known else f"declare a workload (see {WORKLOADS_ENV})")
+    raise ConfigError(
+        "pipeline.name",
+        name,
+        f"unknown value; expected one of {', '.join(known)}",
+        f"set pipeline.name={known[0]}" if known else f"declare a workload (see {WORKLOADS_ENV})",
+    )
 
 
 def extra_conf_dirs() -> list[str]:

@@ -32,9 +32,12 @@ def _parse_overrides(items) -> dict:
         if not eq or not key:
             raise ConfigError("reproduce", item, "is not key=value", USAGE)
         if key.split(".")[0] not in MAY_CHANGE:
-            raise ConfigError(key, value, "cannot change in a reproduction (it would change the results)",
-                              f"only {', '.join(k + '.*' if k in ('cluster', 'tracking') else k for k in MAY_CHANGE)} "
-                              "may be given")
+            raise ConfigError(
+                key,
+                value,
+                "cannot change in a reproduction (it would change the results)",
+                f"only {', '.join(k + '.*' if k in ('cluster', 'tracking') else k for k in MAY_CHANGE)} may be given",
+            )
         out[key] = yaml.safe_load(value) if value else None
     return out
 
@@ -72,8 +75,11 @@ ENVIRONMENT = ("version.", "env.", "git.commit", "git.dirty")  # tags a run's bi
 def compare_environment(original: dict, new: dict) -> list[str]:
     """The environment tags (library versions, BLAS, CPU model, git commit) that differ, as text."""
     keys = sorted(k for k in set(original) | set(new) if k.startswith(ENVIRONMENT))
-    return [f"{k}: {original.get(k, '(not recorded)')!r} -> {new.get(k, '(not recorded)')!r}"
-            for k in keys if original.get(k) != new.get(k)]
+    return [
+        f"{k}: {original.get(k, '(not recorded)')!r} -> {new.get(k, '(not recorded)')!r}"
+        for k in keys
+        if original.get(k) != new.get(k)
+    ]
 
 
 def reproduce(run_id: str, overrides: dict, stream=sys.stdout) -> tuple[int, dict]:
@@ -88,14 +94,19 @@ def reproduce(run_id: str, overrides: dict, stream=sys.stdout) -> tuple[int, dic
     try:
         run = tr.client.get_run(run_id)
     except Exception:
-        raise ConfigError("reproduce", run_id, f"no such MLflow run in {tr.uri}",
-                          "pass a run id from that store (and tracking.uri=... for another store)") from None
+        raise ConfigError(
+            "reproduce",
+            run_id,
+            f"no such MLflow run in {tr.uri}",
+            "pass a run id from that store (and tracking.uri=... for another store)",
+        ) from None
     tr.run_id = run_id
     try:
         recorded = yaml.safe_load(tr.read_text("config.yaml"))
     except Exception:
-        raise ConfigError("reproduce", run_id, "the run has no recorded config.yaml",
-                          "only runs started by pgmflow can be reproduced") from None
+        raise ConfigError(
+            "reproduce", run_id, "the run has no recorded config.yaml", "only runs started by pgmflow can be reproduced"
+        ) from None
     if run.info.status != "FINISHED":
         print(f"pgmflow: note: run {run_id} ended {run.info.status}; its metrics may be incomplete", file=stream)
     exp = tr.client.get_experiment(run.info.experiment_id)
@@ -113,32 +124,62 @@ def reproduce(run_id: str, overrides: dict, stream=sys.stdout) -> tuple[int, dic
     new_run = tr.client.get_run(new_id)
     same, diffs, timing = compare_metrics(dict(run.data.metrics), dict(new_run.data.metrics))
     env = compare_environment(dict(run.data.tags), dict(new_run.data.tags))
-    report = {"run_id": run_id, "reproduction": new_id, "matching": same, "differences": diffs, "timing": timing,
-              "environment": env}
-    tr.client.log_text(new_id, "\n".join([f"reproduction of {run_id}", f"{len(same)} metrics match exactly",
-                                          *(f"DIFFERS {d}" for d in diffs),
-                                          *(f"ENVIRONMENT {e}" for e in env),
-                                          f"timings not compared: {', '.join(timing)}"]), "reproduction.txt")
+    report = {
+        "run_id": run_id,
+        "reproduction": new_id,
+        "matching": same,
+        "differences": diffs,
+        "timing": timing,
+        "environment": env,
+    }
+    tr.client.log_text(
+        new_id,
+        "\n".join(
+            [
+                f"reproduction of {run_id}",
+                f"{len(same)} metrics match exactly",
+                *(f"DIFFERS {d}" for d in diffs),
+                *(f"ENVIRONMENT {e}" for e in env),
+                f"timings not compared: {', '.join(timing)}",
+            ]
+        ),
+        "reproduction.txt",
+    )
     if diffs:
-        print(f"pgmflow: reproduce: {len(diffs)} of {len(diffs) + len(same)} metrics differ between run {run_id} "
-              f"and its reproduction {new_id}:", file=stream)
+        print(
+            f"pgmflow: reproduce: {len(diffs)} of {len(diffs) + len(same)} metrics differ between run {run_id} "
+            f"and its reproduction {new_id}:",
+            file=stream,
+        )
         for d in diffs:
             print(f"  {d}", file=stream)
         if env:
-            print("pgmflow: reproduce: the environment differs (bits are guaranteed only within one environment, "
-                  "docs/reproducibility.md):", file=stream)
+            print(
+                "pgmflow: reproduce: the environment differs (bits are guaranteed only within one environment, "
+                "docs/reproducibility.md):",
+                file=stream,
+            )
             for e in env:
                 print(f"  {e}", file=stream)
         else:
-            print("pgmflow: reproduce: same library versions, BLAS, CPU model and commit: a difference here is a "
-                  "bug in pgmflow; please report it with both run ids", file=stream)
+            print(
+                "pgmflow: reproduce: same library versions, BLAS, CPU model and commit: a difference here is a "
+                "bug in pgmflow; please report it with both run ids",
+                file=stream,
+            )
         stream.flush()
         return 1, report
     if env:
-        print(f"pgmflow: reproduce: note: the environment differs, yet every metric matched: {'; '.join(env)}",
-              file=stream)
-    print(f"pgmflow: reproduce: all {len(same)} metrics of run {run_id} match exactly in run {new_id} "
-          f"({len(timing)} timings not compared)", file=stream, flush=True)
+        print(
+            f"pgmflow: reproduce: note: the environment differs, yet every metric matched: {'; '.join(env)}",
+            file=stream,
+        )
+    print(
+        f"pgmflow: reproduce: all {len(same)} metrics of run {run_id} match exactly in run {new_id} "
+        f"({len(timing)} timings not compared)",
+        file=stream,
+        flush=True,
+    )
     return 0, report
 
 
@@ -158,8 +199,11 @@ def main(argv) -> int:
     except Exception as exc:
         if verbose:
             raise
-        print(f"pgmflow: error: {type(exc).__name__}: {' '.join(str(exc).split())} "
-              "(run with verbose=true for the traceback)", file=sys.stderr)
+        print(
+            f"pgmflow: error: {type(exc).__name__}: {' '.join(str(exc).split())} "
+            "(run with verbose=true for the traceback)",
+            file=sys.stderr,
+        )
         return 1
 
 

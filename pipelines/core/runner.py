@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pgmflow.pipelines.core import registry
 from pgmflow.pipelines.core.errors import ConfigError
 from pgmflow.pipelines.core.graph import Executor
+
 # Fields a resumed run may change: where and how it runs, not what it computes.
 RESUME_MAY_CHANGE = ("cluster", "progress", "verbose", "tracking", "backend", "resume")
 
@@ -54,7 +55,7 @@ class RunContext:
         print(f"{prefix}{text}", file=self.stream if self.stream is not None else sys.stdout, flush=True)
         if summary:
             line = f"{prefix}{text}"
-            self.summary.append(line[len("pgmflow: "):] if line.startswith("pgmflow: ") else line)
+            self.summary.append(line[len("pgmflow: ") :] if line.startswith("pgmflow: ") else line)
 
 
 def load_recorded_config(cfg: dict) -> dict:
@@ -64,13 +65,21 @@ def load_recorded_config(cfg: dict) -> dict:
     try:
         tr.client.get_run(run_id)
     except Exception:
-        raise ConfigError("resume", run_id, f"no such MLflow run in {tr.uri}",
-                          "pass the run id printed by the interrupted run (and the same tracking.uri)") from None
+        raise ConfigError(
+            "resume",
+            run_id,
+            f"no such MLflow run in {tr.uri}",
+            "pass the run id printed by the interrupted run (and the same tracking.uri)",
+        ) from None
     tr.run_id = run_id
     status = tr.client.get_run(run_id).info.status
     if status == "FINISHED":
-        raise ConfigError("resume", run_id, "this run already finished; there is nothing to continue",
-                          "start a new run (drop resume=...)")
+        raise ConfigError(
+            "resume",
+            run_id,
+            "this run already finished; there is nothing to continue",
+            "start a new run (drop resume=...)",
+        )
     try:
         import yaml
 
@@ -92,8 +101,12 @@ def _tracker(cfg: dict):
     from pgmflow.pipelines.core import tracking
 
     tcfg = cfg["tracking"]
-    return tracking.Tracker(tcfg["uri"], tcfg["experiment"], tcfg.get("artifact_location"),
-                            max_wait=tcfg.get("max_wait", tracking.DEFAULT_MAX_WAIT))
+    return tracking.Tracker(
+        tcfg["uri"],
+        tcfg["experiment"],
+        tcfg.get("artifact_location"),
+        max_wait=tcfg.get("max_wait", tracking.DEFAULT_MAX_WAIT),
+    )
 
 
 @contextlib.contextmanager
@@ -110,8 +123,13 @@ def _sweep_cluster(ccfg: dict, address: str):
     kwargs = {"security": security} if security is not None else {}
     with Client(address, timeout=30, **kwargs) as client:
         n = len(client.scheduler_info().get("workers", {}))
-        yield cluster_mod.ClusterHandle(client=client, profile=f"sweep:{ccfg.get('profile') or 'local'}",
-                                        type="sweep", n_workers=max(n, 1), address=address)
+        yield cluster_mod.ClusterHandle(
+            client=client,
+            profile=f"sweep:{ccfg.get('profile') or 'local'}",
+            type="sweep",
+            n_workers=max(n, 1),
+            address=address,
+        )
 
 
 @dataclass
@@ -174,26 +192,51 @@ def _execute(cfg: dict, stream, sweep_run: str | None, given, record: RunRecord)
             ch.client.register_plugin(PinBlasThreads(threads.configured_threads()), name=PinBlasThreads.name)
         tcfg = cfg["tracking"]
         tracker = _tracker(cfg)
-        tags = {"pgmflow.pipeline": cfg["pipeline"]["name"], "pgmflow.model": cfg.get("model", {}).get("name"),
-                "pgmflow.backend": backend, "pgmflow.device": device, "pgmflow.cluster.profile": ch.profile,
-                "pgmflow.cluster.type": ch.type, "pgmflow.cluster.workers": ch.n_workers, **getattr(ch, "tags", {}),
-                **tracking.git_info(), **tracking.versions()}
+        tags = {
+            "pgmflow.pipeline": cfg["pipeline"]["name"],
+            "pgmflow.model": cfg.get("model", {}).get("name"),
+            "pgmflow.backend": backend,
+            "pgmflow.device": device,
+            "pgmflow.cluster.profile": ch.profile,
+            "pgmflow.cluster.type": ch.type,
+            "pgmflow.cluster.workers": ch.n_workers,
+            **getattr(ch, "tags", {}),
+            **tracking.git_info(),
+            **tracking.versions(),
+        }
         if sweep_run:
             tracker.attach(sweep_run, cfg, tags)
         elif cfg.get("resume"):
             tracker.resume(cfg["resume"])
             tracker.set_tags({**tags, "pgmflow.resumed_at": time.strftime("%Y-%m-%dT%H:%M:%S")})
         else:
-            name = tcfg.get("run_name") or f"{cfg['pipeline']['name']}-{cfg.get('model', {}).get('name')}-" \
-                                            f"{time.strftime('%Y%m%d-%H%M%S')}"
+            name = (
+                tcfg.get("run_name")
+                or f"{cfg['pipeline']['name']}-{cfg.get('model', {}).get('name')}-{time.strftime('%Y%m%d-%H%M%S')}"
+            )
             tracker.start(name, cfg, tags)
         record.run_id = tracker.run_id
-        gpu_note = f" on {device}" if backend == "cupy" else (
-            f" (auto: {backend_mod.gpu_status()[1]})" if cfg["backend"] == "auto" else "")
-        print(f"pgmflow: {cfg['pipeline']['name']} run {tracker.run_id} on {ch.profile} ({ch.n_workers} worker"
-              f"{'s' if ch.n_workers != 1 else ''}), backend {backend}{gpu_note}", file=stream, flush=True)
-        ctx = RunContext(cfg=cfg, tracker=tracker, cluster=ch, executor=Executor(ch.client), backend=backend,
-                         device=device, resumed=bool(cfg.get("resume")), stream=stream)
+        gpu_note = (
+            f" on {device}"
+            if backend == "cupy"
+            else (f" (auto: {backend_mod.gpu_status()[1]})" if cfg["backend"] == "auto" else "")
+        )
+        print(
+            f"pgmflow: {cfg['pipeline']['name']} run {tracker.run_id} on {ch.profile} ({ch.n_workers} worker"
+            f"{'s' if ch.n_workers != 1 else ''}), backend {backend}{gpu_note}",
+            file=stream,
+            flush=True,
+        )
+        ctx = RunContext(
+            cfg=cfg,
+            tracker=tracker,
+            cluster=ch,
+            executor=Executor(ch.client),
+            backend=backend,
+            device=device,
+            resumed=bool(cfg.get("resume")),
+            stream=stream,
+        )
         try:
             with threads.pinned_blas():  # the same bits on any scheduler: tasks/threads.py
                 result = registry.get(cfg["pipeline"]["name"]).load_run()(ctx, plan)
@@ -201,8 +244,12 @@ def _execute(cfg: dict, stream, sweep_run: str | None, given, record: RunRecord)
             if isinstance(objective, (int, float)) and objective == objective:
                 tracker.log_metrics({"objective": objective}, step=0, flush=True)
             if result.get("objective_name"):
-                tracker.set_tags({"pgmflow.objective_name": result["objective_name"],
-                                  "pgmflow.objective_direction": result.get("objective_direction", "minimize")})
+                tracker.set_tags(
+                    {
+                        "pgmflow.objective_name": result["objective_name"],
+                        "pgmflow.objective_direction": result.get("objective_direction", "minimize"),
+                    }
+                )
             if ctx.summary:
                 tracker.set_description("\n".join(ctx.summary))
         except BaseException as exc:

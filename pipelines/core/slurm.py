@@ -56,14 +56,18 @@ def class_keys(kind: str) -> frozenset[str]:
     cls = dask_jobqueue.SLURMCluster if kind == "slurm" else dask_jobqueue.PBSCluster
     keys = set()
     for c in (cls, cls.job_cls, Job):
-        keys |= {n for n, p in inspect.signature(c.__init__).parameters.items()
-                 if p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL) and n not in ("self", "scheduler", "job_cls")}
+        keys |= {
+            n
+            for n, p in inspect.signature(c.__init__).parameters.items()
+            if p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL) and n not in ("self", "scheduler", "job_cls")
+        }
     return frozenset(keys)
 
 
 def _namer(path, name, from_options):
     def field(key):
         return f"cluster.options.{key}" if key in from_options else f"{path.name}:profiles.{name}.{key}"
+
     return field
 
 
@@ -76,8 +80,9 @@ def check_profile(path, name: str, prof: dict, from_options=()) -> None:
         if key not in known:
             own = [k for k in prof if k != "type" and k in known]
             near = difflib.get_close_matches(str(key), own, n=1) or difflib.get_close_matches(str(key), known, n=1)
-            hint = (f"did you mean {near[0]}?" if near else f"the keys of profile {name}: {', '.join(own)}") + \
-                f" (any option of dask_jobqueue.{'SLURM' if kind == 'slurm' else 'PBS'}Cluster may be set)"
+            hint = (
+                f"did you mean {near[0]}?" if near else f"the keys of profile {name}: {', '.join(own)}"
+            ) + f" (any option of dask_jobqueue.{'SLURM' if kind == 'slurm' else 'PBS'}Cluster may be set)"
             raise ConfigError(field(key), value, f"unknown option of profile {name}", hint)
     where = f"in profile {name} of {path}" if path.name != "<built-in>" else "with cluster.options"
     _int(field, prof, "n_jobs", 0 if prof.get("adapt") else 1, f"set n_jobs: 2 {where} (or cluster.options.n_jobs=2)")
@@ -85,12 +90,20 @@ def check_profile(path, name: str, prof: dict, from_options=()) -> None:
     _int(field, prof, "processes", 1, "set processes: 1 (one worker per job) or a divisor of cores", null=True)
     _int(field, prof, "wait_for_workers", 1, "set wait_for_workers: 1 (start once one worker has joined)")
     if prof.get("processes") and prof.get("cores") and prof["cores"] % prof["processes"]:
-        raise ConfigError(field("processes"), prof["processes"], f"does not divide cores={prof['cores']}",
-                          "use a divisor of cores (each worker process gets cores/processes threads)")
+        raise ConfigError(
+            field("processes"),
+            prof["processes"],
+            f"does not divide cores={prof['cores']}",
+            "use a divisor of cores (each worker process gets cores/processes threads)",
+        )
     t = prof.get("wait_timeout", 600)
     if isinstance(t, bool) or not isinstance(t, numbers.Real) or not t > 0:
-        raise ConfigError(field("wait_timeout"), t, "must be a positive number of seconds",
-                          "set e.g. cluster.options.wait_timeout=600")
+        raise ConfigError(
+            field("wait_timeout"),
+            t,
+            "must be a positive number of seconds",
+            "set e.g. cluster.options.wait_timeout=600",
+        )
     _memory(field, prof.get("memory"))
     _walltime(field, prof.get("walltime"), kind)
     for key in STRINGS:
@@ -122,36 +135,57 @@ def _memory(field, v):
     except (ValueError, TypeError):
         ok = False
     if not ok:
-        raise ConfigError(field("memory"), v, "must be the memory of one job, such as 4GB",
-                          "set e.g. cluster.options.memory=4GB")
+        raise ConfigError(
+            field("memory"), v, "must be the memory of one job, such as 4GB", "set e.g. cluster.options.memory=4GB"
+        )
 
 
 def _walltime(field, v, kind):
     if v is None:
         return
     text = str(v).strip()
-    if isinstance(v, bool) or not WALLTIME.match(text) or (kind == "pbs" and not re.match(r"^\d+(:\d{1,2}){0,2}$", text)):
-        raise ConfigError(field("walltime"), v, f"is not a time {kind.upper()} accepts (formats: MM, MM:SS, HH:MM:SS"
-                          + (", D-HH, D-HH:MM, D-HH:MM:SS)" if kind == "slurm" else ")"),
-                          "write e.g. cluster.options.walltime=01:30:00 (quoted in YAML: \"01:30:00\")")
+    if (
+        isinstance(v, bool)
+        or not WALLTIME.match(text)
+        or (kind == "pbs" and not re.match(r"^\d+(:\d{1,2}){0,2}$", text))
+    ):
+        raise ConfigError(
+            field("walltime"),
+            v,
+            f"is not a time {kind.upper()} accepts (formats: MM, MM:SS, HH:MM:SS"
+            + (", D-HH, D-HH:MM, D-HH:MM:SS)" if kind == "slurm" else ")"),
+            'write e.g. cluster.options.walltime=01:30:00 (quoted in YAML: "01:30:00")',
+        )
 
 
 def _adapt(field, v):
     if v is None:
         return
     if not isinstance(v, dict):
-        raise ConfigError(field("adapt"), v, "must be a mapping {minimum: N, maximum: M} (jobs) or null",
-                          "write adapt: {minimum: 1, maximum: 4}")
+        raise ConfigError(
+            field("adapt"),
+            v,
+            "must be a mapping {minimum: N, maximum: M} (jobs) or null",
+            "write adapt: {minimum: 1, maximum: 4}",
+        )
     for key, value in v.items():
         if key not in ADAPT_KEYS:
             near = difflib.get_close_matches(str(key), ADAPT_KEYS, n=1)
-            raise ConfigError(f"{field('adapt')}.{key}", value, "unknown key",
-                              f"did you mean {near[0]}?" if near else "use minimum and maximum")
+            raise ConfigError(
+                f"{field('adapt')}.{key}",
+                value,
+                "unknown key",
+                f"did you mean {near[0]}?" if near else "use minimum and maximum",
+            )
     lo, hi = v.get("minimum", 0), v.get("maximum")
     for key, x, least in (("minimum", lo, 0), ("maximum", hi, 1)):
         if isinstance(x, bool) or not isinstance(x, numbers.Integral) or x < least:
-            raise ConfigError(f"{field('adapt')}.{key}", x, f"must be an integer >= {least}",
-                              "write adapt: {minimum: 1, maximum: 4} (numbers of jobs)")
+            raise ConfigError(
+                f"{field('adapt')}.{key}",
+                x,
+                f"must be an integer >= {least}",
+                "write adapt: {minimum: 1, maximum: 4} (numbers of jobs)",
+            )
     if lo > hi:
         raise ConfigError(f"{field('adapt')}.minimum", lo, f"is above maximum={hi}", "make minimum <= maximum")
 
@@ -197,9 +231,13 @@ def _partition(field, queue, walltime):
     limits = {n.rstrip("*"): v for n, v in limits.items()}
     if queue is not None and queue not in limits:
         near = difflib.get_close_matches(queue, list(limits), n=1)
-        raise ConfigError(field("queue"), queue, f"no such SLURM partition (sinfo lists {', '.join(sorted(limits))})",
-                          (f"did you mean {near[0]}? " if near else "") + "set cluster.options.queue=NAME or null "
-                          "(the default partition)")
+        raise ConfigError(
+            field("queue"),
+            queue,
+            f"no such SLURM partition (sinfo lists {', '.join(sorted(limits))})",
+            (f"did you mean {near[0]}? " if near else "") + "set cluster.options.queue=NAME or null "
+            "(the default partition)",
+        )
     part = queue or default
     if walltime is None or part not in limits:
         return
@@ -208,16 +246,27 @@ def _partition(field, queue, walltime):
     except ValueError:  # a limit sinfo prints in a form not parsed here: SLURM decides
         return
     if limit is not None and (asked is None or asked > limit):
-        raise ConfigError(field("walltime"), walltime, f"is above the time limit of partition {part} "
-                          f"({limits[part]})", f"ask for {limits[part]} or less, e.g. cluster.options.walltime="
-                          f"{limits[part]}, or choose a partition with a longer limit (sinfo -o '%P %l')")
+        raise ConfigError(
+            field("walltime"),
+            walltime,
+            f"is above the time limit of partition {part} ({limits[part]})",
+            f"ask for {limits[part]} or less, e.g. cluster.options.walltime="
+            f"{limits[part]}, or choose a partition with a longer limit (sinfo -o '%P %l')",
+        )
 
 
 def node_sizes(queue=None) -> str:
     """'2 CPUs and 23.5 GiB' for the largest node of the partition, or '' when sinfo cannot tell."""
     code, out, _ = _run(["sinfo", "-h", "-N", "-o", "%c %m"] + (["-p", queue] if queue else []))
-    sizes = [tuple(int(x) for x in ln.split()) for ln in out.splitlines() if len(ln.split()) == 2
-             and all(x.isdigit() for x in ln.split())] if code == 0 else []
+    sizes = (
+        [
+            tuple(int(x) for x in ln.split())
+            for ln in out.splitlines()
+            if len(ln.split()) == 2 and all(x.isdigit() for x in ln.split())
+        ]
+        if code == 0
+        else []
+    )
     if not sizes:
         return ""
     cpus, mem = max(c for c, _ in sizes), max(m for _, m in sizes)
@@ -235,27 +284,45 @@ def test_submit(cluster, name: str, prof: dict, field):
     code, out, err = _run(["sbatch", "--test-only"], input=cluster.job_script())
     if code in (0, 127):
         return
-    reason = " ".join(" ".join(ln.replace("sbatch: error:", "").split()) for ln in err.splitlines()
-                      if "error" in ln or "failure" in ln) or " ".join(err.split()) or f"exit code {code}"
+    reason = (
+        " ".join(
+            " ".join(ln.replace("sbatch: error:", "").split())
+            for ln in err.splitlines()
+            if "error" in ln or "failure" in ln
+        )
+        or " ".join(err.split())
+        or f"exit code {code}"
+    )
     low = reason.lower()
-    fixes = {"partition": ("queue", "set cluster.options.queue to a partition sinfo lists, or null (the default)"),
-             "time": ("walltime", "set a walltime within the partition's limit (sinfo -o '%P %l'), e.g. "
-                                  "cluster.options.walltime=01:00:00"),
-             "account": ("account", "set cluster.options.account to an account you may use (sacctmgr show assoc "
-                                    "user=$USER), or null"),
-             "qos": ("job_extra_directives", "drop or fix the --qos directive")}
+    fixes = {
+        "partition": ("queue", "set cluster.options.queue to a partition sinfo lists, or null (the default)"),
+        "time": (
+            "walltime",
+            "set a walltime within the partition's limit (sinfo -o '%P %l'), e.g. cluster.options.walltime=01:00:00",
+        ),
+        "account": (
+            "account",
+            "set cluster.options.account to an account you may use (sacctmgr show assoc user=$USER), or null",
+        ),
+        "qos": ("job_extra_directives", "drop or fix the --qos directive"),
+    }
     key, fix = next((v for k, v in fixes.items() if k in low), (None, None))
     if key is None and ("node configuration" in low or "memory" in low or "cpu" in low):
         nodes = node_sizes(prof.get("queue"))
         key = "cores"
         reason += f" (each job asks for {_job_size(prof)}" + (f"; the largest node has {nodes})" if nodes else ")")
-        fix = "ask for what one node has, e.g. cluster.options.cores=1 cluster.options.memory=2GB, or choose a " \
-              "partition with larger nodes (cluster.options.queue=...)"
+        fix = (
+            "ask for what one node has, e.g. cluster.options.cores=1 cluster.options.memory=2GB, or choose a "
+            "partition with larger nodes (cluster.options.queue=...)"
+        )
     key = key or "type"
     value = prof.get(key) if key != "type" else name
-    raise ConfigError(field(key) if key != "type" else "cluster.profile", value,
-                      f"SLURM refuses the job script: {reason}", fix or "fix the profile's options (sbatch "
-                      "--test-only on the job script says the same)")
+    raise ConfigError(
+        field(key) if key != "type" else "cluster.profile",
+        value,
+        f"SLURM refuses the job script: {reason}",
+        fix or "fix the profile's options (sbatch --test-only on the job script says the same)",
+    )
 
 
 class WorkerJobsEnded(RuntimeError):
@@ -301,8 +368,10 @@ class JobWatch:
         if not jobs:
             ids = self.ids()
             jobs = f"job{'s' if len(ids) != 1 else ''} {', '.join(ids)}" if ids else "submitting jobs"
-        return (f"pgmflow: waiting for {self.kind.upper()} workers: {joined}/{wanted} joined after {waited:.0f} s "
-                f"(gives up at {timeout:g} s); {jobs}")
+        return (
+            f"pgmflow: waiting for {self.kind.upper()} workers: {joined}/{wanted} joined after {waited:.0f} s "
+            f"(gives up at {timeout:g} s); {jobs}"
+        )
 
     def cancel_all(self):
         ids = self.ids()
@@ -313,29 +382,39 @@ class JobWatch:
         """The one line after ``wait_timeout``: SLURM's reason for the first job that did not start, the fix."""
         states = self.states()
         ids = ", ".join(states) or "none"
-        state, reason = next(((s, r) for s, r in states.values() if s != "RUNNING"),
-                             next(iter(states.values()), ("UNKNOWN", "")))
-        fix = {"PartitionConfig": None, "Resources": "wait longer (cluster.options.wait_timeout=N) or ask for less "
-               "(cores, memory, walltime) or another partition", "Priority": "wait longer (cluster.options."
-               "wait_timeout=N): other jobs come first", "PartitionDown": "choose a partition that is up (sinfo "
-               "lists them): cluster.options.queue=NAME", "PartitionInactive": "choose a partition that is up "
-               "(sinfo lists them): cluster.options.queue=NAME", "ReqNodeNotAvail": "the nodes it needs are down or "
-               "reserved: choose another partition (cluster.options.queue=NAME)"}
+        state, reason = next(
+            ((s, r) for s, r in states.values() if s != "RUNNING"), next(iter(states.values()), ("UNKNOWN", ""))
+        )
+        fix = {
+            "PartitionConfig": None,
+            "Resources": "wait longer (cluster.options.wait_timeout=N) or ask for less "
+            "(cores, memory, walltime) or another partition",
+            "Priority": "wait longer (cluster.options.wait_timeout=N): other jobs come first",
+            "PartitionDown": "choose a partition that is up (sinfo lists them): cluster.options.queue=NAME",
+            "PartitionInactive": "choose a partition that is up (sinfo lists them): cluster.options.queue=NAME",
+            "ReqNodeNotAvail": "the nodes it needs are down or "
+            "reserved: choose another partition (cluster.options.queue=NAME)",
+        }
         if reason in ("PartitionConfig", "PartitionNodeLimit", "BadConstraints") or "node configuration" in reason:
             nodes = node_sizes(self.prof.get("queue"))
             why = f"each job asks for {_job_size(self.prof)}" + (f" and the largest node has {nodes}" if nodes else "")
             fix_text = f"{why}: ask for what one node has, e.g. cluster.options.cores=1 cluster.options.memory=2GB"
         elif state == "RUNNING":
-            fix_text = ("the job runs but its worker did not reach the scheduler at "
-                        f"{getattr(self.cluster, 'scheduler_address', '?')}: read the job's log (log_directory) and "
-                        "check that the compute nodes can reach this host (interface, ports, firewall)")
+            fix_text = (
+                "the job runs but its worker did not reach the scheduler at "
+                f"{getattr(self.cluster, 'scheduler_address', '?')}: read the job's log (log_directory) and "
+                "check that the compute nodes can reach this host (interface, ports, firewall)"
+            )
         elif state not in LIVE:
             fix_text = f"the job ended ({state}) before its worker joined: read its log (log_directory)"
         else:
             fix_text = fix.get(reason) or f"see scontrol show job {next(iter(states), '?')}"
-        what = f"{joined} of {wanted} worker{'s' if wanted != 1 else ''} joined within {timeout:g} s; SLURM job" \
-               f"{'s' if len(states) != 1 else ''} {ids}: {state}" + (f" ({reason})" if reason else "") + \
-               "; every job was cancelled"
+        what = (
+            f"{joined} of {wanted} worker{'s' if wanted != 1 else ''} joined within {timeout:g} s; SLURM job"
+            f"{'s' if len(states) != 1 else ''} {ids}: {state}"
+            + (f" ({reason})" if reason else "")
+            + "; every job was cancelled"
+        )
         return ConfigError("cluster.profile", self.name, what, fix_text)
 
     # -- the watchdog ---------------------------------------------------------------------------
@@ -364,10 +443,12 @@ class JobWatch:
                         strikes = 0
                     if strikes >= 2:
                         ended = ", ".join(f"{j} {s}" for j, (s, _) in states.items())
-                        message["text"] = (f"every SLURM worker job of this run ended ({ended}) and no worker is "
-                                           "left, so no task can run; fix: run again (the jobs were cancelled or "
-                                           "ran out of walltime: a longer cluster.options.walltime), or use "
-                                           "adapt: {minimum, maximum} so that lost jobs are replaced")
+                        message["text"] = (
+                            f"every SLURM worker job of this run ended ({ended}) and no worker is "
+                            "left, so no task can run; fix: run again (the jobs were cancelled or "
+                            "ran out of walltime: a longer cluster.options.walltime), or use "
+                            "adapt: {minimum, maximum} so that lost jobs are replaced"
+                        )
                         signal.pthread_kill(threading.main_thread().ident, signal.SIGUSR1)
                         return
 
@@ -462,9 +543,11 @@ def open_jobqueue(stack, name: str, kind: str, prof: dict, n_override=None, file
     wait_for_workers(client, watch, int(wait_n), float(wait_t))
     watch.start_watchdog(client)
     stack.callback(watch.stop_watchdog)
-    tags = {"pgmflow.cluster.options": json.dumps(resolved, sort_keys=True, default=str)[:5000],
-            f"pgmflow.cluster.{kind}.job_ids": ",".join(watch.ids()),
-            f"pgmflow.cluster.{kind}.job_header": cluster.job_header[:5000]}
+    tags = {
+        "pgmflow.cluster.options": json.dumps(resolved, sort_keys=True, default=str)[:5000],
+        f"pgmflow.cluster.{kind}.job_ids": ",".join(watch.ids()),
+        f"pgmflow.cluster.{kind}.job_header": cluster.job_header[:5000],
+    }
     if os.environ.get("SLURM_JOB_ID"):
         tags["pgmflow.cluster.slurm.driver_job_id"] = os.environ["SLURM_JOB_ID"]
     return client, tags, want_jobs

@@ -77,8 +77,11 @@ class SweepSession:
             cm = cluster_mod.open_cluster(self.cluster_cfg)
             self.cluster = cm.__enter__()
             self.cluster_cm = cm
-            print(f"pgmflow: sweep cluster: {self.cluster.profile} ({self.cluster.n_workers} workers)",
-                  file=stream, flush=True)
+            print(
+                f"pgmflow: sweep cluster: {self.cluster.profile} ({self.cluster.n_workers} workers)",
+                file=stream,
+                flush=True,
+            )
         return self.cluster
 
     # --- child runs ------------------------------------------------------------------------------
@@ -87,7 +90,8 @@ class SweepSession:
         if self._children is None:
             exp = self.tracker._experiment_id()
             runs = self.tracker.client.search_runs(
-                [exp], filter_string=f"tags.`mlflow.parentRunId` = '{self.parent_id}'", max_results=50000)
+                [exp], filter_string=f"tags.`mlflow.parentRunId` = '{self.parent_id}'", max_results=50000
+            )
             out = {}
             for r in sorted(runs, key=lambda r: r.info.start_time or 0):
                 h = r.data.tags.get("pgmflow.config_hash")
@@ -106,18 +110,27 @@ class SweepSession:
             self.tracker.client.update_run(run_id, status="SCHEDULED")
             return run_id, False, None
         text = " ".join(overrides)
-        tags = {"mlflow.parentRunId": self.parent_id, "pgmflow.config_hash": config_hash,
-                "pgmflow.sweep.job": str(job), "pgmflow.sweep.overrides": text[:5000]}
-        run = self.tracker.client.create_run(self.tracker._experiment_id(), run_name=f"job {job}: {text}"[:250],
-                                             tags=tags)
+        tags = {
+            "mlflow.parentRunId": self.parent_id,
+            "pgmflow.config_hash": config_hash,
+            "pgmflow.sweep.job": str(job),
+            "pgmflow.sweep.overrides": text[:5000],
+        }
+        run = self.tracker.client.create_run(
+            self.tracker._experiment_id(), run_name=f"job {job}: {text}"[:250], tags=tags
+        )
         self.tracker.client.update_run(run.info.run_id, status="SCHEDULED")
         self.children()[config_hash] = self.tracker.client.get_run(run.info.run_id)
         return run.info.run_id, False, None
 
     def fail_child(self, run_id: str, message: str):
         """End a child run FAILED with ``message`` (a job that never reached its own error handling)."""
-        tr = tracking.Tracker(self.tracker.uri, self.tracker.experiment_name, self.tracker.artifact_location,
-                              max_wait=self.tracker.client.max_wait)
+        tr = tracking.Tracker(
+            self.tracker.uri,
+            self.tracker.experiment_name,
+            self.tracker.artifact_location,
+            max_wait=self.tracker.client.max_wait,
+        )
         tr.run_id = run_id
         if tr.client.get_run(run_id).info.status != "FAILED":
             tr.end("FAILED", message)
@@ -135,11 +148,20 @@ class SweepSession:
         return sum(r.status == "FAILED" for r in self.rows.values())
 
     def table(self) -> list[dict]:
-        return [{"job": r.job, "overrides": " ".join(r.overrides), "status": r.status,
-                 "objective": "" if r.objective is None else repr(float(r.objective)),
-                 "run_id": r.run_id or "", "seconds": "" if r.seconds is None else f"{r.seconds:.1f}",
-                 "started": "" if r.started is None else f"{r.started:.3f}",
-                 "finished": "" if r.finished is None else f"{r.finished:.3f}", "error": r.error or ""} for r in sorted(self.rows.values(), key=lambda r: r.job)]
+        return [
+            {
+                "job": r.job,
+                "overrides": " ".join(r.overrides),
+                "status": r.status,
+                "objective": "" if r.objective is None else repr(float(r.objective)),
+                "run_id": r.run_id or "",
+                "seconds": "" if r.seconds is None else f"{r.seconds:.1f}",
+                "started": "" if r.started is None else f"{r.started:.3f}",
+                "finished": "" if r.finished is None else f"{r.finished:.3f}",
+                "error": r.error or "",
+            }
+            for r in sorted(self.rows.values(), key=lambda r: r.job)
+        ]
 
     def write_summary(self, final: bool = False):
         """Log sweep_summary.csv and the objective figure to the parent run."""
@@ -147,8 +169,11 @@ class SweepSession:
         client = self.tracker.client
         client.log_text(self.parent_id, csv_table(rows) or "job\n", "sweep_summary.csv")
         counts = {s: sum(r["status"] == s for r in rows) for s in ("FINISHED", "SKIPPED", "FAILED")}
-        metrics = [("jobs_finished", counts["FINISHED"] + counts["SKIPPED"]), ("jobs_failed", counts["FAILED"]),
-                   ("jobs", len(rows))]
+        metrics = [
+            ("jobs_finished", counts["FINISHED"] + counts["SKIPPED"]),
+            ("jobs_failed", counts["FAILED"]),
+            ("jobs", len(rows)),
+        ]
         from mlflow.entities import Metric
 
         ts = int(time.time() * 1000)
@@ -156,8 +181,9 @@ class SweepSession:
         if final:
             fig = objective_figure(self.rows.values(), self.objective_name(), self.direction())
             if fig is not None:
-                client.log_figure(self.parent_id, fig, "figures/objective_vs_parameters.png",
-                                  save_kwargs={"bbox_inches": "tight"})
+                client.log_figure(
+                    self.parent_id, fig, "figures/objective_vs_parameters.png", save_kwargs={"bbox_inches": "tight"}
+                )
                 import matplotlib.pyplot as plt
 
                 plt.close(fig)
@@ -177,8 +203,11 @@ class SweepSession:
         direction = self.direction()
         best = best_row(self.rows.values(), direction)
         if best is not None:
-            print(f"best: job {best.job} ({' '.join(best.overrides)}), objective {best.objective!r} "
-                  f"({direction}), run {best.run_id}", file=stream)
+            print(
+                f"best: job {best.job} ({' '.join(best.overrides)}), objective {best.objective!r} "
+                f"({direction}), run {best.run_id}",
+                file=stream,
+            )
         stream.flush()
 
     def direction(self) -> str:
@@ -207,8 +236,12 @@ class SweepSession:
             failed = self.n_failed
             msg = f"{failed} of {len(self.rows)} jobs FAILED" if failed else None
             self.tracker.end("FAILED" if failed else "FINISHED", msg)
-            print(f"pgmflow: sweep finished: {len(self.rows) - failed} FINISHED, {failed} FAILED "
-                  f"({time.monotonic() - self.started:.1f} s). {self.tracker.ui_hint}", file=stream, flush=True)
+            print(
+                f"pgmflow: sweep finished: {len(self.rows) - failed} FINISHED, {failed} FAILED "
+                f"({time.monotonic() - self.started:.1f} s). {self.tracker.ui_hint}",
+                file=stream,
+                flush=True,
+            )
             return failed
         finally:
             self.close()
@@ -221,8 +254,11 @@ class SweepSession:
 
 
 def best_row(rows, direction: str = "minimize"):
-    ok = [r for r in rows if r.status in ("FINISHED", "SKIPPED") and r.objective is not None
-          and math.isfinite(float(r.objective))]
+    ok = [
+        r
+        for r in rows
+        if r.status in ("FINISHED", "SKIPPED") and r.objective is not None and math.isfinite(float(r.objective))
+    ]
     if not ok:
         return None
     key = (lambda r: float(r.objective)) if direction == "minimize" else (lambda r: -float(r.objective))
@@ -310,13 +346,15 @@ _SESSION: SweepSession | None = None
 
 def sweep_key(experiment: str, task_overrides: list, sweeper: dict) -> str:
     """Identity of a sweep command: its overrides (order-free) and the sweeper's search space."""
-    blob = json.dumps({"experiment": experiment, "overrides": sorted(task_overrides), "sweeper": sweeper},
-                      sort_keys=True, default=str)
+    blob = json.dumps(
+        {"experiment": experiment, "overrides": sorted(task_overrides), "sweeper": sweeper}, sort_keys=True, default=str
+    )
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
-def open_session(cluster_cfg: dict, tracking_cfg: dict, task_overrides: list, sweeper: dict,
-                 resume: bool = True, stream=sys.stdout) -> SweepSession:
+def open_session(
+    cluster_cfg: dict, tracking_cfg: dict, task_overrides: list, sweeper: dict, resume: bool = True, stream=sys.stdout
+) -> SweepSession:
     """The sweep's session, created on the first call (cluster, store, parent run) and reused after."""
     global _SESSION
     if _SESSION is not None:
@@ -324,14 +362,22 @@ def open_session(cluster_cfg: dict, tracking_cfg: dict, task_overrides: list, sw
     from pgmflow.pipelines.core import cluster as cluster_mod
 
     cluster_mod.check_cluster_config(cluster_cfg)  # a bad cluster section is refused before the parent exists
-    tr = tracking.Tracker(tracking_cfg["uri"], tracking_cfg["experiment"], tracking_cfg.get("artifact_location"),
-                          max_wait=tracking_cfg.get("max_wait", tracking.DEFAULT_MAX_WAIT))
+    tr = tracking.Tracker(
+        tracking_cfg["uri"],
+        tracking_cfg["experiment"],
+        tracking_cfg.get("artifact_location"),
+        max_wait=tracking_cfg.get("max_wait", tracking.DEFAULT_MAX_WAIT),
+    )
     exp = tr._experiment_id()  # creates the store and the experiment once, before any job
     key = sweep_key(tracking_cfg["experiment"], task_overrides, sweeper)
     parent = None
     if resume:
-        found = tr.client.search_runs([exp], filter_string=f"tags.`{PARENT_KEY_TAG}` = '{key}'",
-                                      order_by=["attributes.start_time DESC"], max_results=1)
+        found = tr.client.search_runs(
+            [exp],
+            filter_string=f"tags.`{PARENT_KEY_TAG}` = '{key}'",
+            order_by=["attributes.start_time DESC"],
+            max_results=1,
+        )
         parent = found[0] if found else None
     direction = str(sweeper["direction"]).lower().replace("direction.", "") if "direction" in sweeper else None
     if parent is not None:

@@ -28,8 +28,12 @@ def check_tls(path: Path, name: str, tls) -> dict:
 
     prefix = f"{path.name}:profiles.{name}.tls"
     if not isinstance(tls, dict):
-        raise ConfigError(prefix, tls, "must be a mapping with ca_file, cert and key",
-                          "write tls: {ca_file: ca.pem, cert: cert.pem, key: key.pem} (see dask_cluster.yaml)")
+        raise ConfigError(
+            prefix,
+            tls,
+            "must be a mapping with ca_file, cert and key",
+            "write tls: {ca_file: ca.pem, cert: cert.pem, key: key.pem} (see dask_cluster.yaml)",
+        )
     for key, value in tls.items():
         if key not in TLS_KEYS:
             raise _unknown(prefix, key, value, TLS_KEYS)
@@ -40,42 +44,66 @@ def check_tls(path: Path, name: str, tls) -> dict:
         if key == "key" and v is None:
             continue  # the key may sit in the cert file
         if not isinstance(v, str) or not v:
-            raise ConfigError(f"{prefix}.{key}", v, "required: the path of a PEM file",
-                              f"set tls.{key} in profile {name} of {path}")
+            raise ConfigError(
+                f"{prefix}.{key}", v, "required: the path of a PEM file", f"set tls.{key} in profile {name} of {path}"
+            )
         p = Path(os.path.expanduser(v))
         p = (base / p if not p.is_absolute() else p).resolve()
         if not p.is_file():
-            raise ConfigError(f"{prefix}.{key}", v, f"no such file (looked at {p})" if not p.exists() else
-                              f"{p} is not a regular file", f"create it or point tls.{key} of profile {name} at a "
-                              "PEM file (relative paths start from the cluster file's directory)")
+            raise ConfigError(
+                f"{prefix}.{key}",
+                v,
+                f"no such file (looked at {p})" if not p.exists() else f"{p} is not a regular file",
+                f"create it or point tls.{key} of profile {name} at a "
+                "PEM file (relative paths start from the cluster file's directory)",
+            )
         if not os.access(p, os.R_OK):
-            raise ConfigError(f"{prefix}.{key}", v, f"{p} is not readable by this user",
-                              f"chmod u+r {p} or run pgmflow as its owner")
+            raise ConfigError(
+                f"{prefix}.{key}", v, f"{p} is not readable by this user", f"chmod u+r {p} or run pgmflow as its owner"
+            )
         out[key] = str(p)
     try:
         ssl.create_default_context(cafile=out["ca_file"])
     except (ssl.SSLError, OSError, ValueError) as exc:
-        raise ConfigError(f"{prefix}.ca_file", tls["ca_file"], f"is not a PEM CA certificate ({exc})",
-                          "point it at the CA certificate that signed the cluster's certificates") from None
+        raise ConfigError(
+            f"{prefix}.ca_file",
+            tls["ca_file"],
+            f"is not a PEM CA certificate ({exc})",
+            "point it at the CA certificate that signed the cluster's certificates",
+        ) from None
     try:
         ssl.create_default_context(ssl.Purpose.CLIENT_AUTH).load_cert_chain(out["cert"], out.get("key"))
     except (ssl.SSLError, OSError, ValueError) as exc:
         if "key" in out and ("KEY_VALUES_MISMATCH" in str(exc) or "PRIVATE KEY" not in _head(out["key"])):
-            raise ConfigError(f"{prefix}.key", tls["key"], f"is not the private key of tls.cert={tls['cert']!r} "
-                              f"({exc})", "use the unencrypted PEM private key made together with the certificate "
-                              "(or the certificate that goes with this key)") from None
-        raise ConfigError(f"{prefix}.cert", tls["cert"], f"does not load as a PEM certificate with its private key "
-                          f"({exc})", "use the PEM certificate made for this cluster (and its key in tls.key)"
-                          ) from None
+            raise ConfigError(
+                f"{prefix}.key",
+                tls["key"],
+                f"is not the private key of tls.cert={tls['cert']!r} ({exc})",
+                "use the unencrypted PEM private key made together with the certificate "
+                "(or the certificate that goes with this key)",
+            ) from None
+        raise ConfigError(
+            f"{prefix}.cert",
+            tls["cert"],
+            f"does not load as a PEM certificate with its private key ({exc})",
+            "use the PEM certificate made for this cluster (and its key in tls.key)",
+        ) from None
     problem = _handshake_problem(out["ca_file"], out["cert"], out.get("key"))
     if problem:
-        raise ConfigError(f"{prefix}.cert", tls["cert"], f"is refused by a peer that trusts tls.ca_file="
-                          f"{tls['ca_file']!r} ({problem})", "use a certificate signed by that CA, or point ca_file "
-                          "at the CA that signed the certificate") from None
+        raise ConfigError(
+            f"{prefix}.cert",
+            tls["cert"],
+            f"is refused by a peer that trusts tls.ca_file={tls['ca_file']!r} ({problem})",
+            "use a certificate signed by that CA, or point ca_file at the CA that signed the certificate",
+        ) from None
     req = tls.get("require_encryption", True)
     if not isinstance(req, bool):
-        raise ConfigError(f"{prefix}.require_encryption", req, "must be true or false",
-                          "set require_encryption: true (refuse unencrypted connections) or false")
+        raise ConfigError(
+            f"{prefix}.require_encryption",
+            req,
+            "must be true or false",
+            "set require_encryption: true (refuse unencrypted connections) or false",
+        )
     out["require_encryption"] = req
     return out
 
@@ -136,6 +164,13 @@ def make_security(tls: dict | None):
     from distributed.security import Security
 
     cert, key = tls["cert"], tls.get("key")
-    return Security(tls_ca_file=tls["ca_file"], tls_client_cert=cert, tls_client_key=key,
-                    tls_scheduler_cert=cert, tls_scheduler_key=key, tls_worker_cert=cert, tls_worker_key=key,
-                    require_encryption=bool(tls.get("require_encryption", True)))
+    return Security(
+        tls_ca_file=tls["ca_file"],
+        tls_client_cert=cert,
+        tls_client_key=key,
+        tls_scheduler_cert=cert,
+        tls_scheduler_key=key,
+        tls_worker_cert=cert,
+        tls_worker_key=key,
+        require_encryption=bool(tls.get("require_encryption", True)),
+    )

@@ -34,10 +34,24 @@ EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
 EXPERIMENT_KIND = "custom_model_development"
 DESCRIPTION_TAG = "mlflow.note.content"  # the run's description on its MLflow page
 # Error texts that mean "the store is busy or away for now", not "the request is wrong".
-TRANSIENT = ("database is locked", "database table is locked", "connection refused", "connectionerror",
-             "max retries exceeded", "remote end closed", "connection aborted", "connection reset",
-             "temporarily unavailable", "timed out", "read timeout", "502", "503", "504",
-             "failed to establish a new connection", "api request to endpoint")
+TRANSIENT = (
+    "database is locked",
+    "database table is locked",
+    "connection refused",
+    "connectionerror",
+    "max retries exceeded",
+    "remote end closed",
+    "connection aborted",
+    "connection reset",
+    "temporarily unavailable",
+    "timed out",
+    "read timeout",
+    "502",
+    "503",
+    "504",
+    "failed to establish a new connection",
+    "api request to endpoint",
+)
 
 
 class TrackingUnavailable(RuntimeError):
@@ -79,7 +93,8 @@ class RetryingClient:
                     first = " ".join(str(exc).split())[:200]
                     raise TrackingUnavailable(
                         f"the MLflow tracking store {self._uri} did not answer for {wait:g} s ({first}); fix: "
-                        f"start or repair the tracking server, or raise tracking.max_wait") from None
+                        f"start or repair the tracking server, or raise tracking.max_wait"
+                    ) from None
                 time.sleep(delay)
                 delay = min(delay * 2, 2.0)
 
@@ -113,6 +128,7 @@ def flatten(d: dict, prefix: str = "") -> dict:
 
 def git_info() -> dict:
     """Commit and dirty flag of the pgmflow source tree (``unknown`` outside a git checkout)."""
+
     def git(*args):
         return subprocess.run(["git", "-C", str(REPO_ROOT), *args], capture_output=True, text=True, timeout=10)
 
@@ -138,8 +154,13 @@ def versions() -> dict:
 
     from pgmflow.pipelines import __version__
 
-    out = {"version.pgmflow": __version__, "version.numpy": numpy.__version__, "version.dask": dask.__version__,
-           "version.distributed": distributed.__version__, "version.python": platform.python_version()}
+    out = {
+        "version.pgmflow": __version__,
+        "version.numpy": numpy.__version__,
+        "version.dask": dask.__version__,
+        "version.distributed": distributed.__version__,
+        "version.python": platform.python_version(),
+    }
     for name in ("scipy", "numba", "mlflow", "hydra", "cupy"):
         if name == "cupy" and "cupy" not in sys.modules:
             continue  # never imported by this run: not in use
@@ -166,7 +187,7 @@ def cpu_model() -> str:
 def default_artifact_location(uri: str) -> str | None:
     """For a local SQLite store, artifacts go to ./mlartifacts beside the database file."""
     if uri.startswith("sqlite:///"):
-        db = Path(uri[len("sqlite:///"):])
+        db = Path(uri[len("sqlite:///") :])
         if not db.is_absolute():
             db = Path(os.environ.get("PGMFLOW_ORIG_CWD", os.getcwd())) / db
         return (db.parent / "mlartifacts").resolve().as_uri()
@@ -175,7 +196,7 @@ def default_artifact_location(uri: str) -> str | None:
 
 def _absolute_uri(uri: str) -> str:
     if uri.startswith("sqlite:///") and not uri.startswith("sqlite:////"):
-        rel = uri[len("sqlite:///"):]
+        rel = uri[len("sqlite:///") :]
         base = Path(os.environ.get("PGMFLOW_ORIG_CWD", os.getcwd()))
         return "sqlite:///" + str((base / rel).resolve())
     return uri
@@ -188,7 +209,7 @@ def _store_lock(uri: str):
     if not uri.startswith("sqlite:///"):
         yield
         return
-    db = Path(uri[len("sqlite:///"):])
+    db = Path(uri[len("sqlite:///") :])
     try:
         import fcntl
 
@@ -208,8 +229,9 @@ def _store_lock(uri: str):
 class Tracker:
     """One MLflow run. Use :meth:`start` (new run) or :meth:`resume` (continue a run)."""
 
-    def __init__(self, uri: str, experiment: str, artifact_location: str | None = None,
-                 max_wait: float = DEFAULT_MAX_WAIT):
+    def __init__(
+        self, uri: str, experiment: str, artifact_location: str | None = None, max_wait: float = DEFAULT_MAX_WAIT
+    ):
         import logging
 
         os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
@@ -236,8 +258,11 @@ class Tracker:
         exp = self.client.get_experiment_by_name(self.experiment_name)
         if exp is None:
             try:
-                return self.client.create_experiment(self.experiment_name, artifact_location=self.artifact_location,
-                                                     tags={EXPERIMENT_KIND_TAG: EXPERIMENT_KIND})
+                return self.client.create_experiment(
+                    self.experiment_name,
+                    artifact_location=self.artifact_location,
+                    tags={EXPERIMENT_KIND_TAG: EXPERIMENT_KIND},
+                )
             except Exception:  # created concurrently by another run
                 exp = self.client.get_experiment_by_name(self.experiment_name)
                 if exp is None:
@@ -256,12 +281,14 @@ class Tracker:
     def start(self, run_name: str, cfg: dict, tags: dict) -> str:
         from mlflow.entities import Param
 
-        run = self.client.create_run(self._experiment_id(), run_name=run_name, tags={k: str(v) for k, v in tags.items()})
+        run = self.client.create_run(
+            self._experiment_id(), run_name=run_name, tags={k: str(v) for k, v in tags.items()}
+        )
         self.run_id = run.info.run_id
         flat = flatten(cfg)
         params = [Param(k, str(v)[:6000]) for k, v in flat.items() if k != "resume"]
         for i in range(0, len(params), 100):
-            self.client.log_batch(self.run_id, params=params[i:i + 100])
+            self.client.log_batch(self.run_id, params=params[i : i + 100])
         self.log_text(yaml.safe_dump(cfg, sort_keys=False), "config.yaml")
         self.set_tags({"pgmflow.config_hash": config_hash(cfg)})
         return self.run_id
@@ -277,7 +304,7 @@ class Tracker:
         have = run.data.params
         params = [Param(k, str(v)[:6000]) for k, v in flatten(cfg).items() if k != "resume" and k not in have]
         for i in range(0, len(params), 100):
-            self.client.log_batch(run_id, params=params[i:i + 100])
+            self.client.log_batch(run_id, params=params[i : i + 100])
         attempt = int(run.data.tags.get("pgmflow.attempt", "0")) + 1
         self.log_text(yaml.safe_dump(cfg, sort_keys=False), "config.yaml")
         self.set_tags({**tags, "pgmflow.config_hash": config_hash(cfg), "pgmflow.attempt": attempt})
@@ -313,8 +340,10 @@ class Tracker:
     def ui_hint(self) -> str:
         exp = self.client.get_experiment_by_name(self.experiment_name)
         store = self.uri
-        return (f"MLflow run {self.run_id} (experiment '{self.experiment_name}', id {exp.experiment_id}) in {store}; "
-                f"open the UI with: mlflow ui --backend-store-uri {store}")
+        return (
+            f"MLflow run {self.run_id} (experiment '{self.experiment_name}', id {exp.experiment_id}) in {store}; "
+            f"open the UI with: mlflow ui --backend-store-uri {store}"
+        )
 
     # --- logging -----------------------------------------------------------------------------
     def set_description(self, text: str):
@@ -362,7 +391,8 @@ class Tracker:
                     raise TrackingUnavailable(
                         f"the MLflow tracking store {self.uri} has not answered for {now - self._away_since:.0f} s; "
                         f"{len(self._pending)} metric values are undelivered; fix: start or repair the tracking "
-                        f"server, or raise tracking.max_wait") from None
+                        f"server, or raise tracking.max_wait"
+                    ) from None
                 self._last_flush = now
                 return
             self._pending = self._pending[1000:]
@@ -402,11 +432,10 @@ class QuietTracker:
 
     @property
     def run_id(self) -> str:
-        return f"{self._tracker.run_id[:12 - len(self._tag)]}{self._tag}"
+        return f"{self._tracker.run_id[: 12 - len(self._tag)]}{self._tag}"
 
     def log_metrics(self, *args, **kwargs):
         pass
 
     def __getattr__(self, name):
         return getattr(self._tracker, name)
-

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 import numbers
 import os
-from typing import Callable
+from collections.abc import Callable
 
 from pgmflow.pipelines.core.errors import ConfigError
 
@@ -19,8 +19,9 @@ def get(cfg: dict, path: str):
     node = cfg
     for part in path.split("."):
         if not isinstance(node, dict) or part not in node:
-            raise ConfigError(path, "<missing>", "required field is missing",
-                              f"add {path}=... or restore the default config")
+            raise ConfigError(
+                path, "<missing>", "required field is missing", f"add {path}=... or restore the default config"
+            )
         node = node[part]
     return node
 
@@ -37,8 +38,10 @@ def integer(lo: int | None = None, hi: int | None = None, even: bool = False, al
         if hi is not None and v > hi:
             raise ConfigError(path, v, f"must be <= {hi}", f"set {path}={hi} or smaller")
         if even and v % 2:
-            raise ConfigError(path, v, "must be even (checkerboard updates on a periodic lattice)",
-                              f"set {path}={v + 1}")
+            raise ConfigError(
+                path, v, "must be even (checkerboard updates on a periodic lattice)", f"set {path}={v + 1}"
+            )
+
     return check
 
 
@@ -54,14 +57,17 @@ def real(gt: float | None = None, ge: float | None = None, nonzero: bool = False
             raise ConfigError(path, v, f"must be >= {ge}", f"set {path}={ge} or larger")
         if nonzero and v == 0:
             raise ConfigError(path, v, "must not be zero", f"set {path} to a non-zero value")
+
     return check
 
 
 def choice(*options) -> Callable:
     def check(path, v):
         if v not in options:
-            raise ConfigError(path, v, f"unknown value; expected one of {', '.join(map(str, options))}",
-                              f"set {path}={options[0]}")
+            raise ConfigError(
+                path, v, f"unknown value; expected one of {', '.join(map(str, options))}", f"set {path}={options[0]}"
+            )
+
     return check
 
 
@@ -105,7 +111,6 @@ def number_list(path, v, *, ge=None, gt=None, nonempty=True):
         raise ConfigError(path, v, "has repeated values", f"list each value of {path} once")
 
 
-
 ALLOWED_MODULES_ENV = "PGMFLOW_ALLOWED_MODULES"
 ALLOWED_MODULES_BUILTIN = ("pgmflow.tasks",)  # pgmflow's own numerics (the shipped example densities live there)
 
@@ -125,10 +130,17 @@ def check_importable(path: str, spec: str):
     if not mod or not any(mod == p or mod.startswith(p + ".") for p in allowed):
         top = (mod or spec).split(".")[0]
         if top in ("tasks", "pipelines"):  # pgmflow < 0.2 installed these top-level names
-            raise ConfigError(path, spec, f"pgmflow's modules live under the pgmflow namespace (pgmflow.{top}) since "
-                              "0.2", f"write {path}=pgmflow.{spec}")
-        raise ConfigError(path, spec, f"module {mod or spec!r} is not on the allow-list of modules a config may "
-                          f"import ({', '.join(allowed)}), so that a command-line override cannot run arbitrary "
-                          "code", f"export {ALLOWED_MODULES_ENV}={top} (comma-separated module prefixes) in the "
-                          "shell that runs pgmflow")
-
+            raise ConfigError(
+                path,
+                spec,
+                f"pgmflow's modules live under the pgmflow namespace (pgmflow.{top}) since 0.2",
+                f"write {path}=pgmflow.{spec}",
+            )
+        raise ConfigError(
+            path,
+            spec,
+            f"module {mod or spec!r} is not on the allow-list of modules a config may "
+            f"import ({', '.join(allowed)}), so that a command-line override cannot run arbitrary "
+            "code",
+            f"export {ALLOWED_MODULES_ENV}={top} (comma-separated module prefixes) in the shell that runs pgmflow",
+        )

@@ -38,9 +38,13 @@ from pgmflow.tasks.gp.data import Standardizer, heldout_rows, open_npy, split_ke
 
 KINDS = ("synthetic", "diabetes", "csv", "npz", "npy")
 FUNCTIONS = ("friedman1", "sine_1d")
-KEYS = {"synthetic": {"kind", "function", "n", "d", "noise_std", "test_path"}, "diabetes": {"kind", "test_path"},
-        "csv": {"kind", "path", "target", "test_path"}, "npz": {"kind", "path", "x_key", "y_key", "test_path"},
-        "npy": {"kind", "path", "target", "test_path"}}
+KEYS = {
+    "synthetic": {"kind", "function", "n", "d", "noise_std", "test_path"},
+    "diabetes": {"kind", "test_path"},
+    "csv": {"kind", "path", "target", "test_path"},
+    "npz": {"kind", "path", "x_key", "y_key", "test_path"},
+    "npy": {"kind", "path", "target", "test_path"},
+}
 DIABETES = Path(pgmflow.tasks.gp.__file__).resolve().parent / "data" / "diabetes.csv"  # shipped as package data
 _BLOCK_BYTES = 64 << 20  # rows read per block when streaming an .npy file (about 64 MB)
 
@@ -106,6 +110,7 @@ class GPData(NamedTuple):
 
 # --- moments (Chan et al.'s pairwise update, in block order) ----------------------------------
 
+
 class _Moments:
     def __init__(self, k: int):
         self.n = 0
@@ -136,8 +141,9 @@ def _standardizer(mom: _Moments, target: int, standardize: bool) -> Standardizer
     sd = mom.std()
     xs = sd[inputs]
     ys = float(sd[target])
-    return Standardizer(mom.mean[inputs].copy(), np.where(xs > 0, xs, 1.0), float(mom.mean[target]),
-                        ys if ys > 0 else 1.0)
+    return Standardizer(
+        mom.mean[inputs].copy(), np.where(xs > 0, xs, 1.0), float(mom.mean[target]), ys if ys > 0 else 1.0
+    )
 
 
 # --- resolve --------------------------------------------------------------------------------
@@ -149,8 +155,12 @@ def _file(gcfg: dict, kind: str) -> Path:
         raise ConfigError("gp_data.path", path, f"gp_data={kind} needs a file", f"add gp_data.path=FILE.{kind}")
     p = Path(str(path)).expanduser()
     if not p.exists():
-        raise ConfigError("gp_data.path", str(path), "no such file",
-                          "check the path (relative paths start from the directory pgmflow runs in)")
+        raise ConfigError(
+            "gp_data.path",
+            str(path),
+            "no such file",
+            "check the path (relative paths start from the directory pgmflow runs in)",
+        )
     if not p.is_file():
         raise ConfigError("gp_data.path", str(path), "not a regular file", f"pass a .{kind} file")
     if p.stat().st_size == 0:
@@ -175,9 +185,11 @@ def resolve(cfg: dict) -> GPData:
     if kind == "synthetic":
         X, y, names, tname, source = _synthetic(gcfg, seed)
         field = "gp_data"
-        origin = DataOrigin(f"{gcfg['function']} (synthetic)", generator=f"pgmflow.tasks.gp.data.{gcfg['function']}",
-                            parameters={k: gcfg.get(k) for k in ("n", "d", "noise_std") if gcfg.get(k) is not None}
-                            | {"seed": seed})
+        origin = DataOrigin(
+            f"{gcfg['function']} (synthetic)",
+            generator=f"pgmflow.tasks.gp.data.{gcfg['function']}",
+            parameters={k: gcfg.get(k) for k in ("n", "d", "noise_std") if gcfg.get(k) is not None} | {"seed": seed},
+        )
     elif kind == "diabetes":
         X, y, names, tname = _read_csv(DIABETES, "target", "gp_data.kind", "diabetes")
         source = f"diabetes ({DIABETES})"
@@ -198,17 +210,34 @@ def resolve(cfg: dict) -> GPData:
     mom = _Moments(X.shape[1] + 1)
     mom.add(np.column_stack([X[train], y[train]]))
     std = _standardizer(mom, X.shape[1], standardize)
-    out = GPData(source, kind, int(X.shape[0]), int(X.shape[1]), tuple(names), tname, int(train.sum()),
-                 int(test.sum()), std, X, y, None, None, origin)
+    out = GPData(
+        source,
+        kind,
+        int(X.shape[0]),
+        int(X.shape[1]),
+        tuple(names),
+        tname,
+        int(train.sum()),
+        int(test.sum()),
+        std,
+        X,
+        y,
+        None,
+        None,
+        origin,
+    )
     _check_split(out, field, gcfg.get("path") if kind in ("csv", "npz") else kind, fraction)
     return out
 
 
 def _check_split(data: GPData, field, value, fraction):
     if data.n_train < 1 or (data.n_test < 1 and fraction > 0):
-        raise ConfigError("sparse_gp.test_fraction", fraction, f"leaves {data.n_test} of the {data.n} rows of "
-                          f"{value!s} held out and {data.n_train} to train on", "choose a fraction that holds out "
-                          "some but not all rows (or use more data)")
+        raise ConfigError(
+            "sparse_gp.test_fraction",
+            fraction,
+            f"leaves {data.n_test} of the {data.n} rows of {value!s} held out and {data.n_train} to train on",
+            "choose a fraction that holds out some but not all rows (or use more data)",
+        )
 
 
 def _synthetic(gcfg, seed):
@@ -233,8 +262,12 @@ def _finite(A: np.ndarray, field, value, where):
         i, j = (int(v) for v in np.argwhere(bad)[0])
         v = A[i, j]
         what = "NaN" if np.isnan(v) else ("+inf" if v > 0 else "-inf")
-        raise ConfigError(field, value, f"{what} at {where(i, j)} ({int(bad.sum())} non-finite value(s) in all)",
-                          "remove or impute the rows with missing or infinite values")
+        raise ConfigError(
+            field,
+            value,
+            f"{what} at {where(i, j)} ({int(bad.sum())} non-finite value(s) in all)",
+            "remove or impute the rows with missing or infinite values",
+        )
 
 
 def _read_csv(path: Path, target, field, value, last_if_missing: bool = False):
@@ -249,12 +282,20 @@ def _read_csv(path: Path, target, field, value, last_if_missing: bool = False):
         raise ConfigError(field, value, "the file is empty", "pass a CSV file with a header row and data") from None
     header = [h.strip() for h in header]
     if len(header) < 2:
-        raise ConfigError(field, value, f"the header has {len(header)} column(s); need inputs and a target",
-                          "write a header row naming every column, comma-separated")
+        raise ConfigError(
+            field,
+            value,
+            f"the header has {len(header)} column(s); need inputs and a target",
+            "write a header row naming every column, comma-separated",
+        )
     if len(set(header)) != len(header):
         dup = sorted({h for h in header if header.count(h) > 1})
-        raise ConfigError(field, value, f"the header names column(s) {', '.join(map(repr, dup))} twice",
-                          "give every column a distinct name")
+        raise ConfigError(
+            field,
+            value,
+            f"the header names column(s) {', '.join(map(repr, dup))} twice",
+            "give every column a distinct name",
+        )
     if target is None or (last_if_missing and str(target) not in header):
         t = len(header) - 1
     else:
@@ -263,9 +304,12 @@ def _read_csv(path: Path, target, field, value, last_if_missing: bool = False):
 
             near = difflib.get_close_matches(str(target), header, n=1)
             hint = f"did you mean gp_data.target={near[0]}? " if near else ""
-            raise ConfigError("gp_data.target", str(target), f"no such column in {path.name} (columns: "
-                              f"{', '.join(header)})", f"{hint}set gp_data.target to one of the columns "
-                              "(null: the last)")
+            raise ConfigError(
+                "gp_data.target",
+                str(target),
+                f"no such column in {path.name} (columns: {', '.join(header)})",
+                f"{hint}set gp_data.target to one of the columns (null: the last)",
+            )
         t = header.index(str(target))
     try:
         A = np.loadtxt(io.StringIO(text), delimiter=",", skiprows=1, ndmin=2, dtype=np.float64)
@@ -275,12 +319,15 @@ def _read_csv(path: Path, target, field, value, last_if_missing: bool = False):
     if A.shape[0] == 0:
         raise ConfigError(field, value, "has a header but no data rows", "add rows of data")
     if A.shape[1] != len(header):
-        raise ConfigError(field, value, f"rows have {A.shape[1]} fields, the header {len(header)}",
-                          "give every row one value per header column")
+        raise ConfigError(
+            field,
+            value,
+            f"rows have {A.shape[1]} fields, the header {len(header)}",
+            "give every row one value per header column",
+        )
     _finite(A, field, value, lambda i, j: f"line {i + 2}, column {header[j]!r}")
     inputs = [j for j in range(len(header)) if j != t]
-    return (np.ascontiguousarray(A[:, inputs]), np.ascontiguousarray(A[:, t]), [header[j] for j in inputs],
-            header[t])
+    return (np.ascontiguousarray(A[:, inputs]), np.ascontiguousarray(A[:, t]), [header[j] for j in inputs], header[t])
 
 
 def _csv_locate(text, header, field, value):
@@ -291,14 +338,22 @@ def _csv_locate(text, header, field, value):
         if not row or all(not c.strip() for c in row):
             continue
         if len(row) != len(header):
-            raise ConfigError(field, value, f"line {lineno} has {len(row)} fields, the header {len(header)}",
-                              "give every row one value per header column")
+            raise ConfigError(
+                field,
+                value,
+                f"line {lineno} has {len(row)} fields, the header {len(header)}",
+                "give every row one value per header column",
+            )
         for j, c in enumerate(row):
             try:
                 float(c)
             except ValueError:
-                raise ConfigError(field, value, f"{c.strip()!r} at line {lineno}, column {header[j]!r} is not "
-                                  "a number", "write numbers only (encode categories as numbers)") from None
+                raise ConfigError(
+                    field,
+                    value,
+                    f"{c.strip()!r} at line {lineno}, column {header[j]!r} is not a number",
+                    "write numbers only (encode categories as numbers)",
+                ) from None
 
 
 def _numeric(a: np.ndarray) -> bool:
@@ -310,34 +365,58 @@ def _read_npz(path: Path, gcfg: dict, value, field: str = "gp_data.path"):
     try:
         with np.load(path, allow_pickle=False) as z:
             if not isinstance(z, np.lib.npyio.NpzFile):
-                raise ConfigError(field, value, "is an .npy array, not an .npz archive", "use gp_data=npy for a "
-                                  "single array with a target column")
+                raise ConfigError(
+                    field,
+                    value,
+                    "is an .npy array, not an .npz archive",
+                    "use gp_data=npy for a single array with a target column",
+                )
             names = list(z.files)
             for k, what in ((xk, "x_key"), (yk, "y_key")):
                 if k not in names:
-                    raise ConfigError(field, value, f"has no array {k!r} (arrays: {', '.join(names) or 'none'})",
-                                      f"save it with numpy.savez(path, {k}=...) or set gp_data.{what}")
+                    raise ConfigError(
+                        field,
+                        value,
+                        f"has no array {k!r} (arrays: {', '.join(names) or 'none'})",
+                        f"save it with numpy.savez(path, {k}=...) or set gp_data.{what}",
+                    )
             X, y = z[xk], z[yk]
     except ConfigError:
         raise
     except (zipfile.BadZipFile, OSError, EOFError, ValueError) as exc:
-        problem = "not an .npz file" if isinstance(exc, (zipfile.BadZipFile, OSError, EOFError)) or \
-            "pickle" not in str(exc) else "holds object arrays (pickled), which pgmflow does not load"
-        raise ConfigError(field, value, f"{problem} ({type(exc).__name__})",
-                          "save the data with numpy.savez(path, X=inputs [n, d], y=targets [n])") from None
+        problem = (
+            "not an .npz file"
+            if isinstance(exc, (zipfile.BadZipFile, OSError, EOFError)) or "pickle" not in str(exc)
+            else "holds object arrays (pickled), which pgmflow does not load"
+        )
+        raise ConfigError(
+            field,
+            value,
+            f"{problem} ({type(exc).__name__})",
+            "save the data with numpy.savez(path, X=inputs [n, d], y=targets [n])",
+        ) from None
     if not (_numeric(X) and _numeric(y)):
-        raise ConfigError(field, value, f"{xk} ({X.dtype}) and {yk} ({y.dtype}) must be numeric arrays",
-                          "save float arrays")
+        raise ConfigError(
+            field, value, f"{xk} ({X.dtype}) and {yk} ({y.dtype}) must be numeric arrays", "save float arrays"
+        )
     if X.ndim == 1:
         X = X[:, None]
     if y.ndim == 2 and y.shape[1] == 1:
         y = y[:, 0]
     if X.ndim != 2 or y.ndim != 1:
-        raise ConfigError(field, value, f"{xk} has shape {X.shape} and {yk} {y.shape}; need {xk} [n, d] and {yk} [n]",
-                          "save the inputs as a matrix and the targets as a vector")
+        raise ConfigError(
+            field,
+            value,
+            f"{xk} has shape {X.shape} and {yk} {y.shape}; need {xk} [n, d] and {yk} [n]",
+            "save the inputs as a matrix and the targets as a vector",
+        )
     if X.shape[0] != y.shape[0]:
-        raise ConfigError(field, value, f"{xk} has {X.shape[0]} rows but {yk} has {y.shape[0]}",
-                          "save one target per row of the inputs")
+        raise ConfigError(
+            field,
+            value,
+            f"{xk} has {X.shape[0]} rows but {yk} has {y.shape[0]}",
+            "save one target per row of the inputs",
+        )
     if X.shape[0] == 0 or X.shape[1] == 0:
         raise ConfigError(field, value, f"{xk} has shape {X.shape}: no data", "save at least one row and one input")
     X = np.ascontiguousarray(X, dtype=np.float64)
@@ -353,23 +432,39 @@ def _resolve_npy(gcfg: dict, path: Path, seed: int, fraction: float, standardize
         A = open_npy(str(path))  # the file's one opening in the run: the memory map is kept (GPData.rows)
         if isinstance(A, np.lib.npyio.NpzFile):
             A.close()
-            raise ConfigError(field, value, "is an .npz archive, not an .npy array", "use gp_data=npz (arrays X "
-                              "and y), or save one array [n, d + 1] with numpy.save")
+            raise ConfigError(
+                field,
+                value,
+                "is an .npz archive, not an .npy array",
+                "use gp_data=npz (arrays X and y), or save one array [n, d + 1] with numpy.save",
+            )
     except ConfigError:
         raise
     except Exception as exc:
-        raise ConfigError(field, value, f"not an .npy file ({type(exc).__name__})",
-                          "save one array [n, d + 1] (inputs and a target column) with numpy.save") from None
+        raise ConfigError(
+            field,
+            value,
+            f"not an .npy file ({type(exc).__name__})",
+            "save one array [n, d + 1] (inputs and a target column) with numpy.save",
+        ) from None
     if not _numeric(A):
         raise ConfigError(field, value, f"holds {A.dtype} values, not numbers", "save a float array")
     if A.ndim != 2 or A.shape[1] < 2 or A.shape[0] < 1:
-        raise ConfigError(field, value, f"has shape {A.shape}; need a 2-D array [n, d + 1] of inputs and a target "
-                          "column", "save numpy.column_stack([X, y]) with numpy.save")
+        raise ConfigError(
+            field,
+            value,
+            f"has shape {A.shape}; need a 2-D array [n, d + 1] of inputs and a target column",
+            "save numpy.column_stack([X, y]) with numpy.save",
+        )
     n, k = (int(v) for v in A.shape)
     target = gcfg.get("target", -1)
     if isinstance(target, bool) or not isinstance(target, int) or not -k <= target < k:
-        raise ConfigError("gp_data.target", target, f"is not a column of {path.name} ({k} columns: 0 .. {k - 1}, "
-                          f"or -1 .. -{k} from the end)", "set gp_data.target to a column index (-1: the last)")
+        raise ConfigError(
+            "gp_data.target",
+            target,
+            f"is not a column of {path.name} ({k} columns: 0 .. {k - 1}, or -1 .. -{k} from the end)",
+            "set gp_data.target to a column index (-1: the last)",
+        )
     t = target % k
     key = split_key(seed)
     mom = _Moments(k)
@@ -384,8 +479,9 @@ def _resolve_npy(gcfg: dict, path: Path, seed: int, fraction: float, standardize
         mom.add(B[~test])
     std = _standardizer(mom, t, standardize)
     names = tuple(f"x{j}" for j in range(k) if j != t)
-    return GPData(str(path), "npy", n, k - 1, names, f"column {t}", n - n_test, n_test, std, None, None, str(path), t,
-                  rows=A)
+    return GPData(
+        str(path), "npy", n, k - 1, names, f"column {t}", n - n_test, n_test, std, None, None, str(path), t, rows=A
+    )
 
 
 def read_test_file(cfg: dict, data: GPData) -> TestRows | None:
@@ -400,26 +496,40 @@ def read_test_file(cfg: dict, data: GPData) -> TestRows | None:
     p = Path(str(raw)).expanduser()
     field = "gp_data.test_path"
     if not p.is_file() or p.stat().st_size == 0:
-        raise ConfigError(field, str(raw), "no such file" if not p.exists() else "not a file with data",
-                          "pass a .csv or .npz file of held-out rows with the training data's columns")
+        raise ConfigError(
+            field,
+            str(raw),
+            "no such file" if not p.exists() else "not a file with data",
+            "pass a .csv or .npz file of held-out rows with the training data's columns",
+        )
     if p.suffix.lower() == ".csv":
         X, y, names, _ = _read_csv(p, data.target_name, field, str(raw), last_if_missing=True)
         if not data.memmap and data.kind in ("csv", "diabetes") and tuple(names) != tuple(data.input_names):
-            raise ConfigError(field, str(raw), f"its inputs ({', '.join(names)}) are not the training data's "
-                              f"({', '.join(data.input_names)})", "write the same columns in the same order")
+            raise ConfigError(
+                field,
+                str(raw),
+                f"its inputs ({', '.join(names)}) are not the training data's ({', '.join(data.input_names)})",
+                "write the same columns in the same order",
+            )
     elif p.suffix.lower() == ".npz":
         X, y, _, _ = _read_npz(p, gcfg, str(raw), field)
     else:
         raise ConfigError(field, str(raw), "is neither a .csv nor an .npz file", "pass a .csv or an .npz file")
     if X.shape[1] != data.d:
-        raise ConfigError(field, str(raw), f"has {X.shape[1]} inputs; the training data has {data.d}",
-                          "score rows with the training data's inputs")
+        raise ConfigError(
+            field,
+            str(raw),
+            f"has {X.shape[1]} inputs; the training data has {data.d}",
+            "score rows with the training data's inputs",
+        )
     return TestRows(p.resolve(), X, y)
 
 
 def describe(data: GPData) -> str:
-    return (f"{data.source}: {data.n} rows x {data.d} inputs ({data.n_train} training, {data.n_test} held out), "
-            f"target {data.target_name}{' (memory-mapped)' if data.memmap else ''}")
+    return (
+        f"{data.source}: {data.n} rows x {data.d} inputs ({data.n_train} training, {data.n_test} held out), "
+        f"target {data.target_name}{' (memory-mapped)' if data.memmap else ''}"
+    )
 
 
 def slice_dim(spec, data: GPData):
@@ -432,7 +542,10 @@ def slice_dim(spec, data: GPData):
         return spec % data.d
     elif isinstance(spec, str) and spec in data.input_names:
         return data.input_names.index(spec)
-    raise ConfigError("sparse_gp.slice_dim", spec, f"is not an input of the data ({data.d} inputs: "
-                      f"{', '.join(data.input_names[:12])}{' ...' if data.d > 12 else ''})",
-                      "use an input index, an input name, or null (the shortest lengthscale)")
-
+    raise ConfigError(
+        "sparse_gp.slice_dim",
+        spec,
+        f"is not an input of the data ({data.d} inputs: "
+        f"{', '.join(data.input_names[:12])}{' ...' if data.d > 12 else ''})",
+        "use an input index, an input name, or null (the shortest lengthscale)",
+    )

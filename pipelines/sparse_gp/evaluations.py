@@ -20,9 +20,20 @@ from pgmflow.tasks import rng as trng
 from pgmflow.tasks.gp import bounds as gbounds
 from pgmflow.tasks.gp import kernels as kern
 from pgmflow.tasks.gp import stats as gstats
-from pgmflow.tasks.gp.chunks import (FileRows, chunk_grad_after_task, chunk_grad_task, chunk_stats_task,
-                                     grad_group_task, in_chunk_order, objective_grad_group_task,
-                                     objective_groups_task, objective_task, split_rows, stats_group_task, sum_task)
+from pgmflow.tasks.gp.chunks import (
+    FileRows,
+    chunk_grad_after_task,
+    chunk_grad_task,
+    chunk_stats_task,
+    grad_group_task,
+    in_chunk_order,
+    objective_grad_group_task,
+    objective_groups_task,
+    objective_task,
+    split_rows,
+    stats_group_task,
+    sum_task,
+)
 from pgmflow.tasks.gp.data import heldout_rows, open_npy, split_key
 from pgmflow.tasks.gp.inducing import GP_STREAM_INDUCING, kmeans_pp
 
@@ -68,9 +79,20 @@ def chunk_refs(ex, data, chunk_size: int, seed: int, fraction: float):
         test = heldout_rows(key, a, b, fraction)
         counts.append(int((~test).sum()))
         if data.memmap:
-            refs.append(FileRows(data.path, int(a), int(b), int(data.target_col), key, float(fraction),
-                                 tuple(float(v) for v in std.x_mean), tuple(float(v) for v in std.x_std),
-                                 float(std.y_mean), float(std.y_std)))
+            refs.append(
+                FileRows(
+                    data.path,
+                    int(a),
+                    int(b),
+                    int(data.target_col),
+                    key,
+                    float(fraction),
+                    tuple(float(v) for v in std.x_mean),
+                    tuple(float(v) for v in std.x_std),
+                    float(std.y_mean),
+                    float(std.y_std),
+                )
+            )
         else:
             A = np.column_stack([data.X[a:b], data.y[a:b]])
             refs.append(ex.scatter(split_rows(A, data.d, test, std), place=c))
@@ -97,11 +119,13 @@ def inducing_pool(data, seed: int, fraction: float, max_points: int) -> np.ndarr
 
 def initial_inducing(pool_std: np.ndarray, m: int, seed: int, n_iter: int, max_points: int) -> np.ndarray:
     try:
-        return kmeans_pp(trng.generator(seed, trng.STAGE_GP, GP_STREAM_INDUCING), pool_std, m, n_iter=n_iter,
-                         max_points=max_points)
+        return kmeans_pp(
+            trng.generator(seed, trng.STAGE_GP, GP_STREAM_INDUCING), pool_std, m, n_iter=n_iter, max_points=max_points
+        )
     except ValueError as exc:
-        raise ConfigError("sparse_gp.m", m, f"k-means++ cannot place the inducing inputs ({exc})",
-                          "use fewer inducing inputs") from None
+        raise ConfigError(
+            "sparse_gp.m", m, f"k-means++ cannot place the inducing inputs ({exc})", "use fewer inducing inputs"
+        ) from None
 
 
 class Record(NamedTuple):
@@ -153,9 +177,19 @@ class Evaluations:
 
     def stats(self, params, Z, jitter):
         k = next(self._serial)
-        outs = [dask.delayed(chunk_stats_task, pure=True)(
-            self.method, self.kernel, params, Z, ref, jitter, self.backend,
-            dask_key_name=f"gp-stats-{self.tok}-p{k}-c{c}") for c, ref in enumerate(self.refs)]
+        outs = [
+            dask.delayed(chunk_stats_task, pure=True)(
+                self.method,
+                self.kernel,
+                params,
+                Z,
+                ref,
+                jitter,
+                self.backend,
+                dask_key_name=f"gp-stats-{self.tok}-p{k}-c{c}",
+            )
+            for c, ref in enumerate(self.refs)
+        ]
         return self.ex.sum_ordered(outs, batch=GATHER_BATCH)
 
     def objective(self, params, Z):
@@ -251,11 +285,20 @@ class Evaluations:
         if len(groups) <= REDUNDANT_OBJECTIVE_GROUPS:
             specs += self._objgrad_specs(k, groups, params, Z, order, stats)
         else:
-            red = TaskSpec(f"gp-objective-{self.tok}-p{k}", objective_groups_task,
-                           (self.method, self.kernel, params, Z, order, stats, self.jitter, self.max_tries))
-            specs += [red] + [TaskSpec(f"gp-grad-{self.tok}-p{k}-g{idx[0]}", grad_group_task,
-                                       (self.method, self.kernel, params, Z, [self.refs[c] for c in idx], Dep(red.key),
-                                        self.backend), w) for w, idx in groups]
+            red = TaskSpec(
+                f"gp-objective-{self.tok}-p{k}",
+                objective_groups_task,
+                (self.method, self.kernel, params, Z, order, stats, self.jitter, self.max_tries),
+            )
+            specs += [red] + [
+                TaskSpec(
+                    f"gp-grad-{self.tok}-p{k}-g{idx[0]}",
+                    grad_group_task,
+                    (self.method, self.kernel, params, Z, [self.refs[c] for c in idx], Dep(red.key), self.backend),
+                    w,
+                )
+                for w, idx in groups
+            ]
         handles = self.ex.submit(specs, range(len(groups), len(specs)))
         # The previous evaluation's results are let go only now, after this graph went out: the client
         # batches its messages to the scheduler 10 ms apart, so releasing them first would hold this graph
@@ -272,17 +315,40 @@ class Evaluations:
 
     def _stats_specs(self, k, groups, params, Z) -> list[TaskSpec]:
         """Evaluation ``k``'s statistics pass: one ``stats_group_task`` per group, on its worker."""
-        return [TaskSpec(f"gp-stats-{self.tok}-p{k}-g{idx[0]}", stats_group_task,
-                         (self.method, self.kernel, params, Z, [self.refs[c] for c in idx], self.jitter, self.backend),
-                         w) for w, idx in groups]
+        return [
+            TaskSpec(
+                f"gp-stats-{self.tok}-p{k}-g{idx[0]}",
+                stats_group_task,
+                (self.method, self.kernel, params, Z, [self.refs[c] for c in idx], self.jitter, self.backend),
+                w,
+            )
+            for w, idx in groups
+        ]
 
     def _objgrad_specs(self, k, groups, params, Z, order, stats) -> list[TaskSpec]:
         """Evaluation ``k``'s objective-and-gradient pass: one ``objective_grad_group_task`` per group, on its
         worker, from the statistics ``stats`` of the groups ``order`` (the last group keeps the driver's part)."""
-        return [TaskSpec(f"gp-objgrad-{self.tok}-p{k}-g{idx[0]}", objective_grad_group_task,
-                         (self.method, self.kernel, params, Z, [self.refs[c] for c in idx], order, stats,
-                          self.jitter, self.max_tries, self.backend, i == len(groups) - 1), w)
-                for i, (w, idx) in enumerate(groups)]
+        return [
+            TaskSpec(
+                f"gp-objgrad-{self.tok}-p{k}-g{idx[0]}",
+                objective_grad_group_task,
+                (
+                    self.method,
+                    self.kernel,
+                    params,
+                    Z,
+                    [self.refs[c] for c in idx],
+                    order,
+                    stats,
+                    self.jitter,
+                    self.max_tries,
+                    self.backend,
+                    i == len(groups) - 1,
+                ),
+                w,
+            )
+            for i, (w, idx) in enumerate(groups)
+        ]
 
     @staticmethod
     def _objgrad_results(order, out):
@@ -299,21 +365,56 @@ class Evaluations:
         k = next(self._serial)
         workers = sorted(self.ex.client.scheduler_info(n_workers=-1)["workers"]) if self.ex.client else []
         holders = self._holders(workers)
-        stats = [self._placed(w, lambda c=c, ref=ref: dask.delayed(chunk_stats_task, pure=True)(
-            self.method, self.kernel, params, Z, ref, self.jitter, self.backend,
-            dask_key_name=f"gp-stats-{self.tok}-p{k}-c{c}")) for c, (ref, w) in enumerate(zip(self.refs, holders))]
+        stats = [
+            self._placed(
+                w,
+                lambda c=c, ref=ref: dask.delayed(chunk_stats_task, pure=True)(
+                    self.method,
+                    self.kernel,
+                    params,
+                    Z,
+                    ref,
+                    self.jitter,
+                    self.backend,
+                    dask_key_name=f"gp-stats-{self.tok}-p{k}-c{c}",
+                ),
+            )
+            for c, (ref, w) in enumerate(zip(self.refs, holders))
+        ]
         prev = None
         links = range(0, len(stats), GATHER_BATCH)
         for i in links[:-1]:
-            prev = dask.delayed(sum_task, pure=True)(prev, stats[i:i + GATHER_BATCH],
-                                                      dask_key_name=f"gp-sum-{self.tok}-p{k}-l{i // GATHER_BATCH}")
+            prev = dask.delayed(sum_task, pure=True)(
+                prev, stats[i : i + GATHER_BATCH], dask_key_name=f"gp-sum-{self.tok}-p{k}-l{i // GATHER_BATCH}"
+            )
         last = links[-1]
         red = dask.delayed(objective_task, pure=True)(
-            self.method, self.kernel, params, Z, prev, stats[last:], self.jitter, self.max_tries,
-            dask_key_name=f"gp-objective-{self.tok}-p{k}")
-        grads = [self._placed(w, lambda c=c, ref=ref: dask.delayed(chunk_grad_after_task, pure=True)(
-            self.method, self.kernel, params, Z, ref, red, self.backend,
-            dask_key_name=f"gp-grad-{self.tok}-p{k}-c{c}")) for c, (ref, w) in enumerate(zip(self.refs, holders))]
+            self.method,
+            self.kernel,
+            params,
+            Z,
+            prev,
+            stats[last:],
+            self.jitter,
+            self.max_tries,
+            dask_key_name=f"gp-objective-{self.tok}-p{k}",
+        )
+        grads = [
+            self._placed(
+                w,
+                lambda c=c, ref=ref: dask.delayed(chunk_grad_after_task, pure=True)(
+                    self.method,
+                    self.kernel,
+                    params,
+                    Z,
+                    ref,
+                    red,
+                    self.backend,
+                    dask_key_name=f"gp-grad-{self.tok}-p{k}-c{c}",
+                ),
+            )
+            for c, (ref, w) in enumerate(zip(self.refs, holders))
+        ]
         handles = self.ex.compute([red] + grads)
         try:
             value, adj, st, jit0 = self.ex.gather(handles[:1])[0]
@@ -334,9 +435,19 @@ class Evaluations:
         # the adjoints (m x m) are one node of the graph: sent once, fetched once by each worker
         k = next(self._serial)
         d_adj = dask.delayed(adj, name=f"gp-adjoints-{self.tok}-p{k}", traverse=False)
-        outs = [dask.delayed(chunk_grad_task, pure=True)(
-            self.method, self.kernel, params, Z, ref, d_adj, self.backend,
-            dask_key_name=f"gp-grad-{self.tok}-p{k}-c{c}") for c, ref in enumerate(self.refs)]
+        outs = [
+            dask.delayed(chunk_grad_task, pure=True)(
+                self.method,
+                self.kernel,
+                params,
+                Z,
+                ref,
+                d_adj,
+                self.backend,
+                dask_key_name=f"gp-grad-{self.tok}-p{k}-c{c}",
+            )
+            for c, ref in enumerate(self.refs)
+        ]
         return value, adj, st, jit0, self.ex.sum_ordered(outs, batch=GATHER_BATCH), None
 
     def __call__(self, theta):
@@ -368,4 +479,3 @@ class Evaluations:
         while len(self.records) > 8:
             self.records.pop(next(iter(self.records)))
         return -value, -grad
-

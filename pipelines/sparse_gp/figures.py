@@ -8,12 +8,16 @@ import numpy as np
 
 from pgmflow.pipelines.core.plotting import plt
 
-BOUND_NAMES = {"sgpr": "SGPR lower bound (Titsias 2009)", "dtc": "DTC log marginal likelihood",
-               "fitc": "FITC log marginal likelihood", "svgp": "SVGP ELBO (full data)",
-               "exact": "exact log marginal likelihood"}
+BOUND_NAMES = {
+    "sgpr": "SGPR lower bound (Titsias 2009)",
+    "dtc": "DTC log marginal likelihood",
+    "fitc": "FITC log marginal likelihood",
+    "svgp": "SVGP ELBO (full data)",
+    "exact": "exact log marginal likelihood",
+}
 
 
-def bound_figure(method, trace, minibatch_trace=None) -> "plt.Figure":
+def bound_figure(method, trace, minibatch_trace=None) -> plt.Figure:
     """The training objective against iteration (SVGP: the full-data ELBO at evaluation steps and the
     minibatch estimates)."""
     fig, ax = plt.subplots(figsize=(7, 4))
@@ -37,7 +41,7 @@ def bound_figure(method, trace, minibatch_trace=None) -> "plt.Figure":
     return fig
 
 
-def slice_figure(method, xs, mean, var_y, var_f, input_name, target_name, others: str) -> "plt.Figure":
+def slice_figure(method, xs, mean, var_y, var_f, input_name, target_name, others: str) -> plt.Figure:
     """Predictive mean with +-2 sigma bands of a new y (and of the latent f) while one input varies."""
     fig, ax = plt.subplots(figsize=(7, 4.2))
     sd_y, sd_f = np.sqrt(var_y), np.sqrt(var_f)
@@ -53,7 +57,7 @@ def slice_figure(method, xs, mean, var_y, var_f, input_name, target_name, others
     return fig
 
 
-def lengthscale_figure(names, lengthscales) -> "plt.Figure":
+def lengthscale_figure(names, lengthscales) -> plt.Figure:
     """One bar per input: its lengthscale in the input's original units (log axis; long = less relevant)."""
     names = [str(n) for n in names]
     d = len(names)
@@ -76,10 +80,26 @@ def gp_figures(method, fit, sl, data, lengthscales) -> dict:
     std, names, j, median = data.standardizer, data.input_names, sl.j, sl.median
     d = len(names)
     var_f = np.asarray(sl.var)
-    others = "the only input" if d == 1 else ("other inputs at their training medians" if d > 4 else
-                                             ", ".join(f"{names[i]}={median[i]:.3g}" for i in range(d) if i != j))
-    return {"bound": bound_figure(method, fit.trace, fit.minibatch_trace),
-            "slice": slice_figure(method, sl.xs, std.invert_mean(sl.mean),
-                                  std.invert_var(var_f + fit.predictor.params.noise), std.invert_var(var_f),
-                                  names[j], data.target_name, others),
-            "lengthscales": lengthscale_figure(names, lengthscales)}
+    others = (
+        "the only input"
+        if d == 1
+        else (
+            "other inputs at their training medians"
+            if d > 4
+            else ", ".join(f"{names[i]}={median[i]:.3g}" for i in range(d) if i != j)
+        )
+    )
+    return {
+        "bound": bound_figure(method, fit.trace, fit.minibatch_trace),
+        "slice": slice_figure(
+            method,
+            sl.xs,
+            std.invert_mean(sl.mean),
+            std.invert_var(var_f + fit.predictor.params.noise),
+            std.invert_var(var_f),
+            names[j],
+            data.target_name,
+            others,
+        ),
+        "lengthscales": lengthscale_figure(names, lengthscales),
+    }

@@ -16,8 +16,8 @@ import numpy as np
 
 from pgmflow.pipelines.core import artifacts
 from pgmflow.pipelines.core.errors import ConfigError
-from pgmflow.pipelines.core.tracking import QuietTracker
 from pgmflow.pipelines.core.progress import Progress
+from pgmflow.pipelines.core.tracking import QuietTracker
 from pgmflow.pipelines.sparse_gp import lbfgsb
 from pgmflow.pipelines.sparse_gp.evaluations import Chunks, Evaluations
 from pgmflow.tasks import rng as trng
@@ -55,8 +55,9 @@ def restart_params(start, pool_std: np.ndarray, seed: int, r: int) -> kern.GPPar
     variance = start.variance * math.exp(g.normal(0.0, 0.5))
     noise = math.exp(g.uniform(math.log(1e-3), math.log(0.5)))
     lo, hi = math.exp(LOG_BOX[0]), math.exp(LOG_BOX[1])
-    return kern.make_params(np.clip(ls, lo, hi), min(max(variance, lo), hi), min(max(noise, lo), hi),
-                            d=pool_std.shape[1])
+    return kern.make_params(
+        np.clip(ls, lo, hi), min(max(variance, lo), hi), min(max(noise, lo), hi), d=pool_std.shape[1]
+    )
 
 
 class ExactOutputs(NamedTuple):
@@ -113,10 +114,13 @@ def fit_collapsed(ctx, plan, chunks: Chunks, params0, Z0) -> FitResult:
     if saved is None:
         f0, _ = ev(theta0)
         if not math.isfinite(f0):
-            raise ConfigError("sparse_gp.jitter", fs.jitter, f"Kuu = K(Z, Z) could not be factored at the "
-                              f"initial hyperparameters even with the jitter raised {fs.max_tries} times",
-                              "raise sparse_gp.jitter or sparse_gp.max_tries, or start from a shorter "
-                              "sparse_gp.lengthscale")
+            raise ConfigError(
+                "sparse_gp.jitter",
+                fs.jitter,
+                f"Kuu = K(Z, Z) could not be factored at the "
+                f"initial hyperparameters even with the jitter raised {fs.max_tries} times",
+                "raise sparse_gp.jitter or sparse_gp.max_tries, or start from a shorter sparse_gp.lengthscale",
+            )
         trace = [(0, -f0, ev.records[theta0.tobytes()].jitter_rel)]
         tracker.log_metrics({"bound": -f0, "jitter": trace[0][2]}, step=0)
     else:
@@ -146,9 +150,22 @@ def fit_collapsed(ctx, plan, chunks: Chunks, params0, Z0) -> FitResult:
         raise RuntimeError("the bound could not be evaluated at the optimiser's answer")
     params, Z = ev.unpack(x)
     pred = Predictor(plan.method, plan.kernel, params, Z, rec.stats, None, rec.jitter_start, fs.max_tries)
-    return FitResult(pred, trace, rec.value, int(res.nit), ev.count, ev.failed, bool(res.success), str(res.message),
-                     seconds, ev.seconds / max(ev.count, 1), max(ev.jitters), rec.jitter_rel, rec.jitter_abs,
-                     checkpoint_seconds=saving)
+    return FitResult(
+        pred,
+        trace,
+        rec.value,
+        int(res.nit),
+        ev.count,
+        ev.failed,
+        bool(res.success),
+        str(res.message),
+        seconds,
+        ev.seconds / max(ev.count, 1),
+        max(ev.jitters),
+        rec.jitter_rel,
+        rec.jitter_abs,
+        checkpoint_seconds=saving,
+    )
 
 
 CHECKPOINT = "lbfgs"  # checkpoints/lbfgs_0.npz and lbfgs_1.npz, written in turn: the newer readable one counts
@@ -166,12 +183,23 @@ def _optimise(ctx, fs, ev, theta0, callback, trace, saved):
     def checkpoint(nit, state, final=False):
         if every > 0 and (nit % every == 0 or final):
             t0 = time.monotonic()
-            artifacts.save_checkpoint(ctx.tracker, f"{CHECKPOINT}_{slot[0]}", {
-                **state, "nit": np.int64(nit), "scipy": np.asarray(_scipy_version()),
-                "trace": np.asarray(trace, dtype=np.float64), "ev_count": np.int64(ev.count),
-                "ev_failed": np.int64(ev.failed), "ev_seconds": np.float64(ev.seconds),
-                "ev_jitters": np.asarray(ev.jitters, dtype=np.float64),
-                "ev_first_growth": np.asarray(ev.first_growth if ev.first_growth else (-1, np.nan), dtype=np.float64)})
+            artifacts.save_checkpoint(
+                ctx.tracker,
+                f"{CHECKPOINT}_{slot[0]}",
+                {
+                    **state,
+                    "nit": np.int64(nit),
+                    "scipy": np.asarray(_scipy_version()),
+                    "trace": np.asarray(trace, dtype=np.float64),
+                    "ev_count": np.int64(ev.count),
+                    "ev_failed": np.int64(ev.failed),
+                    "ev_seconds": np.float64(ev.seconds),
+                    "ev_jitters": np.asarray(ev.jitters, dtype=np.float64),
+                    "ev_first_growth": np.asarray(
+                        ev.first_growth if ev.first_growth else (-1, np.nan), dtype=np.float64
+                    ),
+                },
+            )
             slot[0] = 1 - slot[0]
             spent[0] += time.monotonic() - t0
 
@@ -198,8 +226,10 @@ def _optimise_fresh(ctx, ev, theta0, box, max_iter, callback, trace, saved, chec
     x0 = theta0 if saved is None else np.asarray(saved["x"], dtype=np.float64)
     if saved is not None:
         ctx.tracker.set_tags({"pgmflow.gp.resumed_from_iteration": start, "pgmflow.gp.resume_exact": "false"})
-        ctx.say(f"note: this scipy's L-BFGS-B cannot be continued exactly; restarting it from iteration {start}'s "
-                "point with a fresh memory (the result may move slightly)")
+        ctx.say(
+            f"note: this scipy's L-BFGS-B cannot be continued exactly; restarting it from iteration {start}'s "
+            "point with a fresh memory (the result may move slightly)"
+        )
     it = [start]
 
     def record(intermediate_result):  # scipy passes its OptimizeResult to a parameter of this name
@@ -209,10 +239,12 @@ def _optimise_fresh(ctx, ev, theta0, box, max_iter, callback, trace, saved, chec
 
     if start >= max_iter:
         return lbfgsb.Result(x0, float("nan"), start, 0, False, "STOP: TOTAL NO. OF ITERATIONS REACHED LIMIT")
-    res = scipy.optimize.minimize(ev, x0, jac=True, method="L-BFGS-B", bounds=box, callback=record,
-                                  options={"maxiter": max_iter - start})
-    return lbfgsb.Result(res.x, float(res.fun), start + int(res.nit), int(res.nfev), bool(res.success),
-                         str(res.message))
+    res = scipy.optimize.minimize(
+        ev, x0, jac=True, method="L-BFGS-B", bounds=box, callback=record, options={"maxiter": max_iter - start}
+    )
+    return lbfgsb.Result(
+        res.x, float(res.fun), start + int(res.nit), int(res.nfev), bool(res.success), str(res.message)
+    )
 
 
 def _scipy_version() -> str:
@@ -266,11 +298,16 @@ def fit_restarts(ctx, plan, chunks: Chunks, fit0: FitResult, Z0, pool_std) -> Fi
         ctx.tracker.log_metrics({"restart_bound": f.value}, step=r)
         fits.append((r, f))
     best = max(range(len(fits)), key=lambda i: (fits[i][1].value, -i))
-    out = dataclasses.replace(fits[best][1], restart_bounds=[float(f.value) for _, f in fits],
-                              best_restart=int(fits[best][0]),
-                              checkpoint_seconds=fit0.checkpoint_seconds)  # restarts write none
-    ctx.say(f"{n} restart(s): bounds {', '.join(f'{v:.6g}' for v in out.restart_bounds)}; kept restart "
-            f"{out.best_restart} (bound {out.value:.6g})")
+    out = dataclasses.replace(
+        fits[best][1],
+        restart_bounds=[float(f.value) for _, f in fits],
+        best_restart=int(fits[best][0]),
+        checkpoint_seconds=fit0.checkpoint_seconds,
+    )  # restarts write none
+    ctx.say(
+        f"{n} restart(s): bounds {', '.join(f'{v:.6g}' for v in out.restart_bounds)}; kept restart "
+        f"{out.best_restart} (bound {out.value:.6g})"
+    )
     return out
 
 
@@ -285,10 +322,12 @@ def _note_jitter(say, ev):
     if ev.first_growth is not None and not ev.growth_noted:
         ev.growth_noted = True
         k, rel = ev.first_growth
-        say(f"note: a Cholesky factorisation (Kuu = K(Z, Z) + jitter s I, or I + A A') failed with the "
-              f"jitter {ev.jitter:.3g} x s at evaluation {k}; retried with a tenfold larger jitter each "
-              f"time, it succeeded with {rel:.3g} x s (every iteration's jitter is the metric 'jitter', the largest "
-              "'final_jitter_max')")
+        say(
+            f"note: a Cholesky factorisation (Kuu = K(Z, Z) + jitter s I, or I + A A') failed with the "
+            f"jitter {ev.jitter:.3g} x s at evaluation {k}; retried with a tenfold larger jitter each "
+            f"time, it succeeded with {rel:.3g} x s (every iteration's jitter is the metric 'jitter', the largest "
+            "'final_jitter_max')"
+        )
 
 
 def fit_svgp(ctx, plan, chunks: Chunks, params0, Z0) -> FitResult:
@@ -336,11 +375,13 @@ def fit_svgp(ctx, plan, chunks: Chunks, params0, Z0) -> FitResult:
                 state = gsvgp.natgrad_step(kernel, params, Z, state, Xb, yb, n, rho, jitter)
                 elbo, dparams, dZ = gsvgp.svgp_elbo_and_grad(kernel, params, Z, state, Xb, yb, n, jitter)
             except kern.CholeskyError as exc:
-                raise RuntimeError(f"SVGP step {t}: {exc}; fix: lower sparse_gp.svgp_lr or sparse_gp.svgp_rho, or "
-                                   "raise sparse_gp.jitter") from None
+                raise RuntimeError(
+                    f"SVGP step {t}: {exc}; fix: lower sparse_gp.svgp_lr or sparse_gp.svgp_rho, or "
+                    "raise sparse_gp.jitter"
+                ) from None
             adam, step = gsvgp.adam_update(adam, -kern.pack(dparams, dZ if opt else None), lr=lr)
             theta = theta + step
-            theta[:d + 2] = np.clip(theta[:d + 2], lo_box, hi_box)
+            theta[: d + 2] = np.clip(theta[: d + 2], lo_box, hi_box)
             mb_trace.append((t + 1, elbo))
             tracker.log_metrics({"elbo_minibatch": elbo}, step=t + 1)
             if (t + 1) % every == 0 or t + 1 == steps:
@@ -355,16 +396,32 @@ def fit_svgp(ctx, plan, chunks: Chunks, params0, Z0) -> FitResult:
     pred = Predictor("svgp", kernel, params, Z, None, state, jitter, plan.fit.max_tries)
     _, jit_abs = kern.inducing_cholesky(kernel, params, Z, jitter, plan.fit.max_tries)
     rel = jit_abs / params.variance
-    return FitResult(pred, [(k, v, float("nan")) for k, v in trace], trace[-1][1], steps, steps, 0, True,
-                     f"{steps} SVGP steps", seconds, seconds / max(steps, 1), rel, rel, jit_abs,
-                     minibatch_trace=mb_trace)
+    return FitResult(
+        pred,
+        [(k, v, float("nan")) for k, v in trace],
+        trace[-1][1],
+        steps,
+        steps,
+        0,
+        True,
+        f"{steps} SVGP steps",
+        seconds,
+        seconds / max(steps, 1),
+        rel,
+        rel,
+        jit_abs,
+        minibatch_trace=mb_trace,
+    )
 
 
 def _full_elbo(chunks: Chunks, kernel, params, Z, state, jitter, k) -> float:
     """The SVGP ELBO over every chunk's training rows (chunk order) after step ``k``."""
-    outs = [dask.delayed(chunk_elbo_task, pure=True)(kernel, params, Z, state, ref, jitter,
-                                                    dask_key_name=f"gp-elbo-{chunks.tok}-s{k}-c{c}")
-            for c, ref in enumerate(chunks.refs)]
+    outs = [
+        dask.delayed(chunk_elbo_task, pure=True)(
+            kernel, params, Z, state, ref, jitter, dask_key_name=f"gp-elbo-{chunks.tok}-s{k}-c{c}"
+        )
+        for c, ref in enumerate(chunks.refs)
+    ]
     parts = chunks.ex.gather_ordered(outs, release=True)
     kl = -gsvgp.svgp_elbo(kernel, params, Z, state, Z[:1], np.zeros(1), 0, jitter)  # n = 0: the KL alone
     total = 0.0
@@ -392,18 +449,46 @@ def fit_exact(ctx, plan, chunks: Chunks, params0, Xslice) -> FitResult:
     rows and the standardised slice inputs ``Xslice`` [P, d] (:class:`ExactOutputs`)."""
     ex, data, kernel = chunks.ex, plan.data, plan.kernel
     if data.n_train > EXACT_MAX_N:  # preflight refuses this too
-        raise ConfigError("sparse_gp.method", "exact", f"the exact GP factors an n x n matrix; n = {data.n_train} "
-                          f"training rows is more than {EXACT_MAX_N}", "use sparse_gp.method=sgpr")
+        raise ConfigError(
+            "sparse_gp.method",
+            "exact",
+            f"the exact GP factors an n x n matrix; n = {data.n_train} training rows is more than {EXACT_MAX_N}",
+            "use sparse_gp.method=sgpr",
+        )
     t0 = time.monotonic()
-    out = ex.gather_ordered([dask.delayed(exact_task, pure=True)(
-        kernel, params0, plan.fit.max_iter, list(chunks.refs), data.standardizer, Xslice,
-        dask_key_name=f"gp-exact-{chunks.tok}")], release=True)[0]
+    out = ex.gather_ordered(
+        [
+            dask.delayed(exact_task, pure=True)(
+                kernel,
+                params0,
+                plan.fit.max_iter,
+                list(chunks.refs),
+                data.standardizer,
+                Xslice,
+                dask_key_name=f"gp-exact-{chunks.tok}",
+            )
+        ],
+        release=True,
+    )[0]
     seconds = time.monotonic() - t0
     fit = out["fit"]
     trace = [(0, out["lml0"], 0.0), (max(int(fit.n_iter), 1), float(fit.lml), 0.0)]
     for k, v, _ in trace:
         ctx.tracker.log_metrics({"bound": v}, step=k)
     pred = Predictor("exact", kernel, fit.params, None, None, None, 0.0, 0)
-    return FitResult(pred, trace, float(fit.lml), int(fit.n_iter), int(fit.n_iter), 0, bool(fit.success),
-                     "exact GP (pgmflow.tasks.gp.exact.fit)", seconds, float("nan"), 0.0, 0.0, 0.0,
-                     exact=ExactOutputs(out["sums"], out["slice"], out["X"], out["y"]))
+    return FitResult(
+        pred,
+        trace,
+        float(fit.lml),
+        int(fit.n_iter),
+        int(fit.n_iter),
+        0,
+        bool(fit.success),
+        "exact GP (pgmflow.tasks.gp.exact.fit)",
+        seconds,
+        float("nan"),
+        0.0,
+        0.0,
+        0.0,
+        exact=ExactOutputs(out["sums"], out["slice"], out["X"], out["y"]),
+    )

@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import numpy as np
+
 from pgmflow.tasks.gp import lbfgsb as glbfgsb
 
 DEFAULTS = {"maxcor": 10, "ftol": 2.2204460492503131e-09, "gtol": 1e-5, "maxls": 20, "maxfun": 15000}
@@ -55,9 +56,17 @@ class LBFGSB:
         x0 = np.asarray(x0, dtype=np.float64).ravel()
         lower, upper = _box(bounds, x0.size)
         self.fun_and_grad = fun_and_grad
-        self._state = glbfgsb.init(x0, lower, upper, memory=int(o["maxcor"]), ftol=float(o["ftol"]),
-                                   gtol=float(o["gtol"]), max_iter=int(maxiter), max_fun=int(o["maxfun"]),
-                                   max_ls=int(o["maxls"]))
+        self._state = glbfgsb.init(
+            x0,
+            lower,
+            upper,
+            memory=int(o["maxcor"]),
+            ftol=float(o["ftol"]),
+            gtol=float(o["gtol"]),
+            max_iter=int(maxiter),
+            max_fun=int(o["maxfun"]),
+            max_ls=int(o["maxls"]),
+        )
         self._last = None  # the last point evaluated, with its (f, g): a repeated point is not evaluated again
 
     @property

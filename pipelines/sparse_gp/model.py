@@ -45,8 +45,21 @@ class GPPredictor:
     ``Kuu`` used.
     """
 
-    def __init__(self, method, kernel, params, standardizer, input_names, target_name, Z=None, stats=None,
-                 state=None, X_train=None, y_train=None, jitter: float = 0.0):
+    def __init__(
+        self,
+        method,
+        kernel,
+        params,
+        standardizer,
+        input_names,
+        target_name,
+        Z=None,
+        stats=None,
+        state=None,
+        X_train=None,
+        y_train=None,
+        jitter: float = 0.0,
+    ):
         self.method, self.kernel, self.params = str(method), str(kernel), params
         self.standardizer = standardizer
         self.input_names, self.target_name = tuple(input_names), str(target_name)
@@ -66,10 +79,15 @@ class GPPredictor:
         with np.load(path, allow_pickle=False) as z:
             a = {k: z[k] for k in z.files}
         method, kernel = str(a["method"]), str(a["kernel"])
-        params = kern.GPParams(np.asarray(a["log_lengthscale"], dtype=np.float64), float(a["log_variance"]),
-                               float(a["log_noise"]))
-        std = Standardizer(np.asarray(a["x_mean"], dtype=np.float64), np.asarray(a["x_std"], dtype=np.float64),
-                           float(a["y_mean"]), float(a["y_std"]))
+        params = kern.GPParams(
+            np.asarray(a["log_lengthscale"], dtype=np.float64), float(a["log_variance"]), float(a["log_noise"])
+        )
+        std = Standardizer(
+            np.asarray(a["x_mean"], dtype=np.float64),
+            np.asarray(a["x_std"], dtype=np.float64),
+            float(a["y_mean"]),
+            float(a["y_std"]),
+        )
         stats = state = None
         if method in gstats.METHODS:
             kind = gstats.FITCStats if method == "fitc" else gstats.Stats
@@ -77,9 +95,20 @@ class GPPredictor:
             stats = stats._replace(n=int(stats.n), yy=float(stats.yy))
         elif method == "svgp":
             state = SVGPState(a["svgp_theta1"], a["svgp_theta2"])
-        return cls(method, kernel, params, std, [str(v) for v in a["input_names"]], str(a["target_name"]),
-                   Z=a.get("Z"), stats=stats, state=state, X_train=a.get("X_train"), y_train=a.get("y_train"),
-                   jitter=float(a["jitter"]))
+        return cls(
+            method,
+            kernel,
+            params,
+            std,
+            [str(v) for v in a["input_names"]],
+            str(a["target_name"]),
+            Z=a.get("Z"),
+            stats=stats,
+            state=state,
+            X_train=a.get("X_train"),
+            y_train=a.get("y_train"),
+            jitter=float(a["jitter"]),
+        )
 
     @classmethod
     def from_artifacts(cls, directory) -> GPPredictor:
@@ -153,8 +182,10 @@ def signature(input_names):
     from mlflow.models import ModelSignature
     from mlflow.types import ColSpec, Schema
 
-    return ModelSignature(inputs=Schema([ColSpec("double", str(n)) for n in input_names]),
-                          outputs=Schema([ColSpec("double", n) for n in OUTPUTS]))
+    return ModelSignature(
+        inputs=Schema([ColSpec("double", str(n)) for n in input_names]),
+        outputs=Schema([ColSpec("double", n) for n in OUTPUTS]),
+    )
 
 
 def log_model(ctx, arrays: dict, example_X) -> None:
@@ -202,12 +233,27 @@ def log_inputs(ctx, plan) -> None:
     name = origin.name
     columns = [*data.input_names, data.target_name]
     split = {"split": {"test_fraction": fraction, "seed": seed}}
-    datasets.log_input(ctx.tracker, name, _rows(data, fraction, seed, False), context="training", columns=columns,
-                       profile=split, **where)
+    datasets.log_input(
+        ctx.tracker,
+        name,
+        _rows(data, fraction, seed, False),
+        context="training",
+        columns=columns,
+        profile=split,
+        **where,
+    )
     if data.n_test:
-        datasets.log_input(ctx.tracker, name, _rows(data, fraction, seed, True), context="test", columns=columns,
-                           profile=split, **where)
+        datasets.log_input(
+            ctx.tracker,
+            name,
+            _rows(data, fraction, seed, True),
+            context="test",
+            columns=columns,
+            profile=split,
+            **where,
+        )
     test = plan.test_rows
     if test is not None:
-        datasets.log_input(ctx.tracker, test.path.name, {"X": test.X, "y": test.y}, path=test.path, context="test",
-                           columns=columns)
+        datasets.log_input(
+            ctx.tracker, test.path.name, {"X": test.X, "y": test.y}, path=test.path, context="test", columns=columns
+        )

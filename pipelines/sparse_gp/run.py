@@ -46,9 +46,8 @@ from pgmflow.pipelines.core import artifacts
 from pgmflow.pipelines.core.graph import Executor
 from pgmflow.pipelines.sparse_gp import data as gp_data
 from pgmflow.pipelines.sparse_gp import model as gp_model
-from pgmflow.pipelines.sparse_gp.evaluations import Chunks, chunk_ranges, chunk_refs, initial_inducing, inducing_pool
-from pgmflow.pipelines.sparse_gp.fit import (FitResult, fit_collapsed, fit_exact, fit_restarts, fit_svgp,
-                                             initial_params)
+from pgmflow.pipelines.sparse_gp.evaluations import Chunks, chunk_ranges, chunk_refs, inducing_pool, initial_inducing
+from pgmflow.pipelines.sparse_gp.fit import FitResult, fit_collapsed, fit_exact, fit_restarts, fit_svgp, initial_params
 from pgmflow.pipelines.sparse_gp.plan import Plan
 from pgmflow.tasks.gp import stats as gstats
 from pgmflow.tasks.gp.chunks import Chunk, chunk_test_task, predict_f
@@ -99,24 +98,48 @@ def run(ctx, plan: Plan) -> dict:
     data, method, kernel, m, chunk_size = plan.data, plan.method, plan.kernel, plan.m, plan.chunk_size
     if in_process(plan) and ctx.executor.distributed:
         ctx = dataclasses.replace(ctx, executor=Executor(None))
-        ctx.say(f"small data ({data.n} rows x m={m}): fitted in this process, no round trip to the "
-                "workers per evaluation (sparse_gp.in_process=false to use them)")
+        ctx.say(
+            f"small data ({data.n} rows x m={m}): fitted in this process, no round trip to the "
+            "workers per evaluation (sparse_gp.in_process=false to use them)"
+        )
     tracker, ex = ctx.tracker, ctx.executor
     n_chunks = len(chunk_ranges(data, chunk_size))
-    access = (f"memmap: each chunk task reads its rows of {data.path}" if data.memmap
-              else "scattered: each chunk put on the cluster once")
+    access = (
+        f"memmap: each chunk task reads its rows of {data.path}"
+        if data.memmap
+        else "scattered: each chunk put on the cluster once"
+    )
     ctx.say(gp_data.describe(data))
-    ctx.say(f"method {method}, kernel {kernel}" + (f", m={m} inducing inputs" if method != "exact" else "")
-            + f"; {n_chunks} chunk(s) of <= {chunk_size} rows ({access.split(':')[0]}); backend {ctx.backend}")
-    tracker.set_tags({"pgmflow.gp.method": method, "pgmflow.gp.kernel": kernel, "pgmflow.gp.source": data.source[:250],
-                      "pgmflow.gp.data_access": access[:250], "pgmflow.gp.backend": ctx.backend})
+    ctx.say(
+        f"method {method}, kernel {kernel}"
+        + (f", m={m} inducing inputs" if method != "exact" else "")
+        + f"; {n_chunks} chunk(s) of <= {chunk_size} rows ({access.split(':')[0]}); backend {ctx.backend}"
+    )
+    tracker.set_tags(
+        {
+            "pgmflow.gp.method": method,
+            "pgmflow.gp.kernel": kernel,
+            "pgmflow.gp.source": data.source[:250],
+            "pgmflow.gp.data_access": access[:250],
+            "pgmflow.gp.backend": ctx.backend,
+        }
+    )
     gp_model.log_inputs(ctx, plan)  # MLflow dataset tracking: the training and test rows, with digests
     t_start = time.monotonic()
     refs, train_counts = chunk_refs(ex, data, chunk_size, plan.seed, plan.test_fraction)
     chunks = Chunks(ex, refs, train_counts, ctx.token, ctx.backend)
     ref_bytes = max(len(pickle.dumps(r)) for r in refs) if data.memmap else 0
-    tracker.log_metrics({"rows": data.n, "inputs": data.d, "train_rows": data.n_train, "test_rows": data.n_test,
-                         "chunks": n_chunks, **({"chunk_ref_bytes": ref_bytes} if data.memmap else {})}, step=0)
+    tracker.log_metrics(
+        {
+            "rows": data.n,
+            "inputs": data.d,
+            "train_rows": data.n_train,
+            "test_rows": data.n_test,
+            "chunks": n_chunks,
+            **({"chunk_ref_bytes": ref_bytes} if data.memmap else {}),
+        },
+        step=0,
+    )
 
     std = data.standardizer
     pool = inducing_pool(data, plan.seed, plan.test_fraction, plan.kmeans_points)
@@ -142,8 +165,9 @@ def run(ctx, plan: Plan) -> dict:
             j_slice = dims[int(np.argmin(np.asarray(fit.predictor.params.lengthscale)[dims]))]
         k = dims.index(j_slice)
         mean, var = fit.exact.slice
-        sl = slices[j_slice]._replace(mean=mean[k * SLICE_POINTS:(k + 1) * SLICE_POINTS],
-                                      var=var[k * SLICE_POINTS:(k + 1) * SLICE_POINTS])
+        sl = slices[j_slice]._replace(
+            mean=mean[k * SLICE_POINTS : (k + 1) * SLICE_POINTS], var=var[k * SLICE_POINTS : (k + 1) * SLICE_POINTS]
+        )
         sums = fit.exact.sums
     else:
         if j_slice is None:
@@ -151,8 +175,10 @@ def run(ctx, plan: Plan) -> dict:
         sl = _slice(data, median, lo, hi, j_slice)
         h_pred = ex.scatter(fit.predictor)  # summed statistics (m x m) or q(u): to the cluster once
         scored = list(refs) + _test_file_refs(ex, plan)
-        outs = [dask.delayed(chunk_test_task, pure=True)(h_pred, ref, std, dask_key_name=f"gp-test-{ctx.token}-c{c}")
-                for c, ref in enumerate(scored)]
+        outs = [
+            dask.delayed(chunk_test_task, pure=True)(h_pred, ref, std, dask_key_name=f"gp-test-{ctx.token}-c{c}")
+            for c, ref in enumerate(scored)
+        ]
         sums = ex.gather_ordered(outs, release=True)
         ex.release([h_pred])
         sl = sl._replace(**dict(zip(("mean", "var"), predict_f(fit.predictor, sl.grid))))
@@ -177,8 +203,17 @@ def _test_file_refs(ex, plan: Plan) -> list:
     X, y = test.X, test.y
     std = data.standardizer
     empty = np.zeros((0, data.d))
-    return [ex.scatter(Chunk(empty, np.zeros(0), np.ascontiguousarray(std.apply_X(X[a:a + chunk_size])),
-                             np.ascontiguousarray(y[a:a + chunk_size]))) for a in range(0, X.shape[0], chunk_size)]
+    return [
+        ex.scatter(
+            Chunk(
+                empty,
+                np.zeros(0),
+                np.ascontiguousarray(std.apply_X(X[a : a + chunk_size])),
+                np.ascontiguousarray(y[a : a + chunk_size]),
+            )
+        )
+        for a in range(0, X.shape[0], chunk_size)
+    ]
 
 
 def _slice(data, median, lo, hi, j) -> Slice:
@@ -200,23 +235,41 @@ def finish(ctx, plan: Plan, fit: FitResult, scores: Scores, sl: Slice) -> dict:
     ls_orig = ls_std * std.x_std
     y2 = std.y_std**2
     result = {
-        "method": method, "kernel": plan.kernel, "seconds": scores.seconds, "rows": data.n, "inputs": data.d,
-        "train_rows": data.n_train, "test_rows": int(scores.n_test), "test_rmse": scores.rmse,
-        "test_nlpd": scores.nlpd, "bound": float(fit.value), "bound_per_row": float(fit.value) / data.n_train,
-        "iterations": fit.iterations, "evaluations": fit.evaluations,
-        "failed_evaluations": fit.failed_evaluations, "converged": fit.success, "optimizer": fit.message,
-        "fit_seconds": fit.fit_seconds, "seconds_per_evaluation": fit.seconds_per_evaluation,
+        "method": method,
+        "kernel": plan.kernel,
+        "seconds": scores.seconds,
+        "rows": data.n,
+        "inputs": data.d,
+        "train_rows": data.n_train,
+        "test_rows": int(scores.n_test),
+        "test_rmse": scores.rmse,
+        "test_nlpd": scores.nlpd,
+        "bound": float(fit.value),
+        "bound_per_row": float(fit.value) / data.n_train,
+        "iterations": fit.iterations,
+        "evaluations": fit.evaluations,
+        "failed_evaluations": fit.failed_evaluations,
+        "converged": fit.success,
+        "optimizer": fit.message,
+        "fit_seconds": fit.fit_seconds,
+        "seconds_per_evaluation": fit.seconds_per_evaluation,
         "checkpoint_seconds": float(fit.checkpoint_seconds),
-        "jitter_max": float(fit.jitter_max), "jitter_final": float(fit.jitter_final),
+        "jitter_max": float(fit.jitter_max),
+        "jitter_final": float(fit.jitter_final),
         "jitter_requested": plan.fit.jitter if method != "exact" else 0.0,
-        "noise_variance": params.noise * y2, "kernel_variance": params.variance * y2,
-        "lengthscales": [float(v) for v in ls_orig], "input_names": list(data.input_names),
+        "noise_variance": params.noise * y2,
+        "kernel_variance": params.variance * y2,
+        "lengthscales": [float(v) for v in ls_orig],
+        "input_names": list(data.input_names),
         "standardizer": std.to_dict(),
-        **({"restart_bounds": fit.restart_bounds, "best_restart": fit.best_restart} if fit.restart_bounds is not None
-           else {}),
+        **(
+            {"restart_bounds": fit.restart_bounds, "best_restart": fit.best_restart}
+            if fit.restart_bounds is not None
+            else {}
+        ),
         "objective": scores.nlpd,
         "objective_name": "test NLPD (mean negative log predictive density of the held-out rows, original units; "
-                          "lower is better)",
+        "lower is better)",
     }
     if not scores.n_test:  # every row trained on and no test file: the fit's own bound per row is the objective
         result["objective"] = -result["bound_per_row"]
@@ -225,7 +278,7 @@ def finish(ctx, plan: Plan, fit: FitResult, scores: Scores, sl: Slice) -> dict:
     tracker.flush()
     arrays = _model_arrays(plan, fit, scores)
     artifacts.log_npz(tracker, "model.npz", arrays, compressed=True)
-    gp_model.log_model(ctx, arrays, std.invert_X(sl.grid[::SLICE_POINTS // 5]))  # the pyfunc model "model"
+    gp_model.log_model(ctx, arrays, std.invert_X(sl.grid[:: SLICE_POINTS // 5]))  # the pyfunc model "model"
     artifacts.log_results(tracker, result)
     if plan.figures:
         from pgmflow.pipelines.sparse_gp import figures
@@ -239,23 +292,33 @@ def finish(ctx, plan: Plan, fit: FitResult, scores: Scores, sl: Slice) -> dict:
 def _print_summary(say, r):
     per = r["seconds_per_evaluation"]
     what = "steps" if r["method"] == "svgp" else "iterations"
-    lines = [f"pgmflow: sparse_gp ({r['method']}, {r['kernel']}) finished in {r['seconds']:.1f} s: "
-             f"{'ELBO' if r['method'] == 'svgp' else 'bound' if r['method'] == 'sgpr' else 'log marginal likelihood'} "
-             f"{r['bound']:.6g} after {r['iterations']} {what}"
-             + (f" ({r['evaluations']} evaluations, {per:.3g} s each)" if r["method"] in gstats.METHODS else ""),
-             (f"  test RMSE {r['test_rmse']:.6g}, NLPD {r['test_nlpd']:.6g} (original units, {r['test_rows']} "
-              f"held-out rows); noise variance {r['noise_variance']:.4g}" if r["test_rows"] else
-              f"  no held-out rows (sparse_gp.test_fraction=0, no gp_data.test_path): no test scores; noise "
-              f"variance {r['noise_variance']:.4g}")]
+    lines = [
+        f"pgmflow: sparse_gp ({r['method']}, {r['kernel']}) finished in {r['seconds']:.1f} s: "
+        f"{'ELBO' if r['method'] == 'svgp' else 'bound' if r['method'] == 'sgpr' else 'log marginal likelihood'} "
+        f"{r['bound']:.6g} after {r['iterations']} {what}"
+        + (f" ({r['evaluations']} evaluations, {per:.3g} s each)" if r["method"] in gstats.METHODS else ""),
+        (
+            f"  test RMSE {r['test_rmse']:.6g}, NLPD {r['test_nlpd']:.6g} (original units, {r['test_rows']} "
+            f"held-out rows); noise variance {r['noise_variance']:.4g}"
+            if r["test_rows"]
+            else f"  no held-out rows (sparse_gp.test_fraction=0, no gp_data.test_path): no test scores; noise "
+            f"variance {r['noise_variance']:.4g}"
+        ),
+    ]
     if r["jitter_max"] > r["jitter_requested"] * 1.5 and r["method"] != "exact":
-        lines.append(f"  note: Kuu needed a jitter of up to {r['jitter_max']:.3g} x s (asked {r['jitter_requested']:.3g}"
-                     f"); final {r['jitter_final']:.3g} x s")
+        lines.append(
+            f"  note: Kuu needed a jitter of up to {r['jitter_max']:.3g} x s (asked {r['jitter_requested']:.3g}"
+            f"); final {r['jitter_final']:.3g} x s"
+        )
     if r["failed_evaluations"]:
-        lines.append(f"  note: {r['failed_evaluations']} evaluation(s) could not factor Kuu and were rejected by the "
-                     "line search")
+        lines.append(
+            f"  note: {r['failed_evaluations']} evaluation(s) could not factor Kuu and were rejected by the line search"
+        )
     if not r["converged"]:
-        lines.append(f"  note: the optimiser stopped before convergence ({r['optimizer']}); raise sparse_gp.max_iter "
-                     "for a tighter fit")
+        lines.append(
+            f"  note: the optimiser stopped before convergence ({r['optimizer']}); raise sparse_gp.max_iter "
+            "for a tighter fit"
+        )
     say("\n".join(lines), prefix="", summary=True)
 
 
@@ -264,14 +327,23 @@ def _model_arrays(plan: Plan, fit: FitResult, scores: Scores) -> dict:
     data = plan.data
     pred, std = fit.predictor, data.standardizer
     params = pred.params
-    arrays = {"method": np.array(plan.method), "kernel": np.array(plan.kernel),
-              "log_lengthscale": np.asarray(params.log_lengthscale, dtype=np.float64),
-              "log_variance": np.float64(params.log_variance), "log_noise": np.float64(params.log_noise),
-              "x_mean": std.x_mean, "x_std": std.x_std, "y_mean": np.float64(std.y_mean),
-              "y_std": np.float64(std.y_std), "input_names": np.array(data.input_names),
-              "target_name": np.array(data.target_name), "jitter": np.float64(fit.jitter_abs_final),
-              "bound_trace": np.array([[k, v] for k, v, _ in fit.trace], dtype=np.float64),
-              "test_rmse": np.float64(scores.rmse), "test_nlpd": np.float64(scores.nlpd)}
+    arrays = {
+        "method": np.array(plan.method),
+        "kernel": np.array(plan.kernel),
+        "log_lengthscale": np.asarray(params.log_lengthscale, dtype=np.float64),
+        "log_variance": np.float64(params.log_variance),
+        "log_noise": np.float64(params.log_noise),
+        "x_mean": std.x_mean,
+        "x_std": std.x_std,
+        "y_mean": np.float64(std.y_mean),
+        "y_std": np.float64(std.y_std),
+        "input_names": np.array(data.input_names),
+        "target_name": np.array(data.target_name),
+        "jitter": np.float64(fit.jitter_abs_final),
+        "bound_trace": np.array([[k, v] for k, v, _ in fit.trace], dtype=np.float64),
+        "test_rmse": np.float64(scores.rmse),
+        "test_nlpd": np.float64(scores.nlpd),
+    }
     if pred.Z is not None:
         arrays["Z"] = np.asarray(pred.Z)
     if pred.stats is not None:

@@ -36,8 +36,12 @@ SPARSE_GP = {
 # optional (a run recorded before the key existed is reproduced with its default, direct). Both values now
 # mean one graph per evaluation (direct calls to the workers are gone; they gave the same bits)
 SPARSE_GP_OPTIONAL = {"evaluate": choice("direct", "graph")}
-GP_SYNTHETIC = {"function": choice("friedman1", "sine_1d"), "n": integer(lo=2), "d": integer(lo=1),
-                "noise_std": real(ge=0)}
+GP_SYNTHETIC = {
+    "function": choice("friedman1", "sine_1d"),
+    "n": integer(lo=2),
+    "d": integer(lo=1),
+    "noise_std": real(ge=0),
+}
 
 
 def check_sparse_gp(cfg: dict):
@@ -55,28 +59,47 @@ def check_sparse_gp(cfg: dict):
     lo, hi = (math.exp(v) for v in LOG_BOX)
     for key in ("variance", "noise"):
         if not lo <= s[key] <= hi:
-            raise ConfigError(f"sparse_gp.{key}", s[key], f"must lie in [{lo:g}, {hi:g}] (the optimiser's box, "
-                              "in standardised units)", f"set sparse_gp.{key} to e.g. {1.0 if key == 'variance' else 0.1}")
+            raise ConfigError(
+                f"sparse_gp.{key}",
+                s[key],
+                f"must lie in [{lo:g}, {hi:g}] (the optimiser's box, in standardised units)",
+                f"set sparse_gp.{key} to e.g. {1.0 if key == 'variance' else 0.1}",
+            )
     ls = get(cfg, "sparse_gp.lengthscale")
-    for v in (ls if isinstance(ls, (list, tuple)) else [ls]):
+    for v in ls if isinstance(ls, (list, tuple)) else [ls]:
         real(gt=0)("sparse_gp.lengthscale", v)
         if not lo <= v <= hi:
-            raise ConfigError("sparse_gp.lengthscale", ls, f"{v:g} is outside [{lo:g}, {hi:g}] (the optimiser's box, "
-                              "in standardised input units)", "start from e.g. sparse_gp.lengthscale=1.0")
+            raise ConfigError(
+                "sparse_gp.lengthscale",
+                ls,
+                f"{v:g} is outside [{lo:g}, {hi:g}] (the optimiser's box, in standardised input units)",
+                "start from e.g. sparse_gp.lengthscale=1.0",
+            )
     if isinstance(ls, (list, tuple)) and not ls:
         raise ConfigError("sparse_gp.lengthscale", ls, "is an empty list", "give a number, or one per input")
     if not s["test_fraction"] < 1:
-        raise ConfigError("sparse_gp.test_fraction", s["test_fraction"], "must be below 1 (rows must be left to "
-                          "train on)", "use e.g. sparse_gp.test_fraction=0.2")
+        raise ConfigError(
+            "sparse_gp.test_fraction",
+            s["test_fraction"],
+            "must be below 1 (rows must be left to train on)",
+            "use e.g. sparse_gp.test_fraction=0.2",
+        )
     model = cfg.get("model") or {}
     if set(model) - {"name"} or model.get("name") != s["method"]:
-        raise ConfigError("model", model.get("name") if set(model) <= {"name"} else sorted(model), "pipeline=sparse_gp "
-                          "takes no model group (the model is sparse_gp.method with sparse_gp.kernel)",
-                          "drop the model= override and set sparse_gp.method / sparse_gp.kernel")
+        raise ConfigError(
+            "model",
+            model.get("name") if set(model) <= {"name"} else sorted(model),
+            "pipeline=sparse_gp takes no model group (the model is sparse_gp.method with sparse_gp.kernel)",
+            "drop the model= override and set sparse_gp.method / sparse_gp.kernel",
+        )
     g = cfg.get("gp_data")
     if not isinstance(g, dict) or "kind" not in g:
-        raise ConfigError("gp_data", g, "pipeline=sparse_gp needs data", "use gp_data=synthetic, gp_data=diabetes, "
-                          "or gp_data=csv|npz|npy gp_data.path=FILE")
+        raise ConfigError(
+            "gp_data",
+            g,
+            "pipeline=sparse_gp needs data",
+            "use gp_data=synthetic, gp_data=diabetes, or gp_data=csv|npz|npy gp_data.path=FILE",
+        )
     if g["kind"] not in gp_data.KINDS:
         raise ConfigError("gp_data.kind", g["kind"], "unknown data source", f"use one of: {', '.join(gp_data.KINDS)}")
     unknown_keys(cfg, "gp_data", gp_data.KEYS[g["kind"]])
@@ -86,32 +109,70 @@ def check_sparse_gp(cfg: dict):
             raise ConfigError("gp_data.d", g["d"], "Friedman #1 needs at least 5 inputs", "set gp_data.d=5 or more")
     data = gp_data.resolve(cfg)
     if isinstance(ls, (list, tuple)) and len(ls) not in (1, data.d):
-        raise ConfigError("sparse_gp.lengthscale", ls, f"has {len(ls)} entries but the data has {data.d} inputs",
-                          "give one number, or one per input")
+        raise ConfigError(
+            "sparse_gp.lengthscale",
+            ls,
+            f"has {len(ls)} entries but the data has {data.d} inputs",
+            "give one number, or one per input",
+        )
     j_slice = gp_data.slice_dim(s.get("slice_dim"), data)
     if g.get("test_path") and s["method"] == "exact":
-        raise ConfigError("gp_data.test_path", g["test_path"], "is not scored by the exact GP yet",
-                          "use sparse_gp.method=sgpr (or hold rows out with sparse_gp.test_fraction)")
+        raise ConfigError(
+            "gp_data.test_path",
+            g["test_path"],
+            "is not scored by the exact GP yet",
+            "use sparse_gp.method=sgpr (or hold rows out with sparse_gp.test_fraction)",
+        )
     test_rows = gp_data.read_test_file(cfg, data)  # read and checked before any run starts
     if s["method"] == "exact":
         if data.n_train > EXACT_MAX_N:
-            raise ConfigError("sparse_gp.method", "exact", f"the exact GP factors an n x n matrix and the data has "
-                              f"n = {data.n_train} training rows, more than {EXACT_MAX_N}",
-                              "use sparse_gp.method=sgpr (or svgp) for data this large")
+            raise ConfigError(
+                "sparse_gp.method",
+                "exact",
+                f"the exact GP factors an n x n matrix and the data has "
+                f"n = {data.n_train} training rows, more than {EXACT_MAX_N}",
+                "use sparse_gp.method=sgpr (or svgp) for data this large",
+            )
     elif s["m"] > data.n_train:
-        raise ConfigError("sparse_gp.m", s["m"], f"is more inducing inputs than the {data.n_train} training rows "
-                          f"(m > n) of {data.source}", f"use sparse_gp.m={data.n_train} or fewer (usually far fewer)")
+        raise ConfigError(
+            "sparse_gp.m",
+            s["m"],
+            f"is more inducing inputs than the {data.n_train} training rows (m > n) of {data.source}",
+            f"use sparse_gp.m={data.n_train} or fewer (usually far fewer)",
+        )
     return Plan(
-        seed=int(cfg["seed"]), method=str(s["method"]), kernel=str(s["kernel"]), m=int(s["m"]),
-        chunk_size=int(s["chunk_size"]), test_fraction=float(s["test_fraction"]), kmeans_iter=int(s["kmeans_iter"]),
-        kmeans_points=int(s["kmeans_points"]), in_process=s["in_process"], figures=bool(s["figures"]),
+        seed=int(cfg["seed"]),
+        method=str(s["method"]),
+        kernel=str(s["kernel"]),
+        m=int(s["m"]),
+        chunk_size=int(s["chunk_size"]),
+        test_fraction=float(s["test_fraction"]),
+        kmeans_iter=int(s["kmeans_iter"]),
+        kmeans_points=int(s["kmeans_points"]),
+        in_process=s["in_process"],
+        figures=bool(s["figures"]),
         slice_dim=j_slice,
-        start=Start(tuple(float(v) for v in ls) if isinstance(ls, (list, tuple)) else float(ls), float(s["variance"]),
-                    float(s["noise"])),
-        fit=FitSettings(max_iter=int(s["max_iter"]), jitter=float(s["jitter"]), max_tries=int(s["max_tries"]),
-                        optimize_inducing=bool(s["optimize_inducing"]), checkpoint_every=int(s["checkpoint_every"]),
-                        restarts=int(s["restarts"]), evaluate=str(s.get("evaluate", "direct"))),
-        svgp=SVGPSettings(steps=int(s["svgp_steps"]), batch_size=int(s["svgp_batch_size"]), rho=float(s["svgp_rho"]),
-                          lr=float(s["svgp_lr"]), eval_every=int(s["svgp_eval_every"])),
-        data=data, test_rows=test_rows)
-
+        start=Start(
+            tuple(float(v) for v in ls) if isinstance(ls, (list, tuple)) else float(ls),
+            float(s["variance"]),
+            float(s["noise"]),
+        ),
+        fit=FitSettings(
+            max_iter=int(s["max_iter"]),
+            jitter=float(s["jitter"]),
+            max_tries=int(s["max_tries"]),
+            optimize_inducing=bool(s["optimize_inducing"]),
+            checkpoint_every=int(s["checkpoint_every"]),
+            restarts=int(s["restarts"]),
+            evaluate=str(s.get("evaluate", "direct")),
+        ),
+        svgp=SVGPSettings(
+            steps=int(s["svgp_steps"]),
+            batch_size=int(s["svgp_batch_size"]),
+            rho=float(s["svgp_rho"]),
+            lr=float(s["svgp_lr"]),
+            eval_every=int(s["svgp_eval_every"]),
+        ),
+        data=data,
+        test_rows=test_rows,
+    )

@@ -54,8 +54,12 @@ def _require(value, field: str, kind: str, what: str) -> Path:
         raise ConfigError(f"corpus.{field}", value, f"corpus={kind} needs {what}", f"set corpus.{field}=PATH")
     p = _path(value)
     if not p.exists():
-        raise ConfigError(f"corpus.{field}", value, f"{p} does not exist", "give an existing path (relative paths "
-                          "are taken from the directory pgmflow was started in)")
+        raise ConfigError(
+            f"corpus.{field}",
+            value,
+            f"{p} does not exist",
+            "give an existing path (relative paths are taken from the directory pgmflow was started in)",
+        )
     return p
 
 
@@ -191,13 +195,27 @@ class Synthetic(_Source):
     def directory(self) -> str:
         from pgmflow.tasks.lda import synthetic
 
-        return self.conversion.cached(self.kind, (), lambda out: synthetic.generate_corpus(
-            out, self.n_docs, self.n_words, self.n_topics, seed=self.seed, alpha=self.alpha, eta=self.eta,
-            mean_length=self.mean_length, docs_per_shard=self.conversion.docs_per_shard))
+        return self.conversion.cached(
+            self.kind,
+            (),
+            lambda out: synthetic.generate_corpus(
+                out,
+                self.n_docs,
+                self.n_words,
+                self.n_topics,
+                seed=self.seed,
+                alpha=self.alpha,
+                eta=self.eta,
+                mean_length=self.mean_length,
+                docs_per_shard=self.conversion.docs_per_shard,
+            ),
+        )
 
     def dataset(self, info) -> tuple[str, dict]:
-        return f"corpus {self.kind}", {"generator": "pgmflow.tasks.lda.synthetic.generate_corpus",
-                                       "parameters": json.loads(self.conversion.settings)}
+        return f"corpus {self.kind}", {
+            "generator": "pgmflow.tasks.lda.synthetic.generate_corpus",
+            "parameters": json.loads(self.conversion.settings),
+        }
 
 
 @dataclass(frozen=True)
@@ -216,8 +234,9 @@ class UCI(_Source):
         dw = _require(self.docword, "docword", self.kind, "the docword.txt(.gz) file")
         vp = _require(self.vocab, "vocab", self.kind, "the vocab.txt file")
         per = self.conversion.docs_per_shard
-        return self.conversion.cached(self.kind, (self.docword, self.vocab), lambda out: C.from_uci(
-            str(dw), str(vp), out, docs_per_shard=per))
+        return self.conversion.cached(
+            self.kind, (self.docword, self.vocab), lambda out: C.from_uci(str(dw), str(vp), out, docs_per_shard=per)
+        )
 
 
 @dataclass(frozen=True)
@@ -243,9 +262,20 @@ class TextFolder(_Source):
 
         folder = _require(self.folder, "folder", self.kind, "a folder of .txt files (one document per file)")
         stop = list(self.stop_words) if isinstance(self.stop_words, tuple) else self.stop_words
-        return self.conversion.cached(self.kind, (self.folder,), lambda out: C.from_text_folder(
-            str(folder), out, min_df=self.min_df, max_df=self.max_df, max_vocab=self.max_vocab, stop_words=stop,
-            docs_per_shard=self.conversion.docs_per_shard, pattern=self.pattern))
+        return self.conversion.cached(
+            self.kind,
+            (self.folder,),
+            lambda out: C.from_text_folder(
+                str(folder),
+                out,
+                min_df=self.min_df,
+                max_df=self.max_df,
+                max_vocab=self.max_vocab,
+                stop_words=stop,
+                docs_per_shard=self.conversion.docs_per_shard,
+                pattern=self.pattern,
+            ),
+        )
 
 
 @dataclass(frozen=True)
@@ -264,8 +294,13 @@ class MatrixMarket(_Source):
 
         p = _require(self.path, "path", self.kind, "a Matrix Market (.mtx) file")
         vocab = str(_path(self.vocab)) if self.vocab else None
-        return self.conversion.cached(self.kind, (self.path,), lambda out: C.from_matrix_market(
-            str(p), out, docs_per_shard=self.conversion.docs_per_shard, transpose=self.transpose, vocab_path=vocab))
+        return self.conversion.cached(
+            self.kind,
+            (self.path,),
+            lambda out: C.from_matrix_market(
+                str(p), out, docs_per_shard=self.conversion.docs_per_shard, transpose=self.transpose, vocab_path=vocab
+            ),
+        )
 
 
 @dataclass(frozen=True)
@@ -280,8 +315,9 @@ class Npz(_Source):
         from pgmflow.tasks.lda import corpus as C
 
         p = _require(self.path, "path", self.kind, "a scipy.sparse .npz file")
-        return self.conversion.cached(self.kind, (self.path,), lambda out: C.from_npz(
-            str(p), out, docs_per_shard=self.conversion.docs_per_shard))
+        return self.conversion.cached(
+            self.kind, (self.path,), lambda out: C.from_npz(str(p), out, docs_per_shard=self.conversion.docs_per_shard)
+        )
 
 
 Source = Shipped | Sharded | Synthetic | UCI | TextFolder | MatrixMarket | Npz
@@ -330,6 +366,7 @@ def open_checked(source: Source):
     except C.CorpusError as exc:
         raise _corpus_error(exc, field, value) from None
     if info.n_docs == 0 or info.n_tokens <= 0:
-        raise ConfigError(field, value, "the corpus is empty (no words in any document)",
-                          "point it at a corpus with documents")
+        raise ConfigError(
+            field, value, "the corpus is empty (no words in any document)", "point it at a corpus with documents"
+        )
     return info

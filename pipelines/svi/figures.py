@@ -26,8 +26,15 @@ def svi_figures(history: list, lam: np.ndarray, topics: tuple, vocab: tuple | No
     fig, ax = plt.subplots(figsize=(min(14, 2 + 1.2 * n_show), 0.35 * K + 1))
     ax.axis("off")
     for k in range(K):
-        ax.text(0.0, 1 - (k + 0.5) / K, f"{k:>3d}  ({coherence[k]:6.1f})  " + "  ".join(names[k][:n_show]),
-                family="monospace", fontsize=9, va="center", transform=ax.transAxes)
+        ax.text(
+            0.0,
+            1 - (k + 0.5) / K,
+            f"{k:>3d}  ({coherence[k]:6.1f})  " + "  ".join(names[k][:n_show]),
+            family="monospace",
+            fontsize=9,
+            va="center",
+            transform=ax.transAxes,
+        )
     ax.set_title("top words per topic (UMass coherence)")
     figs["top_words"] = fig
     beta = lam / lam.sum(axis=1, keepdims=True)

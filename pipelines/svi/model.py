@@ -46,8 +46,16 @@ class LDATransformer:
     min_word_len, stop_words: the tokeniser's (``pgmflow.tasks.lda.corpus.tokenize``).
     """
 
-    def __init__(self, lam, alpha, vocab=None, max_iter: int = 100, tol: float = 1e-3, min_word_len: int = 2,
-                 stop_words="english"):
+    def __init__(
+        self,
+        lam,
+        alpha,
+        vocab=None,
+        max_iter: int = 100,
+        tol: float = 1e-3,
+        min_word_len: int = 2,
+        stop_words="english",
+    ):
         self.lam = np.ascontiguousarray(lam, dtype=np.float64)
         self.alpha = np.broadcast_to(np.asarray(alpha, dtype=np.float64), (self.lam.shape[0],)).copy()
         self.vocab = tuple(vocab) if vocab is not None and len(vocab) else None
@@ -65,18 +73,30 @@ class LDATransformer:
 
     def to_arrays(self) -> dict:
         """What ``lda_model.npz`` holds (:meth:`from_npz` reads it back)."""
-        return {"lam": self.lam, "alpha": self.alpha, "vocab": np.array(self.vocab or (), dtype=str),
-                "estep_max_iter": np.int64(self.max_iter), "estep_tol": np.float64(self.tol),
-                "min_word_len": np.int64(self.min_word_len),
-                "stop_words": np.array("" if self.stop_words is None else str(self.stop_words))}
+        return {
+            "lam": self.lam,
+            "alpha": self.alpha,
+            "vocab": np.array(self.vocab or (), dtype=str),
+            "estep_max_iter": np.int64(self.max_iter),
+            "estep_tol": np.float64(self.tol),
+            "min_word_len": np.int64(self.min_word_len),
+            "stop_words": np.array("" if self.stop_words is None else str(self.stop_words)),
+        }
 
     @classmethod
     def from_npz(cls, path) -> LDATransformer:
         with np.load(path, allow_pickle=False) as z:
             a = {k: z[k] for k in z.files}
         stop = str(a["stop_words"]) or None
-        return cls(a["lam"], a["alpha"], [str(w) for w in a["vocab"]], int(a["estep_max_iter"]),
-                   float(a["estep_tol"]), int(a["min_word_len"]), stop)
+        return cls(
+            a["lam"],
+            a["alpha"],
+            [str(w) for w in a["vocab"]],
+            int(a["estep_max_iter"]),
+            float(a["estep_tol"]),
+            int(a["min_word_len"]),
+            stop,
+        )
 
     @classmethod
     def from_artifacts(cls, directory) -> LDATransformer:
@@ -125,7 +145,9 @@ class LDATransformer:
             return self.counts_of_texts(list(np.ravel(np.asarray(docs, dtype=object))))
         X = sp.csr_matrix(docs, dtype=np.float64)
         if X.shape[1] != self.n_words:
-            raise ValueError(f"expected counts over the {self.n_words} words of the vocabulary; got {X.shape[1]} columns")
+            raise ValueError(
+                f"expected counts over the {self.n_words} words of the vocabulary; got {X.shape[1]} columns"
+            )
         if X.data.size and (not np.all(np.isfinite(X.data)) or X.data.min() < 0):
             raise ValueError("word counts must be finite and >= 0")
         return X
@@ -146,8 +168,17 @@ class LDATransformer:
         dg = _estep.digamma  # what the held-out evaluation uses (evaluate.completion_log_likelihood)
         sub = self.lam[:, cols]
         eeb = np.ascontiguousarray(np.exp(dg(sub) - dg(self.lam.sum(axis=1))[:, None]).T)  # [C, K]
-        res = _estep.estep(np.asarray(X.indptr, np.int64), np.asarray(X.indices, np.int64), X.data, np.arange(D),
-                           cols, eeb, self.alpha, max_iter=self.max_iter, tol=self.tol)
+        res = _estep.estep(
+            np.asarray(X.indptr, np.int64),
+            np.asarray(X.indices, np.int64),
+            X.data,
+            np.arange(D),
+            cols,
+            eeb,
+            self.alpha,
+            max_iter=self.max_iter,
+            tol=self.tol,
+        )
         return res.gamma / res.gamma.sum(axis=1, keepdims=True)  # [D, K]
 
 
@@ -181,8 +212,9 @@ def from_run(corpus_info, lam, alpha, estep: EStep) -> LDATransformer:
     # custom stop words ("415 custom words") are not recorded; none of them is in the vocabulary, so
     # leaving them in changes no count
     stop = stop if stop in ("english", None) else None
-    return LDATransformer(lam, alpha, corpus_info.vocab, estep.max_iter, estep.tol, int(tok.get("min_word_len", 1)),
-                          stop if tok else None)
+    return LDATransformer(
+        lam, alpha, corpus_info.vocab, estep.max_iter, estep.tol, int(tok.get("min_word_len", 1)), stop if tok else None
+    )
 
 
 def log_model(ctx, plan: Plan, lam) -> None:
@@ -200,8 +232,9 @@ def log_model(ctx, plan: Plan, lam) -> None:
         example = pd.DataFrame(np.eye(2, tr.n_words), columns=[f"w{j}" for j in range(tr.n_words)])
     # no input schema: a text column and count columns [D, V] are both documents (an input schema of
     # MLflow's would drop one of the two forms)
-    models.log_pyfunc(ctx, tr.to_arrays(), ARTIFACT_PATH, LDAPyfunc, ModelSignature(inputs=None, outputs=outputs),
-                      example, NPZ_NAME)
+    models.log_pyfunc(
+        ctx, tr.to_arrays(), ARTIFACT_PATH, LDAPyfunc, ModelSignature(inputs=None, outputs=outputs), example, NPZ_NAME
+    )
 
 
 def log_corpus(ctx, source: Source, info) -> None:
@@ -219,6 +252,16 @@ def log_corpus(ctx, source: Source, info) -> None:
             yield "vocab", np.array(info.vocab, dtype=str)
 
     name, where = source.dataset(info)
-    datasets.log_input(ctx.tracker, name, arrays(), profile={"documents": info.n_docs, "words": info.n_words,
-                                                             "tokens": info.n_tokens, "shards": len(info.shard_docs),
-                                                             "converted_to": info.path}, **where)
+    datasets.log_input(
+        ctx.tracker,
+        name,
+        arrays(),
+        profile={
+            "documents": info.n_docs,
+            "words": info.n_words,
+            "tokens": info.n_tokens,
+            "shards": len(info.shard_docs),
+            "converted_to": info.path,
+        },
+        **where,
+    )

@@ -34,18 +34,32 @@ def finish(ctx, fit, trained, timing: Timing) -> dict:
     names = [[(vocab[w] if vocab else str(int(w))) for w in row] for row in top]
     coherence = _coherence(ctx, fit, top)
     elapsed = timing.fit_seconds
-    result = {"objective": ppl, "heldout_perplexity": ppl, "heldout_tokens": n_test,
-              "coherence_umass_mean": float(coherence.mean()), "coherence_umass": coherence.tolist(),
-              "steps": state.count, "docs_seen": state.docs_seen, "train_docs": plan.schedule.n_train,
-              "docs_per_second": trained.docs / elapsed if elapsed > 0 else float("nan"),
-              "seconds": elapsed, "prepare_seconds": timing.prepare_seconds, "driver_peak_rss_mb": _peak_rss_mb(),
-              "top_words": names}
+    result = {
+        "objective": ppl,
+        "heldout_perplexity": ppl,
+        "heldout_tokens": n_test,
+        "coherence_umass_mean": float(coherence.mean()),
+        "coherence_umass": coherence.tolist(),
+        "steps": state.count,
+        "docs_seen": state.docs_seen,
+        "train_docs": plan.schedule.n_train,
+        "docs_per_second": trained.docs / elapsed if elapsed > 0 else float("nan"),
+        "seconds": elapsed,
+        "prepare_seconds": timing.prepare_seconds,
+        "driver_peak_rss_mb": _peak_rss_mb(),
+        "top_words": names,
+    }
     if plan.corpus.true_topics:
         true = np.load(plan.corpus.true_topics)
         assign, cos = evaluate.match_topics(lam, true)
-        result.update({"topic_recovery_mean_cosine": float(cos.mean()), "topic_recovery_min_cosine": float(cos.min()),
-                       "true_model_perplexity": _true_perplexity(ctx, fit, true),
-                       "topic_assignment": assign.tolist()})
+        result.update(
+            {
+                "topic_recovery_mean_cosine": float(cos.mean()),
+                "topic_recovery_min_cosine": float(cos.min()),
+                "true_model_perplexity": _true_perplexity(ctx, fit, true),
+                "topic_assignment": assign.tolist(),
+            }
+        )
     if plan.constraints is not None:
         result.update(_pr_report(ctx, fit, lam))
     artifacts.log_final_metrics(ctx.tracker, result, step=state.count)
@@ -67,9 +81,18 @@ def heldout_perplexity(ctx, fit, lam) -> tuple[float, float]:
     plan = fit.plan
     rowsum = lam.sum(axis=1)
     alpha = plan.model.alpha_vector()
-    outs = [dask.delayed(shard_tasks.heldout_group, pure=True)(
-        fit.states[g], fit.heldout_cols[g], np.ascontiguousarray(lam[:, fit.heldout_cols[g]]), rowsum, alpha,
-        plan.estep.max_iter, plan.estep.tol) for g in range(len(fit.groups))]
+    outs = [
+        dask.delayed(shard_tasks.heldout_group, pure=True)(
+            fit.states[g],
+            fit.heldout_cols[g],
+            np.ascontiguousarray(lam[:, fit.heldout_cols[g]]),
+            rowsum,
+            alpha,
+            plan.estep.max_iter,
+            plan.estep.tol,
+        )
+        for g in range(len(fit.groups))
+    ]
     res = ctx.executor.gather_ordered(outs, flatten=True, key=lambda r: r[0])
     n_tokens = math.fsum(r[2] for r in res)
     return evaluate.perplexity(math.fsum(r[1] for r in res), n_tokens), n_tokens
@@ -78,9 +101,16 @@ def heldout_perplexity(ctx, fit, lam) -> tuple[float, float]:
 def _coherence(ctx, fit, top) -> np.ndarray:
     """UMass topic coherence over the training documents, co-occurrences summed over shards in order."""
     ids = np.unique(top)
-    parts = ctx.executor.gather_ordered([dask.delayed(shard_tasks.cooccurrence_group, pure=True)(
-        fit.states[g], ids, dask_key_name=f"svi-cooc-{ctx.token}-g{g}") for g in range(len(fit.groups))],
-        flatten=True, key=lambda r: r[0])
+    parts = ctx.executor.gather_ordered(
+        [
+            dask.delayed(shard_tasks.cooccurrence_group, pure=True)(
+                fit.states[g], ids, dask_key_name=f"svi-cooc-{ctx.token}-g{g}"
+            )
+            for g in range(len(fit.groups))
+        ],
+        flatten=True,
+        key=lambda r: r[0],
+    )
     df = np.zeros(ids.size)
     co = np.zeros((ids.size, ids.size))
     for _, d, c in parts:
@@ -92,9 +122,12 @@ def _coherence(ctx, fit, top) -> np.ndarray:
 def _log_artifacts(ctx, plan, trained, result: dict, topics: Topics):
     tracker, state = ctx.tracker, trained.state
     lam = state.lam
-    artifacts.log_npz(tracker, "lambda.npz", dict(lam=lam, alpha=plan.model.alpha_vector(),
-                                                  eta=np.float64(plan.model.eta), count=np.int64(state.count)),
-                      compressed=True)
+    artifacts.log_npz(
+        tracker,
+        "lambda.npz",
+        dict(lam=lam, alpha=plan.model.alpha_vector(), eta=np.float64(plan.model.eta), count=np.int64(state.count)),
+        compressed=True,
+    )
     n_top = plan.outputs.top_words
     rows = ["topic,coherence_umass," + ",".join(f"word_{i + 1}" for i in range(n_top))]
     for k in range(lam.shape[0]):
@@ -134,10 +167,21 @@ def _true_perplexity(ctx, fit, true) -> float:
     plan = fit.plan
     a_path = Path(plan.corpus.path) / "true_alpha.npy"
     a_true = np.load(a_path) if a_path.exists() else plan.model.alpha_vector()
-    res = ctx.executor.gather_ordered([dask.delayed(shard_tasks.true_heldout_group, pure=True)(
-        fit.states[g], true, a_true, plan.estep.max_iter, plan.estep.tol,
-        dask_key_name=f"svi-true-{ctx.token}-g{g}") for g in range(len(fit.groups))], flatten=True,
-        key=lambda r: r[0])
+    res = ctx.executor.gather_ordered(
+        [
+            dask.delayed(shard_tasks.true_heldout_group, pure=True)(
+                fit.states[g],
+                true,
+                a_true,
+                plan.estep.max_iter,
+                plan.estep.tol,
+                dask_key_name=f"svi-true-{ctx.token}-g{g}",
+            )
+            for g in range(len(fit.groups))
+        ],
+        flatten=True,
+        key=lambda r: r[0],
+    )
     return evaluate.perplexity(math.fsum(r[1] for r in res), math.fsum(r[2] for r in res))
 
 
@@ -148,14 +192,29 @@ def _pr_report(ctx, fit, lam) -> dict:
     pr = plan.constraints
     rowsum = lam.sum(axis=1)
     alpha = plan.model.alpha_vector()
-    cols_g = ex.gather_ordered([dask.delayed(shard_tasks.words_of_group, pure=True)(
-        fit.states[g], dask_key_name=f"svi-prw-{ctx.token}-g{g}") for g in range(len(fit.groups))])
+    cols_g = ex.gather_ordered(
+        [
+            dask.delayed(shard_tasks.words_of_group, pure=True)(
+                fit.states[g], dask_key_name=f"svi-prw-{ctx.token}-g{g}"
+            )
+            for g in range(len(fit.groups))
+        ]
+    )
     res = {"with": [], "without": []}
     for label, p in (("with", pr), ("without", None)):
-        tasks = [dask.delayed(shard_tasks.gamma_group, pure=True)(
-            fit.states[g], cols_g[g], svi.exp_elog_beta(lam, cols_g[g], rowsum), alpha, plan.estep.max_iter,
-            plan.estep.tol, p, dask_key_name=f"svi-prg-{label}-{ctx.token}-g{g}")
-            for g in range(len(fit.groups))]
+        tasks = [
+            dask.delayed(shard_tasks.gamma_group, pure=True)(
+                fit.states[g],
+                cols_g[g],
+                svi.exp_elog_beta(lam, cols_g[g], rowsum),
+                alpha,
+                plan.estep.max_iter,
+                plan.estep.tol,
+                p,
+                dask_key_name=f"svi-prg-{label}-{ctx.token}-g{g}",
+            )
+            for g in range(len(fit.groups))
+        ]
         res[label] = [gam for grp in ex.gather_ordered(tasks) for _, _, gam in grp]
     out = {}
     for label in ("with", "without"):
@@ -169,13 +228,19 @@ def _pr_report(ctx, fit, lam) -> dict:
 
 
 def _print_summary(say, result, names):
-    say(f"held-out perplexity {result['heldout_perplexity']:.2f} on {result['heldout_tokens']:.0f} "
+    say(
+        f"held-out perplexity {result['heldout_perplexity']:.2f} on {result['heldout_tokens']:.0f} "
         f"test tokens; UMass coherence {result['coherence_umass_mean']:.2f}; "
-        f"{result['docs_per_second']:.0f} documents/s", summary=True)
+        f"{result['docs_per_second']:.0f} documents/s",
+        summary=True,
+    )
     if "topic_recovery_mean_cosine" in result:
-        say(f"true topics recovered with mean cosine {result['topic_recovery_mean_cosine']:.3f} "
+        say(
+            f"true topics recovered with mean cosine {result['topic_recovery_mean_cosine']:.3f} "
             f"(min {result['topic_recovery_min_cosine']:.3f}); true model's perplexity "
-            f"{result['true_model_perplexity']:.2f}", summary=True)
+            f"{result['true_model_perplexity']:.2f}",
+            summary=True,
+        )
     for k, row in enumerate(names[:10]):
         say(f"  topic {k:2d}: {' '.join(row[:8])}", prefix="")
     if len(names) > 10:

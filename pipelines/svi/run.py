@@ -71,12 +71,28 @@ def _annotate(ex, worker):
 def _announce(ctx, plan: Plan, n_groups: int) -> None:
     """The corpus and the schedule: tags, step-0 metrics and one line."""
     info, sch = plan.corpus, plan.schedule
-    ctx.tracker.set_tags({"pgmflow.svi.corpus": info.meta.get("source", info.path), "pgmflow.svi.shards": len(
-        info.shard_docs), "pgmflow.svi.groups": n_groups, "pgmflow.svi.pr": plan.constraints is not None})
-    ctx.tracker.log_metrics({"corpus_docs": info.n_docs, "corpus_words": plan.n_words, "corpus_tokens": info.n_tokens,
-                             "train_docs": sch.n_train, "steps_per_epoch": sch.steps_per_epoch}, step=0)
-    ctx.say(f"corpus {info.path}: {info.n_docs} documents ({sch.n_train} for training), {plan.n_words} words, "
-            f"{len(info.shard_docs)} shards; K={plan.model.K}, S={sch.batch_docs}, {sch.n_steps} steps")
+    ctx.tracker.set_tags(
+        {
+            "pgmflow.svi.corpus": info.meta.get("source", info.path),
+            "pgmflow.svi.shards": len(info.shard_docs),
+            "pgmflow.svi.groups": n_groups,
+            "pgmflow.svi.pr": plan.constraints is not None,
+        }
+    )
+    ctx.tracker.log_metrics(
+        {
+            "corpus_docs": info.n_docs,
+            "corpus_words": plan.n_words,
+            "corpus_tokens": info.n_tokens,
+            "train_docs": sch.n_train,
+            "steps_per_epoch": sch.steps_per_epoch,
+        },
+        step=0,
+    )
+    ctx.say(
+        f"corpus {info.path}: {info.n_docs} documents ({sch.n_train} for training), {plan.n_words} words, "
+        f"{len(info.shard_docs)} shards; K={plan.model.K}, S={sch.batch_docs}, {sch.n_steps} steps"
+    )
 
 
 def _load_shards(ctx, plan: Plan, groups: list[list[int]], group_worker: list[str | None]) -> Fit:
@@ -86,13 +102,27 @@ def _load_shards(ctx, plan: Plan, groups: list[list[int]], group_worker: list[st
     prep = []
     for g, shards in enumerate(groups):
         with _annotate(ex, group_worker[g]):
-            prep.append([dask.delayed(shard_tasks.prepare_shard, pure=True)(
-                plan.corpus.path, j, plan.seed, plan.heldout_fraction, plan.keep_in_memory,
-                dask_key_name=f"svi-shard-{ctx.token}-j{j}") for j in shards])
+            prep.append(
+                [
+                    dask.delayed(shard_tasks.prepare_shard, pure=True)(
+                        plan.corpus.path,
+                        j,
+                        plan.seed,
+                        plan.heldout_fraction,
+                        plan.keep_in_memory,
+                        dask_key_name=f"svi-shard-{ctx.token}-j{j}",
+                    )
+                    for j in shards
+                ]
+            )
     it = iter(ex.compute([d for grp in prep for d in grp]))
     states = [[next(it) for _ in grp] for grp in prep]
-    heldout_cols = ex.gather_ordered([dask.delayed(shard_tasks.heldout_words, pure=True)(
-        states[g], dask_key_name=f"svi-hwords-{ctx.token}-g{g}") for g in range(len(groups))])
+    heldout_cols = ex.gather_ordered(
+        [
+            dask.delayed(shard_tasks.heldout_words, pure=True)(states[g], dask_key_name=f"svi-hwords-{ctx.token}-g{g}")
+            for g in range(len(groups))
+        ]
+    )
     return Fit(plan, groups, group_worker, states, heldout_cols)
 
 
@@ -124,10 +154,24 @@ def _step(ctx, fit: Fit, state: svi.SVIState, i: int, next_cols: list, buf: np.n
     for g in range(len(fit.groups)):
         pos = np.searchsorted(union, next_cols[g])
         with _annotate(ctx.executor, fit.group_worker[g]):
-            outs.append(dask.delayed(shard_tasks.estep_group, pure=True, nout=2)(
-                fit.states[g], plan.seed, epoch, step, T, next_cols[g], np.ascontiguousarray(eeb_union[pos]), alpha,
-                plan.estep.max_iter, plan.estep.tol, plan.constraints, nxt, ctx.backend,
-                dask_key_name=f"svi-estep-{ctx.token}-i{i}-g{g}"))
+            outs.append(
+                dask.delayed(shard_tasks.estep_group, pure=True, nout=2)(
+                    fit.states[g],
+                    plan.seed,
+                    epoch,
+                    step,
+                    T,
+                    next_cols[g],
+                    np.ascontiguousarray(eeb_union[pos]),
+                    alpha,
+                    plan.estep.max_iter,
+                    plan.estep.tol,
+                    plan.constraints,
+                    nxt,
+                    ctx.backend,
+                    dask_key_name=f"svi-estep-{ctx.token}-i{i}-g{g}",
+                )
+            )
     results = ctx.executor.gather_ordered(outs)
     per_shard = sorted((s for grp, _ in results for s in grp), key=lambda s: s.index)
     for s in per_shard:  # ordered reduce: shard 0, 1, 2, ... whatever the grouping
@@ -135,14 +179,21 @@ def _step(ctx, fit: Fit, state: svi.SVIState, i: int, next_cols: list, buf: np.n
     S_t = sum(s.n_docs for s in per_shard)
     bound = math.fsum(s.doc_bound for s in per_shard)
     ntok = math.fsum(s.n_tokens for s in per_shard)
-    state, sinfo = svi.update(state, buf, S_t, plan.schedule.n_train, plan.model.eta, plan.step_size.tau0,
-                              plan.step_size.kappa)
+    state, sinfo = svi.update(
+        state, buf, S_t, plan.schedule.n_train, plan.model.eta, plan.step_size.tau0, plan.step_size.kappa
+    )
     buf[:] = 0.0
     dt = time.monotonic() - t0
-    metrics = {"rho": sinfo.rho, "batch_docs": S_t, "batch_bound_per_word": bound / ntok if ntok else float("nan"),
-               "docs_per_second": S_t / dt if dt > 0 else float("nan"), "docs_seen": state.docs_seen,
-               "estep_iterations_per_doc": sum(s.iterations for s in per_shard) / max(S_t, 1),
-               "step_seconds": dt, "estep_seconds_max_worker": max(sum(s.seconds for s in grp) for grp, _ in results)}
+    metrics = {
+        "rho": sinfo.rho,
+        "batch_docs": S_t,
+        "batch_bound_per_word": bound / ntok if ntok else float("nan"),
+        "docs_per_second": S_t / dt if dt > 0 else float("nan"),
+        "docs_seen": state.docs_seen,
+        "estep_iterations_per_doc": sum(s.iterations for s in per_shard) / max(S_t, 1),
+        "step_seconds": dt,
+        "estep_seconds_max_worker": max(sum(s.seconds for s in grp) for grp, _ in results),
+    }
     return state, [n for _, n in results], metrics, S_t
 
 
@@ -152,9 +203,19 @@ def _first_words(ctx, fit: Fit, start: int) -> list | None:
     if start >= plan.schedule.n_steps:
         return None
     e0, t0 = divmod(start, plan.schedule.steps_per_epoch)
-    return ctx.executor.gather_ordered([dask.delayed(shard_tasks.step_words, pure=True)(
-        fit.states[g], plan.seed, e0, t0, plan.schedule.steps_per_epoch,
-        dask_key_name=f"svi-words-{ctx.token}-i{start}-g{g}") for g in range(len(fit.groups))])
+    return ctx.executor.gather_ordered(
+        [
+            dask.delayed(shard_tasks.step_words, pure=True)(
+                fit.states[g],
+                plan.seed,
+                e0,
+                t0,
+                plan.schedule.steps_per_epoch,
+                dask_key_name=f"svi-words-{ctx.token}-i{start}-g{g}",
+            )
+            for g in range(len(fit.groups))
+        ]
+    )
 
 
 def run(ctx, plan: Plan) -> dict:
@@ -197,15 +258,28 @@ def _train(ctx, fit: Fit, begun: Trained, start: int, next_cols: list | None, ch
         if eval_every > 0 and (done % eval_every == 0 or done == n_steps):
             ppl, _ = report.heldout_perplexity(ctx, fit, state.lam)
             metrics["heldout_perplexity"] = ppl
-            history.append({"step": done, "docs_seen": state.docs_seen, "perplexity": ppl,
-                            "seconds": time.monotonic() - t_run})
+            history.append(
+                {"step": done, "docs_seen": state.docs_seen, "perplexity": ppl, "seconds": time.monotonic() - t_run}
+            )
         ctx.tracker.log_metrics(metrics, step=done)
-        bar.update(1, docs_s=f"{docs_in_run / max(time.monotonic() - t_run, 1e-9):.0f}", rho=f"{metrics['rho']:.3f}",
-                   **({"perplexity": f"{history[-1]['perplexity']:.1f}"} if history else {}))
+        bar.update(
+            1,
+            docs_s=f"{docs_in_run / max(time.monotonic() - t_run, 1e-9):.0f}",
+            rho=f"{metrics['rho']:.3f}",
+            **({"perplexity": f"{history[-1]['perplexity']:.1f}"} if history else {}),
+        )
         if checkpoint_every > 0 and (done % checkpoint_every == 0) and done < n_steps:
-            artifacts.save_checkpoint(ctx.tracker, f"step_{done:07d}", dict(
-                count=np.int64(state.count), lam=state.lam, docs_seen=np.int64(state.docs_seen),
-                step_index=np.int64(done), history=np.array(json.dumps(history))))
+            artifacts.save_checkpoint(
+                ctx.tracker,
+                f"step_{done:07d}",
+                dict(
+                    count=np.int64(state.count),
+                    lam=state.lam,
+                    docs_seen=np.int64(state.docs_seen),
+                    step_index=np.int64(done),
+                    history=np.array(json.dumps(history)),
+                ),
+            )
     bar.close()
     return Trained(state, history, docs_in_run)
 
@@ -233,7 +307,9 @@ def _restarts(ctx, fit: Fit, first: Trained) -> Trained:
         found.append(ppl)
         if ppl < best[0]:
             best = (ppl, r, fitted)
-    ctx.say(f"{len(found) - 1} restart(s): held-out perplexity {', '.join(f'{v:.2f}' for v in found)}; kept restart "
-            f"{best[1]}")
+    ctx.say(
+        f"{len(found) - 1} restart(s): held-out perplexity {', '.join(f'{v:.2f}' for v in found)}; kept restart "
+        f"{best[1]}"
+    )
     ctx.tracker.set_tags({"pgmflow.svi.best_restart": best[1]})
     return best[2]._replace(docs=docs)

@@ -13,6 +13,10 @@ WORKLOAD = Workload(
     validate="pgmflow.pipelines.tempering.validate:check_tempering",
     summary="parallel tempering: log Z by stepping stone and thermodynamic integration, adaptive ladder",
     memory_hint=("pt-", "tempering.layout=blocks with a larger tempering.n_blocks (fewer replicas per task)"),
-    flags={"bounds": ("adds variational bounds to pipeline=tempering",
-                      "drop bounds=true, or use pipeline=bounds for the bounds alone")},
+    flags={
+        "bounds": (
+            "adds variational bounds to pipeline=tempering",
+            "drop bounds=true, or use pipeline=bounds for the bounds alone",
+        )
+    },
 )

@@ -56,8 +56,13 @@ def chain_estimates(betas, trace, legs=None, leg_rts=None) -> dict:
         lam, _ = schedule.communication_barrier(betas, rej)
         ss, ss_se = _stepping_stone(betas, ll)
         ti, ti_se = _thermodynamic_integration(betas, ll)
-        return {"barrier": float(lam), "log_z_ss": float(ss), "log_z_ss_se": float(ss_se), "log_z_ti": float(ti),
-                "log_z_ti_se": float(ti_se)}
+        return {
+            "barrier": float(lam),
+            "log_z_ss": float(ss),
+            "log_z_ss_se": float(ss_se),
+            "log_z_ti": float(ti),
+            "log_z_ti_se": float(ti_se),
+        }
     est = variational.leg_estimates(betas, legs, ll, rej)
     out = {k: est[k] for k in ("barrier", "log_z_ss", "log_z_ss_se", "log_z_ti", "log_z_ti_se")}
     for name, leg, w in zip(variational.LEG_NAMES, est["legs"], est["weights"]):
@@ -77,12 +82,20 @@ def round_summary(c: int, target, chain: ChainRound) -> dict:
     rej = rejection(trace)
     est = chain_estimates(betas, trace, chain.legs, chain.leg_rts)
     lam, ss, ss_se, ti, ti_se = (est.pop(k) for k in ("barrier", "log_z_ss", "log_z_ss_se", "log_z_ti", "log_z_ti_se"))
-    out = {"chain": c, "barrier": float(lam), "swap_accept_mean": float(1 - rej.mean()),
-           "swap_accepted_frac": float(trace.accepted[trace.proposed].mean()) if trace.proposed.any() else float("nan"),
-           "local_accept_mean": float(trace.local_accept.mean()), "round_trips": int(rts.trips.sum()),
-           "restarts": int(rts.restarts.sum()),
-           "log_z_ss": target.log_z_reference + float(ss), "log_z_ss_se": float(ss_se),
-           "log_z_ti": target.log_z_reference + float(ti), "log_z_ti_se": float(ti_se), **est}
+    out = {
+        "chain": c,
+        "barrier": float(lam),
+        "swap_accept_mean": float(1 - rej.mean()),
+        "swap_accepted_frac": float(trace.accepted[trace.proposed].mean()) if trace.proposed.any() else float("nan"),
+        "local_accept_mean": float(trace.local_accept.mean()),
+        "round_trips": int(rts.trips.sum()),
+        "restarts": int(rts.restarts.sum()),
+        "log_z_ss": target.log_z_reference + float(ss),
+        "log_z_ss_se": float(ss_se),
+        "log_z_ti": target.log_z_reference + float(ti),
+        "log_z_ti_se": float(ti_se),
+        **est,
+    }
     if target.exact_log_z is not None:
         out["log_z_ss_error"] = out["log_z_ss"] - target.exact_log_z
     return out
@@ -99,10 +112,16 @@ def per_level_table(betas, trace, target):
     acc_pair = trace.accept_prob.mean(axis=0)
     for k in range(K):
         b = float(betas[k])
-        row = {"level": k, "b": b, "local_accept": float(trace.local_accept[:, k].mean()),
-               "swap_accept_to_next": float(acc_pair[k]) if k < K - 1 else float("nan"),
-               "mean_loglik": float(trace.loglik[:, k].mean()), "ess_loglik": float(ess_ll[k]),
-               "mean_abs_m": float(trace.abs_m[:, k].mean()), "ess_abs_m": float(ess_m[k])}
+        row = {
+            "level": k,
+            "b": b,
+            "local_accept": float(trace.local_accept[:, k].mean()),
+            "swap_accept_to_next": float(acc_pair[k]) if k < K - 1 else float("nan"),
+            "mean_loglik": float(trace.loglik[:, k].mean()),
+            "ess_loglik": float(ess_ll[k]),
+            "mean_abs_m": float(trace.abs_m[:, k].mean()),
+            "ess_abs_m": float(ess_m[k]),
+        }
         row.update(extra[k])
         rows.append(row)
     return rows
@@ -132,18 +151,34 @@ def final_results(target, chains: list[ChainRound], history: list) -> dict:
     rej = [rejection(t) for t in traces]
     lam = float(np.mean([e["barrier"] for e in ests]))
     trips = int(sum(int(s.trips.sum()) for s in rts))
-    res = {"log_z_ss": ss, "log_z_ss_se": ss_se, "log_z_ti": ti, "log_z_ti_se": ti_se,
-           "barrier": lam, "round_trips": trips, "restarts": int(sum(int(s.restarts.sum()) for s in rts)),
-           "swap_accept_mean": float(np.mean([1 - r.mean() for r in rej])),
-           "local_accept_mean": float(np.mean([t.local_accept.mean() for t in traces])),
-           "local_accept_per_replica": [t.replica_accept.mean(axis=0).tolist() for t in traces],
-           "swap_accept_per_pair": [t.accept_prob.mean(axis=0).tolist() for t in traces],
-           "n_levels": len(betas[0]), "n_chains": C, "scans_total": total_scans,
-           "exact_log_z_source": exact_how, "per_level": per_level, "log_z_table": rows}
+    res = {
+        "log_z_ss": ss,
+        "log_z_ss_se": ss_se,
+        "log_z_ti": ti,
+        "log_z_ti_se": ti_se,
+        "barrier": lam,
+        "round_trips": trips,
+        "restarts": int(sum(int(s.restarts.sum()) for s in rts)),
+        "swap_accept_mean": float(np.mean([1 - r.mean() for r in rej])),
+        "local_accept_mean": float(np.mean([t.local_accept.mean() for t in traces])),
+        "local_accept_per_replica": [t.replica_accept.mean(axis=0).tolist() for t in traces],
+        "swap_accept_per_pair": [t.accept_prob.mean(axis=0).tolist() for t in traces],
+        "n_levels": len(betas[0]),
+        "n_chains": C,
+        "scans_total": total_scans,
+        "exact_log_z_source": exact_how,
+        "per_level": per_level,
+        "log_z_table": rows,
+    }
     for key in sorted(set(ests[0]) - {"barrier", "log_z_ss", "log_z_ss_se", "log_z_ti", "log_z_ti_se"}):
         vals = np.array([e[key] for e in ests])
-        res[key] = (int(vals.sum()) if key.startswith(COUNTS) else
-                    float(np.sqrt(np.sum(vals**2)) / C) if "_se_" in key else float(vals.mean()))
+        res[key] = (
+            int(vals.sum())
+            if key.startswith(COUNTS)
+            else float(np.sqrt(np.sum(vals**2)) / C)
+            if "_se_" in key
+            else float(vals.mean())
+        )
     res.update(target.per_site_results(ss))
     if C >= 2:
         series = np.stack([target.observable(t).T for t in traces], axis=1)  # [K, C, T]
@@ -167,12 +202,15 @@ def final_results(target, chains: list[ChainRound], history: list) -> dict:
 
 def combine_targets(per_group: list[dict]) -> dict:
     """Results of several targets farmed at once: per-target entries plus flat per-target metrics."""
-    out = {"targets": per_group, "n_targets": len(per_group),
-           "objective": float(np.mean([r["objective"] for r in per_group])),
-           "barrier": float(np.mean([r["barrier"] for r in per_group])),
-           "round_trips": int(sum(r["round_trips"] for r in per_group)),
-           "swap_accept_mean": float(np.mean([r["swap_accept_mean"] for r in per_group])),
-           "scans_total": per_group[0]["scans_total"]}
+    out = {
+        "targets": per_group,
+        "n_targets": len(per_group),
+        "objective": float(np.mean([r["objective"] for r in per_group])),
+        "barrier": float(np.mean([r["barrier"] for r in per_group])),
+        "round_trips": int(sum(r["round_trips"] for r in per_group)),
+        "swap_accept_mean": float(np.mean([r["swap_accept_mean"] for r in per_group])),
+        "scans_total": per_group[0]["scans_total"],
+    }
     for g, r in enumerate(per_group):
         for k in ("log_z_ss", "log_z_ss_se", "log_z_ti", "log_z_ti_se", "log_z_exact", "log_z_ss_error_sigmas"):
             if k in r:
@@ -181,10 +219,14 @@ def combine_targets(per_group: list[dict]) -> dict:
 
 
 def print_summary(say, res, prefix=""):
-    line = (f"pgmflow: {prefix}log Z = {res['log_z_ss']:.6f} ± {res['log_z_ss_se']:.6f} (stepping stone), "
-            f"{res['log_z_ti']:.6f} ± {res['log_z_ti_se']:.6f} (thermodynamic integration)")
+    line = (
+        f"pgmflow: {prefix}log Z = {res['log_z_ss']:.6f} ± {res['log_z_ss_se']:.6f} (stepping stone), "
+        f"{res['log_z_ti']:.6f} ± {res['log_z_ti_se']:.6f} (thermodynamic integration)"
+    )
     if "log_z_exact" in res:
-        line += (f"; exact {res['log_z_exact']:.6f} ({res['exact_log_z_source']}), "
-                 f"error {res['log_z_ss_error_sigmas']:+.2f} SE")
+        line += (
+            f"; exact {res['log_z_exact']:.6f} ({res['exact_log_z_source']}), "
+            f"error {res['log_z_ss_error_sigmas']:+.2f} SE"
+        )
     line += f"; barrier Λ = {res['barrier']:.3f}, {res['round_trips']} round trips"
     say(line, prefix="", summary=True)

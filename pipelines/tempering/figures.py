@@ -17,14 +17,21 @@ def tempering_figures(target, betas, traces, history, results, legs=None) -> dic
     with two legs (reference=stabilized; ``legs``: the leg of each level, per chain) the swap
     acceptance and barrier per leg, and ``legs``: each leg's barrier, round trips and swap acceptance
     per round."""
-    makers = {"energy_traces": _energy_traces, "swap_acceptance": _swap_acceptance, "round_trips": _round_trips,
-              "autocorrelation": _autocorrelation, "log_z": _log_z}
+    makers = {
+        "energy_traces": _energy_traces,
+        "swap_acceptance": _swap_acceptance,
+        "round_trips": _round_trips,
+        "autocorrelation": _autocorrelation,
+        "log_z": _log_z,
+    }
     if legs is not None and any(lg is not None and int(np.max(lg)) > 0 for lg in legs):
         from pgmflow.pipelines.tempering.figures_legs import leg_curves, legs_figure
 
         makers["swap_acceptance"] = lambda target, b, tr, h, r: swap_acceptance_figure(
-            leg_curves(b, tr, legs), "b (annealing parameter of the leg; 0 = its reference, 1 = the target)",
-            "Swap acceptance per leg")
+            leg_curves(b, tr, legs),
+            "b (annealing parameter of the leg; 0 = its reference, 1 = the target)",
+            "Swap acceptance per leg",
+        )
         makers["legs"] = legs_figure
     return {name: make(target, betas, traces, history, results) for name, make in makers.items()}
 
@@ -71,8 +78,9 @@ def swap_acceptance_figure(curves, xlabel: str, title: str):
 
 def _swap_acceptance(target, betas, traces, history, results):
     """Swap acceptance per adjacent pair and the communication barrier Lambda(b)."""
-    curves = [(np.asarray(bc), t.accept_prob.mean(axis=0), f"chain {c}", "o-")
-              for c, (bc, t) in enumerate(zip(betas, traces))]
+    curves = [
+        (np.asarray(bc), t.accept_prob.mean(axis=0), f"chain {c}", "o-") for c, (bc, t) in enumerate(zip(betas, traces))
+    ]
     return swap_acceptance_figure(curves, target.ladder_xlabel, "Swap acceptance (equalised by the adaptive ladder)")
 
 
@@ -145,8 +153,14 @@ def _log_z(target, betas, traces, history, results):
         ax2 = axes[0, 1]
         last = slice(max(0, len(rounds) - 6), None)
         r_last = np.asarray(rounds)[last]
-        ax2.errorbar(r_last, ests[last] - results["log_z_exact"], yerr=2 * ses[last], fmt="o-", capsize=3,
-                     label="stepping stone - exact ± 2 SE")
+        ax2.errorbar(
+            r_last,
+            ests[last] - results["log_z_exact"],
+            yerr=2 * ses[last],
+            fmt="o-",
+            capsize=3,
+            label="stepping stone - exact ± 2 SE",
+        )
         ax2.plot(r_last, ti[last] - results["log_z_exact"], "s--", ms=4, label="thermodynamic integration - exact")
         ax2.axhline(0, color="k", lw=1)
         ax2.set_xlabel("round")

@@ -16,8 +16,14 @@ def leg_curves(betas, traces, legs) -> list:
     for c, (bc, t, lg) in enumerate(zip(betas, traces, legs)):
         acc = t.accept_prob.mean(axis=0)
         for name, lv, pairs in zip(variational.LEG_NAMES, variational.leg_levels(lg), variational.leg_pairs(lg)):
-            curves.append((np.asarray(bc)[lv], acc[pairs], f"chain {c}, {name} leg ({len(lv)} levels)",
-                           "o-" if name == "fixed" else "s--"))
+            curves.append(
+                (
+                    np.asarray(bc)[lv],
+                    acc[pairs],
+                    f"chain {c}, {name} leg ({len(lv)} levels)",
+                    "o-" if name == "fixed" else "s--",
+                )
+            )
     return curves
 
 

@@ -9,8 +9,8 @@ Syed, Bouchard-Côté & Campbell (2022).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 from pgmflow.pipelines.bounds.settings import VariationalSettings
 from pgmflow.pipelines.tempering.targets import Target

@@ -127,7 +127,11 @@ def from_arrays(ckpt: dict, C: int, legs0):
     legs = [np.array(lg, dtype=np.int64) for lg in ckpt["legs"]]
     if "leg_rt_phase" not in ckpt:
         return qs, [None] * C, legs
-    rts = [[diagnostics.RoundTripState(phase=np.array(p), trips=np.array(t), restarts=np.array(r))
-            for p, t, r in zip(ph, tr, rs)]
-           for ph, tr, rs in zip(ckpt["leg_rt_phase"], ckpt["leg_rt_trips"], ckpt["leg_rt_restarts"])]
+    rts = [
+        [
+            diagnostics.RoundTripState(phase=np.array(p), trips=np.array(t), restarts=np.array(r))
+            for p, t, r in zip(ph, tr, rs)
+        ]
+        for ph, tr, rs in zip(ckpt["leg_rt_phase"], ckpt["leg_rt_trips"], ckpt["leg_rt_restarts"])
+    ]
     return qs, rts, legs

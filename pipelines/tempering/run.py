@@ -118,36 +118,76 @@ def _setup(ctx, plan: TemperingPlan) -> Setup:
     layout, per_task = _layout(ts, heaviest, K, C, ctx.cluster.n_workers, ctx.backend)
     if layout == "chain":
         n_blocks = 1
-    params = tuple(engine.ExploreParams(method=ts.explorer, n_steps=ts.sweeps_per_scan, n_leapfrog=ts.n_leapfrog,
-                                        seed=seed, chain=c, philox_key=_rng.philox_key(seed, _rng.STAGE_ISING_KEY, c),
-                                        backend=ctx.backend) for c in range(C))
-    ctx.tracker.set_tags({"pgmflow.tempering.explorer": ts.explorer,
-                          "pgmflow.tempering.exact_log_z": targets[0].exact_source,
-                          "pgmflow.tempering.targets": len(targets)})
+    params = tuple(
+        engine.ExploreParams(
+            method=ts.explorer,
+            n_steps=ts.sweeps_per_scan,
+            n_leapfrog=ts.n_leapfrog,
+            seed=seed,
+            chain=c,
+            philox_key=_rng.philox_key(seed, _rng.STAGE_ISING_KEY, c),
+            backend=ctx.backend,
+        )
+        for c in range(C)
+    )
+    ctx.tracker.set_tags(
+        {
+            "pgmflow.tempering.explorer": ts.explorer,
+            "pgmflow.tempering.exact_log_z": targets[0].exact_source,
+            "pgmflow.tempering.targets": len(targets),
+        }
+    )
     for g, t in enumerate(targets):  # MLflow dataset tracking: each target, with a digest
-        datasets.log_input(ctx.tracker, f"{t.name} target" + (f" {g}" if len(targets) > 1 else ""),
-                           datasets.arrays_of(t.task), context="training", parameters=t.spec,
-                           generator="pgmflow.pipelines.tempering.targets.build_target", path=t.data_path)
+        datasets.log_input(
+            ctx.tracker,
+            f"{t.name} target" + (f" {g}" if len(targets) > 1 else ""),
+            datasets.arrays_of(t.task),
+            context="training",
+            parameters=t.spec,
+            generator="pgmflow.pipelines.tempering.targets.build_target",
+            path=t.data_path,
+        )
     group_h = [ctx.executor.scatter(t.task) for t in targets]
-    return Setup(plan=plan, K=K, C=C, group_of=group_of, layout=layout, per_task=per_task, n_blocks=n_blocks,
-                 blocks=tuple(np.asarray(b, dtype=np.int64) for b in np.array_split(np.arange(K), n_blocks)),
-                 params=params, target_h=tuple(group_h[g] for g in group_of), legs=ref_mod.legs_of(ts.reference, K))
+    return Setup(
+        plan=plan,
+        K=K,
+        C=C,
+        group_of=group_of,
+        layout=layout,
+        per_task=per_task,
+        n_blocks=n_blocks,
+        blocks=tuple(np.asarray(b, dtype=np.int64) for b in np.array_split(np.arange(K), n_blocks)),
+        params=params,
+        target_h=tuple(group_h[g] for g in group_of),
+        legs=ref_mod.legs_of(ts.reference, K),
+    )
 
 
 def _from_checkpoint(ctx, su: Setup, ckpt: dict) -> Chains:
     to_device = backend_mod.cupy().asarray if ctx.backend == "cupy" else (lambda a: a)
     x = ckpt["x"]
-    states = [[engine.BlockState(replica_ids=ids, x=to_device(np.ascontiguousarray(x[c][ids]))) for ids in su.blocks]
-              for c in range(su.C)]
+    states = [
+        [engine.BlockState(replica_ids=ids, x=to_device(np.ascontiguousarray(x[c][ids]))) for ids in su.blocks]
+        for c in range(su.C)
+    ]
     start_round = int(ckpt["round"]) + 1
     ctx.say(f"resuming from the checkpoint after round {start_round - 1}")
     qs, leg_rts, legs = ref_mod.from_arrays(ckpt, su.C, su.legs)
-    return Chains(qs=qs, leg_rts=leg_rts, legs=legs, betas=[np.array(b) for b in ckpt["betas"]],
-                  levels=[np.array(lv) for lv in ckpt["levels"]],
-                  steps=[np.array(s) for s in ckpt["steps"]],
-                  rts=[diagnostics.RoundTripState(phase=np.array(p), trips=np.array(t), restarts=np.array(r))
-                       for p, t, r in zip(ckpt["rt_phase"], ckpt["rt_trips"], ckpt["rt_restarts"])],
-                  states=states, history=json.loads(str(ckpt["history"])), start_round=start_round)
+    return Chains(
+        qs=qs,
+        leg_rts=leg_rts,
+        legs=legs,
+        betas=[np.array(b) for b in ckpt["betas"]],
+        levels=[np.array(lv) for lv in ckpt["levels"]],
+        steps=[np.array(s) for s in ckpt["steps"]],
+        rts=[
+            diagnostics.RoundTripState(phase=np.array(p), trips=np.array(t), restarts=np.array(r))
+            for p, t, r in zip(ckpt["rt_phase"], ckpt["rt_trips"], ckpt["rt_restarts"])
+        ],
+        states=states,
+        history=json.loads(str(ckpt["history"])),
+        start_round=start_round,
+    )
 
 
 def _initial(ctx, su: Setup) -> Chains:
@@ -163,18 +203,32 @@ def _initial(ctx, su: Setup) -> Chains:
     if ts.ladder:
         b0 = np.asarray(ts.ladder, dtype=np.float64)
     elif ts.initial_schedule == "power":
-        b0 = ref_mod.initial_betas(su.legs, K, lambda n: schedule.initial_schedule(
-            n, kind="power", power=ts.schedule_power))
+        b0 = ref_mod.initial_betas(
+            su.legs, K, lambda n: schedule.initial_schedule(n, kind="power", power=ts.schedule_power)
+        )
     else:
         b0 = ref_mod.initial_betas(su.legs, K, lambda n: schedule.initial_schedule(n, kind="linear"))
-    states = [[dask.delayed(engine.init_block, pure=True)(su.target_h[c], ids, su.params[c],
-                                                           dask_key_name=f"pt-init-{ctx.token}-c{c}-b{b}")
-               for b, ids in enumerate(su.blocks)] for c in range(C)]
-    return Chains(betas=[b0.copy() for _ in range(C)], levels=[np.arange(K, dtype=np.int64) for _ in range(C)],
-                  steps=[np.full(K, ts.step_size) for _ in range(C)],
-                  rts=[diagnostics.round_trip_init(K) for _ in range(C)], states=states, history=[], start_round=1,
-                  qs=[None] * C, leg_rts=[ref_mod.leg_round_trips_init(su.legs) for _ in range(C)],
-                  legs=[None if su.legs is None else su.legs.copy() for _ in range(C)])
+    states = [
+        [
+            dask.delayed(engine.init_block, pure=True)(
+                su.target_h[c], ids, su.params[c], dask_key_name=f"pt-init-{ctx.token}-c{c}-b{b}"
+            )
+            for b, ids in enumerate(su.blocks)
+        ]
+        for c in range(C)
+    ]
+    return Chains(
+        betas=[b0.copy() for _ in range(C)],
+        levels=[np.arange(K, dtype=np.int64) for _ in range(C)],
+        steps=[np.full(K, ts.step_size) for _ in range(C)],
+        rts=[diagnostics.round_trip_init(K) for _ in range(C)],
+        states=states,
+        history=[],
+        start_round=1,
+        qs=[None] * C,
+        leg_rts=[ref_mod.leg_round_trips_init(su.legs) for _ in range(C)],
+        legs=[None if su.legs is None else su.legs.copy() for _ in range(C)],
+    )
 
 
 def _chain_graph(ctx, su: Setup, chains: Chains, c: int, scan0: int, n_scans: int, outputs: list) -> tuple:
@@ -188,8 +242,18 @@ def _chain_graph(ctx, su: Setup, chains: Chains, c: int, scan0: int, n_scans: in
         for s in range(scan0, scan0 + n_scans, su.per_task):
             m = min(su.per_task, scan0 + n_scans - s)
             out = dask.delayed(engine.run_scans, nout=2, pure=True)(
-                st, prev, chains.betas[c], chains.steps[c], su.target_h[c], su.params[c], swap, s, m, path,
-                dask_key_name=f"pt-scans-{ctx.token}-c{c}-s{s}")
+                st,
+                prev,
+                chains.betas[c],
+                chains.steps[c],
+                su.target_h[c],
+                su.params[c],
+                swap,
+                s,
+                m,
+                path,
+                dask_key_name=f"pt-scans-{ctx.token}-c{c}-s{s}",
+            )
             st, prev = out[0], out[1]
             slots.append(len(outputs))
             scans.append(m)
@@ -198,13 +262,32 @@ def _chain_graph(ctx, su: Setup, chains: Chains, c: int, scan0: int, n_scans: in
     rec = engine.initial_record(K)._replace(levels=chains.levels[c])
     st = list(chains.states[c])
     for s in range(scan0, scan0 + n_scans):
-        outs = [dask.delayed(engine.explore_block, nout=2, pure=True)(
-            st[b], rec, chains.betas[c], chains.steps[c], su.target_h[c], su.params[c], s, path,
-            dask_key_name=f"pt-explore-{ctx.token}-c{c}-s{s}-b{b}") for b in range(su.n_blocks)]
+        outs = [
+            dask.delayed(engine.explore_block, nout=2, pure=True)(
+                st[b],
+                rec,
+                chains.betas[c],
+                chains.steps[c],
+                su.target_h[c],
+                su.params[c],
+                s,
+                path,
+                dask_key_name=f"pt-explore-{ctx.token}-c{c}-s{s}-b{b}",
+            )
+            for b in range(su.n_blocks)
+        ]
         st = [o[0] for o in outs]
         rec = dask.delayed(engine.communicate, pure=True)(
-            rec, chains.betas[c], swap, su.plan.seed, c, s, *[o[1] for o in outs],
-            legs=None if path is None else path.legs, dask_key_name=f"pt-swap-{ctx.token}-c{c}-s{s}")
+            rec,
+            chains.betas[c],
+            swap,
+            su.plan.seed,
+            c,
+            s,
+            *[o[1] for o in outs],
+            legs=None if path is None else path.legs,
+            dask_key_name=f"pt-swap-{ctx.token}-c{c}-s{s}",
+        )
         slots.append(len(outputs))
         scans.append(1)
         outputs.append(rec)
@@ -245,15 +328,19 @@ def _reduce_round(ctx, su: Setup, chains: Chains, rnd: int, records: list, dt: f
     n_scans, C, G = 2**rnd, su.C, su.G
     traces, summaries = [], []
     for c in range(C):
-        trace = engine.stack_records(records[c * n_scans:(c + 1) * n_scans])
+        trace = engine.stack_records(records[c * n_scans : (c + 1) * n_scans])
         traces.append(trace)
         chains.levels[c] = trace.levels[-1].copy()
-        chains.rts[c] = diagnostics.round_trip_update(chains.rts[c], trace.levels, su.K,
-                                                      ref_mod.round_trip_ends(chains.legs[c]))
+        chains.rts[c] = diagnostics.round_trip_update(
+            chains.rts[c], trace.levels, su.K, ref_mod.round_trip_ends(chains.legs[c])
+        )
         chains.leg_rts[c] = ref_mod.leg_round_trips_update(chains.leg_rts[c], chains.legs[c], trace.levels)
         summaries.append(analysis.round_summary(c, su.chain_target[c], _chain_round(chains, c, trace)))
-    agg = {k: float(np.mean([s[k] for s in summaries])) for k in summaries[0]
-           if k != "chain" and (G == 1 or k not in LOG_Z_KEYS)}
+    agg = {
+        k: float(np.mean([s[k] for s in summaries]))
+        for k in summaries[0]
+        if k != "chain" and (G == 1 or k not in LOG_Z_KEYS)
+    }
     if G == 1:
         agg["log_z_ss_se"] = float(np.sqrt(np.sum([s["log_z_ss_se"] ** 2 for s in summaries])) / C)
         agg["log_z_ti_se"] = float(np.sqrt(np.sum([s["log_z_ti_se"] ** 2 for s in summaries])) / C)
@@ -267,11 +354,19 @@ def _reduce_round(ctx, su: Setup, chains: Chains, rnd: int, records: list, dt: f
     metrics = dict(agg)
     if C > 1:
         for s in summaries:
-            metrics.update({f"{k}_c{s['chain']}": v for k, v in s.items()
-                            if k in ("log_z_ss", "log_z_ss_se", "barrier")})
+            metrics.update(
+                {f"{k}_c{s['chain']}": v for k, v in s.items() if k in ("log_z_ss", "log_z_ss_se", "barrier")}
+            )
     ctx.tracker.log_metrics(metrics, step=rnd)
-    chains.history.append({"round": rnd, "scans": n_scans, "betas": [b.tolist() for b in chains.betas],
-                           "groups": _group_summaries(su, summaries), **agg})
+    chains.history.append(
+        {
+            "round": rnd,
+            "scans": n_scans,
+            "betas": [b.tolist() for b in chains.betas],
+            "groups": _group_summaries(su, summaries),
+            **agg,
+        }
+    )
     return traces
 
 
@@ -279,10 +374,14 @@ def _group_summaries(su: Setup, summaries: list) -> list:
     groups = []
     for g in range(su.G):
         ss_g = [s for c, s in enumerate(summaries) if su.group_of[c] == g]
-        groups.append({"log_z_ss": float(np.mean([s["log_z_ss"] for s in ss_g])),
-                       "log_z_ss_se": float(np.sqrt(np.sum([s["log_z_ss_se"] ** 2 for s in ss_g])) / len(ss_g)),
-                       "log_z_ti": float(np.mean([s["log_z_ti"] for s in ss_g])),
-                       "round_trips": int(np.sum([s["round_trips"] for s in ss_g]))})
+        groups.append(
+            {
+                "log_z_ss": float(np.mean([s["log_z_ss"] for s in ss_g])),
+                "log_z_ss_se": float(np.sqrt(np.sum([s["log_z_ss_se"] ** 2 for s in ss_g])) / len(ss_g)),
+                "log_z_ti": float(np.mean([s["log_z_ti"] for s in ss_g])),
+                "round_trips": int(np.sum([s["round_trips"] for s in ss_g])),
+            }
+        )
     return groups
 
 
@@ -292,8 +391,9 @@ def _adapt(ctx, su: Setup, chains: Chains, traces: list, rnd: int):
     ts = su.settings
     for c in range(su.C):
         if ts.adapt_schedule and not ts.ladder:
-            chains.betas[c], chains.legs[c] = ref_mod.adapt(chains.betas[c], chains.legs[c],
-                                                            analysis.rejection(traces[c]), ts.stabilized_split)
+            chains.betas[c], chains.legs[c] = ref_mod.adapt(
+                chains.betas[c], chains.legs[c], analysis.rejection(traces[c]), ts.stabilized_split
+            )
         if su.legs is not None and rnd + 1 >= ts.variational_from_round:
             chains.qs[c], info = ref_mod.fit(traces[c], ts.variational_family)
             ctx.tracker.log_metrics({f"reference_min_var_c{c}": info.min_var}, step=rnd)
@@ -315,18 +415,33 @@ def _gather_states(ex, handles_per_chain):
 
 def _checkpoint(ctx, chains: Chains, rnd: int):
     xs = _gather_states(ctx.executor, chains.states)
-    artifacts.save_checkpoint(ctx.tracker, f"round_{rnd:03d}", dict(
-        round=np.int64(rnd), betas=np.stack(chains.betas), levels=np.stack(chains.levels),
-        steps=np.stack(chains.steps), x=np.stack(xs), rt_phase=np.stack([s.phase for s in chains.rts]),
-        rt_trips=np.stack([s.trips for s in chains.rts]), rt_restarts=np.stack([s.restarts for s in chains.rts]),
-        history=np.array(json.dumps(chains.history)),
-        **ref_mod.to_arrays(chains.qs, chains.leg_rts, chains.legs, xs[0].shape[-1] if xs[0].ndim == 2 else 1)))
+    artifacts.save_checkpoint(
+        ctx.tracker,
+        f"round_{rnd:03d}",
+        dict(
+            round=np.int64(rnd),
+            betas=np.stack(chains.betas),
+            levels=np.stack(chains.levels),
+            steps=np.stack(chains.steps),
+            x=np.stack(xs),
+            rt_phase=np.stack([s.phase for s in chains.rts]),
+            rt_trips=np.stack([s.trips for s in chains.rts]),
+            rt_restarts=np.stack([s.restarts for s in chains.rts]),
+            history=np.array(json.dumps(chains.history)),
+            **ref_mod.to_arrays(chains.qs, chains.leg_rts, chains.legs, xs[0].shape[-1] if xs[0].ndim == 2 else 1),
+        ),
+    )
 
 
 def _chain_round(chains: Chains, c: int, trace, betas=None) -> analysis.ChainRound:
     """Chain c's round for the analysis (``betas``: its ladder, if not the current one)."""
-    return analysis.ChainRound(betas=chains.betas[c] if betas is None else betas, trace=trace, rts=chains.rts[c],
-                               legs=chains.legs[c], leg_rts=chains.leg_rts[c])
+    return analysis.ChainRound(
+        betas=chains.betas[c] if betas is None else betas,
+        trace=trace,
+        rts=chains.rts[c],
+        legs=chains.legs[c],
+        leg_rts=chains.leg_rts[c],
+    )
 
 
 def run(ctx, plan: TemperingPlan) -> dict:
@@ -337,8 +452,13 @@ def run(ctx, plan: TemperingPlan) -> dict:
     bar = Progress(total_scans, "tempering", "scans", enabled=ctx.progress)
     last_traces: list[engine.RoundTrace] = []
     t_start = time.monotonic()
-    ctx.tracker.set_tags({"pgmflow.tempering.layout": su.layout, "pgmflow.tempering.blocks": su.n_blocks,
-                          "pgmflow.tempering.scans_per_task": su.per_task})
+    ctx.tracker.set_tags(
+        {
+            "pgmflow.tempering.layout": su.layout,
+            "pgmflow.tempering.blocks": su.n_blocks,
+            "pgmflow.tempering.scans_per_task": su.per_task,
+        }
+    )
     every = plan.tempering.checkpoint_every
     for rnd in range(chains.start_round, n_rounds + 1):
         records, dt = _run_round(ctx, su, chains, rnd, bar)
@@ -361,8 +481,9 @@ def _finish(ctx, su: Setup, chains: Chains, last_traces: list, t_start: float) -
     per_group = []
     for g in range(G):
         cs = [c for c in range(su.C) if su.group_of[c] == g]
-        res_g = analysis.final_results(su.targets[g], [_chain_round(chains, c, last_traces[c], final_betas[c])
-                                                       for c in cs], history)
+        res_g = analysis.final_results(
+            su.targets[g], [_chain_round(chains, c, last_traces[c], final_betas[c]) for c in cs], history
+        )
         res_g["chains"] = cs
         res_g["model_overrides"] = su.plan.overrides[g]
         per_group.append(res_g)
@@ -396,11 +517,15 @@ def _log_tables_and_state(ctx, su: Setup, chains: Chains, per_group: list, final
     for res_g in per_group:
         for c, rows in zip(res_g["chains"], res_g["per_level"]):
             artifacts.log_table(tracker, rows, f"tables/per_temperature_chain{c}.csv")
-    artifacts.log_table(tracker, [dict(target=g, **row) for g, res_g in enumerate(per_group)
-                                  for row in res_g["log_z_table"]], "tables/log_z.csv")
+    artifacts.log_table(
+        tracker,
+        [dict(target=g, **row) for g, res_g in enumerate(per_group) for row in res_g["log_z_table"]],
+        "tables/log_z.csv",
+    )
     xs = _gather_states(ctx.executor, chains.states)
-    artifacts.log_npz(tracker, "final_state.npz", dict(betas=np.stack(final_betas), levels=np.stack(chains.levels),
-                                                       x=np.stack(xs)))
+    artifacts.log_npz(
+        tracker, "final_state.npz", dict(betas=np.stack(final_betas), levels=np.stack(chains.levels), x=np.stack(xs))
+    )
 
 
 def _log_figures(ctx, su: Setup, chains: Chains, per_group: list, final_betas: list, last_traces: list):
@@ -409,6 +534,12 @@ def _log_figures(ctx, su: Setup, chains: Chains, per_group: list, final_betas: l
     for g, res_g in enumerate(per_group):
         cs = res_g["chains"]
         hist_g = [{**h, **h["groups"][g]} for h in chains.history]
-        figs = figures.tempering_figures(su.targets[g], [final_betas[c] for c in cs],
-                                         [last_traces[c] for c in cs], hist_g, res_g, [chains.legs[c] for c in cs])
+        figs = figures.tempering_figures(
+            su.targets[g],
+            [final_betas[c] for c in cs],
+            [last_traces[c] for c in cs],
+            hist_g,
+            res_g,
+            [chains.legs[c] for c in cs],
+        )
         artifacts.log_figures(ctx.tracker, figs, f"_target{g}" if su.G > 1 else "")

@@ -40,8 +40,10 @@ class Target:
     name: ClassVar[str] = ""
     explorers: ClassVar[tuple[str, ...]] = ("rwm", "hmc")
     default_explorer: ClassVar[str] = "rwm"
-    wrong_explorer: ClassVar[tuple[str, str]] = ("is an Ising spin update, the target is continuous",
-                                                 "set tempering.explorer=rwm or hmc")
+    wrong_explorer: ClassVar[tuple[str, str]] = (
+        "is an Ising spin update, the target is continuous",
+        "set tempering.explorer=rwm or hmc",
+    )
     continuous: ClassVar[bool] = True  # a fitted Gaussian reference (Surjanovic et al. 2022) applies
     supports_bounds: ClassVar[bool] = False  # a binary pairwise model: variational bounds apply
     adapts_step_size: ClassVar[bool] = True  # RWM / HMC step sizes tuned per level between rounds
@@ -122,8 +124,10 @@ class IsingLattice(Target):
     name: ClassVar[str] = "ising"
     explorers: ClassVar[tuple[str, ...]] = ("metropolis", "heatbath")
     default_explorer: ClassVar[str] = "heatbath"
-    wrong_explorer: ClassVar[tuple[str, str]] = ("is for continuous targets, the Ising model needs spin updates",
-                                                 "set tempering.explorer=heatbath or metropolis")
+    wrong_explorer: ClassVar[tuple[str, str]] = (
+        "is for continuous targets, the Ising model needs spin updates",
+        "set tempering.explorer=heatbath or metropolis",
+    )
     continuous: ClassVar[bool] = False
     supports_bounds: ClassVar[bool] = True
     adapts_step_size: ClassVar[bool] = False
@@ -136,8 +140,9 @@ class IsingLattice(Target):
     def make_task(cls, model: Mapping):
         from pgmflow.tasks.tempering import targets
 
-        return targets.make_ising(model["L"], model["T"], model["J"], model["h"], model["couplings"],
-                                  model["disorder_seed"])
+        return targets.make_ising(
+            model["L"], model["T"], model["J"], model["h"], model["couplings"], model["disorder_seed"]
+        )
 
     @property
     def L(self) -> int:
@@ -177,9 +182,14 @@ class IsingLattice(Target):
         for k in range(len(betas)):
             beta = float(betas[k]) * self.beta_model
             e = trace.energy[:, k]
-            cols.append({"temperature": (1.0 / beta) if beta > 0 else float("inf"),
-                         "energy_per_site": float(e.mean() / n), "specific_heat_per_site": float(beta**2 * e.var() / n),
-                         "ess_energy": float(ess_e[k])})
+            cols.append(
+                {
+                    "temperature": (1.0 / beta) if beta > 0 else float("inf"),
+                    "energy_per_site": float(e.mean() / n),
+                    "specific_heat_per_site": float(beta**2 * e.var() / n),
+                    "ess_energy": float(ess_e[k]),
+                }
+            )
         return cols
 
     def per_site_results(self, log_z: float) -> dict:
@@ -197,9 +207,15 @@ class GaussianMixture(Target):
     def make_task(cls, model: Mapping):
         from pgmflow.tasks.tempering import targets
 
-        return targets.make_gaussian_mixture(model["dim"], model["n_components"], model["separation"],
-                                             model["sigma"], model["reference_scale"], model["target_seed"],
-                                             model.get("weights"))
+        return targets.make_gaussian_mixture(
+            model["dim"],
+            model["n_components"],
+            model["separation"],
+            model["sigma"],
+            model["reference_scale"],
+            model["target_seed"],
+            model.get("weights"),
+        )
 
 
 @dataclass(frozen=True, eq=False)
@@ -213,8 +229,14 @@ class CorrelatedGaussian(Target):
     def make_task(cls, model: Mapping):
         from pgmflow.tasks.tempering.gaussian_target import make_correlated_gaussian
 
-        return make_correlated_gaussian(model["dim"], model["shift"], model["scale_min"], model["scale_max"],
-                                        model["correlation"], model["reference_scale"])
+        return make_correlated_gaussian(
+            model["dim"],
+            model["shift"],
+            model["scale_min"],
+            model["scale_max"],
+            model["correlation"],
+            model["reference_scale"],
+        )
 
 
 @dataclass(frozen=True, eq=False)
@@ -227,9 +249,11 @@ class CustomDensity(Target):
     def make_task(cls, model: Mapping):
         from pgmflow.tasks.tempering import targets
 
-        return targets.CustomTarget(log_density=model["log_density"],
-                                    grad_log_density=model.get("grad_log_density") or "",
-                                    reference=targets.GaussianReference(model["dim"], float(model["reference_scale"])))
+        return targets.CustomTarget(
+            log_density=model["log_density"],
+            grad_log_density=model.get("grad_log_density") or "",
+            reference=targets.GaussianReference(model["dim"], float(model["reference_scale"])),
+        )
 
 
 @dataclass(frozen=True, eq=False)
@@ -258,8 +282,9 @@ class BayesianModel(Target):
 
 
 #: The builders, keyed by ``model.name``.
-TARGETS: dict[str, type[Target]] = {cls.name: cls for cls in (IsingLattice, GaussianMixture, CustomDensity,
-                                                              CorrelatedGaussian, BayesianModel)}
+TARGETS: dict[str, type[Target]] = {
+    cls.name: cls for cls in (IsingLattice, GaussianMixture, CustomDensity, CorrelatedGaussian, BayesianModel)
+}
 MODELS = tuple(TARGETS)
 
 

@@ -32,22 +32,42 @@ TEMPERING = {
     "stabilized_split": choice("adaptive", "half"),
 }
 TEMPERING_OPTIONAL = {"ladder", "chain_overrides"}
-SHAPE_FIELDS = {"ising": ("L",), "gaussian_mixture": ("dim",), "custom": ("dim",), "gaussian": ("dim",),
-                "bayes": ("prior", "data")}
+SHAPE_FIELDS = {
+    "ising": ("L",),
+    "gaussian_mixture": ("dim",),
+    "custom": ("dim",),
+    "gaussian": ("dim",),
+    "bayes": ("prior", "data"),
+}
 
 MODEL_RULES = {
     "ising": ISING_RULES,
-    "gaussian_mixture": {"dim": integer(lo=1, hi=10_000), "n_components": integer(lo=1, hi=10_000),
-                         "separation": real(ge=0), "sigma": real(gt=0), "reference_scale": real(gt=0),
-                         "target_seed": integer(lo=0)},
+    "gaussian_mixture": {
+        "dim": integer(lo=1, hi=10_000),
+        "n_components": integer(lo=1, hi=10_000),
+        "separation": real(ge=0),
+        "sigma": real(gt=0),
+        "reference_scale": real(gt=0),
+        "target_seed": integer(lo=0),
+    },
     "custom": {"dim": integer(lo=1, hi=100_000), "reference_scale": real(gt=0)},
-    "gaussian": {"dim": integer(lo=1, hi=1_000), "shift": real(), "scale_min": real(gt=0), "scale_max": real(gt=0),
-                 "correlation": real(), "reference_scale": real(gt=0)},
+    "gaussian": {
+        "dim": integer(lo=1, hi=1_000),
+        "shift": real(),
+        "scale_min": real(gt=0),
+        "scale_max": real(gt=0),
+        "correlation": real(),
+        "reference_scale": real(gt=0),
+    },
     "bayes": {},
 }
-MODEL_EXTRA = {"ising": set(), "gaussian_mixture": {"weights"}, "custom": {"log_density", "grad_log_density"},
-               "gaussian": set(), "bayes": {"prior", "data", "log_likelihood", "grad_log_likelihood",
-                                            "likelihood_options"}}
+MODEL_EXTRA = {
+    "ising": set(),
+    "gaussian_mixture": {"weights"},
+    "custom": {"log_density", "grad_log_density"},
+    "gaussian": set(),
+    "bayes": {"prior", "data", "log_likelihood", "grad_log_likelihood", "likelihood_options"},
+}
 
 
 def check_ladder(ladder, n_replicas):
@@ -55,18 +75,30 @@ def check_ladder(ladder, n_replicas):
     if ladder is None:
         return
     if not isinstance(ladder, (list, tuple)) or len(ladder) < 2:
-        raise ConfigError(path, ladder, "must be a list of at least two annealing parameters b in [0, 1]",
-                          f"set {path}=null (automatic) or e.g. {path}=[0,0.25,0.5,1]")
+        raise ConfigError(
+            path,
+            ladder,
+            "must be a list of at least two annealing parameters b in [0, 1]",
+            f"set {path}=null (automatic) or e.g. {path}=[0,0.25,0.5,1]",
+        )
     for v in ladder:
         real(ge=0)(path, v)
     if ladder[0] != 0 or ladder[-1] != 1:
-        raise ConfigError(path, ladder, "must start at 0 (the reference) and end at 1 (the target)",
-                          "make the first entry 0 and the last 1")
+        raise ConfigError(
+            path,
+            ladder,
+            "must start at 0 (the reference) and end at 1 (the target)",
+            "make the first entry 0 and the last 1",
+        )
     for a, b in zip(ladder, ladder[1:]):
         if not b > a:
-            raise ConfigError(path, ladder, f"must be strictly increasing (found {a} then {b}); negative or "
-                              "non-increasing temperatures are not allowed",
-                              "sort the values and remove duplicates")
+            raise ConfigError(
+                path,
+                ladder,
+                f"must be strictly increasing (found {a} then {b}); negative or "
+                "non-increasing temperatures are not allowed",
+                "sort the values and remove duplicates",
+            )
 
 
 def check_chain_overrides(overrides, model: dict, name: str):
@@ -75,18 +107,29 @@ def check_chain_overrides(overrides, model: dict, name: str):
     if overrides is None:
         return
     if not isinstance(overrides, (list, tuple)) or not overrides or not all(isinstance(o, dict) for o in overrides):
-        raise ConfigError(path, overrides, "must be a list of mappings of model fields, one per target",
-                          f"e.g. '{path}=[{{T:2.0}},{{T:2.5}}]' or {path}=null")
+        raise ConfigError(
+            path,
+            overrides,
+            "must be a list of mappings of model fields, one per target",
+            f"e.g. '{path}=[{{T:2.0}},{{T:2.5}}]' or {path}=null",
+        )
     known = set(MODEL_RULES[name]) | MODEL_EXTRA[name]
     for i, ov in enumerate(overrides):
         for key, value in ov.items():
             if key not in known:
-                raise ConfigError(f"{path}[{i}].{key}", value, f"is not a field of model={name}",
-                                  f"use fields of the model: {', '.join(sorted(known))}")
+                raise ConfigError(
+                    f"{path}[{i}].{key}",
+                    value,
+                    f"is not a field of model={name}",
+                    f"use fields of the model: {', '.join(sorted(known))}",
+                )
             if key in SHAPE_FIELDS[name] and value != model[key]:
-                raise ConfigError(f"{path}[{i}].{key}", value, "would change the shape of the state; every "
-                                  "target farmed in one run shares it", f"set model.{key} instead, or sweep it "
-                                  f"with pgmflow -m model.{key}=...")
+                raise ConfigError(
+                    f"{path}[{i}].{key}",
+                    value,
+                    "would change the shape of the state; every target farmed in one run shares it",
+                    f"set model.{key} instead, or sweep it with pgmflow -m model.{key}=...",
+                )
             if key in MODEL_RULES[name]:
                 MODEL_RULES[name][key](f"{path}[{i}].{key}", value)
 
@@ -103,35 +146,53 @@ def check_custom_target(model: dict, explorer: str) -> Target:
         spec = model.get(field)
         if field == "grad_log_density" and not spec:
             if explorer == "hmc":
-                raise ConfigError(path, spec, "HMC needs the gradient of the log-density",
-                                  "set model.grad_log_density=package.module:function or tempering.explorer=rwm")
+                raise ConfigError(
+                    path,
+                    spec,
+                    "HMC needs the gradient of the log-density",
+                    "set model.grad_log_density=package.module:function or tempering.explorer=rwm",
+                )
             continue
         if not isinstance(spec, str) or not spec:
-            raise ConfigError(path, spec, "must name an importable callable",
-                              f"set {path}=package.module:function")
+            raise ConfigError(path, spec, "must name an importable callable", f"set {path}=package.module:function")
         check_importable(path, spec)
         try:
             targets.load_callable(spec)
         except Exception as exc:
-            raise ConfigError(path, spec, f"cannot be imported ({type(exc).__name__}: {exc})",
-                              "check the module is on PYTHONPATH and the name is 'package.module:function'") from None
+            raise ConfigError(
+                path,
+                spec,
+                f"cannot be imported ({type(exc).__name__}: {exc})",
+                "check the module is on PYTHONPATH and the name is 'package.module:function'",
+            ) from None
     target = build_target(model)
     t = target.task
     x = t.reference.sample(np.random.default_rng(0), 16)
     try:
         val = t.log_gamma(x)
     except Exception as exc:
-        raise ConfigError("model.log_density", model["log_density"], f"raised {type(exc).__name__}: {exc} "
-                          f"on an input of shape {x.shape}", "make it map x [n, d] to log-densities [n]") from None
+        raise ConfigError(
+            "model.log_density",
+            model["log_density"],
+            f"raised {type(exc).__name__}: {exc} on an input of shape {x.shape}",
+            "make it map x [n, d] to log-densities [n]",
+        ) from None
     if not np.all(np.isfinite(val) | (val == -np.inf)) or np.any(val == np.inf):
-        raise ConfigError("model.log_density", model["log_density"],
-                          "returned NaN or +inf on draws from the reference", "return finite values (or -inf "
-                          "outside the support) for every x")
+        raise ConfigError(
+            "model.log_density",
+            model["log_density"],
+            "returned NaN or +inf on draws from the reference",
+            "return finite values (or -inf outside the support) for every x",
+        )
     if explorer == "hmc":
         g = t.grad_log_gamma(x)
         if not np.all(np.isfinite(g)):
-            raise ConfigError("model.grad_log_density", model["grad_log_density"],
-                              "returned NaN or inf on draws from the reference", "return finite gradients")
+            raise ConfigError(
+                "model.grad_log_density",
+                model["grad_log_density"],
+                "returned NaN or inf on draws from the reference",
+                "return finite gradients",
+            )
     return target
 
 
@@ -142,32 +203,55 @@ def check_reference(t: dict, name: str):
     if ref == "fixed":
         return
     if not TARGETS[name].continuous:
-        raise ConfigError("tempering.reference", ref, "fits a Gaussian reference, which needs a continuous target",
-                          f"use tempering.reference=fixed with model={name}")
+        raise ConfigError(
+            "tempering.reference",
+            ref,
+            "fits a Gaussian reference, which needs a continuous target",
+            f"use tempering.reference=fixed with model={name}",
+        )
     if ref == "stabilized" and t["n_replicas"] < 4:
-        raise ConfigError("tempering.n_replicas", t["n_replicas"], "is split between the two legs of "
-                          "reference=stabilized, which need at least 2 levels each", "set tempering.n_replicas>=4")
+        raise ConfigError(
+            "tempering.n_replicas",
+            t["n_replicas"],
+            "is split between the two legs of reference=stabilized, which need at least 2 levels each",
+            "set tempering.n_replicas>=4",
+        )
     if ref == "stabilized" and t.get("ladder") is not None:
-        raise ConfigError("tempering.ladder", t["ladder"], "is one ladder; reference=stabilized has two legs",
-                          "set tempering.ladder=null (each leg starts from tempering.initial_schedule)")
+        raise ConfigError(
+            "tempering.ladder",
+            t["ladder"],
+            "is one ladder; reference=stabilized has two legs",
+            "set tempering.ladder=null (each leg starts from tempering.initial_schedule)",
+        )
 
 
 def tempering_settings(t: dict, explorer: str) -> TemperingSettings:
     """The validated ``tempering`` section, typed (``explorer``: resolved for the target)."""
     ladder = t.get("ladder")
     return TemperingSettings(
-        n_replicas=int(t["n_replicas"]), n_rounds=int(t["n_rounds"]), n_chains=int(t["n_chains"]),
-        explorer=explorer, explorer_requested=str(t["explorer"]), sweeps_per_scan=int(t["sweeps_per_scan"]),
-        n_leapfrog=int(t["n_leapfrog"]), step_size=float(t["step_size"]), swap=str(t["swap"]),
-        adapt_schedule=bool(t["adapt_schedule"]), initial_schedule=str(t["initial_schedule"]),
-        schedule_power=float(t["schedule_power"]), n_blocks=None if t["n_blocks"] == "auto" else int(t["n_blocks"]),
+        n_replicas=int(t["n_replicas"]),
+        n_rounds=int(t["n_rounds"]),
+        n_chains=int(t["n_chains"]),
+        explorer=explorer,
+        explorer_requested=str(t["explorer"]),
+        sweeps_per_scan=int(t["sweeps_per_scan"]),
+        n_leapfrog=int(t["n_leapfrog"]),
+        step_size=float(t["step_size"]),
+        swap=str(t["swap"]),
+        adapt_schedule=bool(t["adapt_schedule"]),
+        initial_schedule=str(t["initial_schedule"]),
+        schedule_power=float(t["schedule_power"]),
+        n_blocks=None if t["n_blocks"] == "auto" else int(t["n_blocks"]),
         layout=str(t["layout"]),
         scans_per_task=None if t["scans_per_task"] == "auto" else int(t["scans_per_task"]),
-        checkpoint_every=int(t["checkpoint_every"]), figures=bool(t["figures"]),
-        reference=str(t.get("reference", "fixed")), variational_family=str(t.get("variational_family", "diagonal")),
+        checkpoint_every=int(t["checkpoint_every"]),
+        figures=bool(t["figures"]),
+        reference=str(t.get("reference", "fixed")),
+        variational_family=str(t.get("variational_family", "diagonal")),
         variational_from_round=int(t.get("variational_from_round", 0)),
         stabilized_split=str(t.get("stabilized_split", "adaptive")),
-        ladder=None if not ladder else tuple(float(x) for x in ladder))
+        ladder=None if not ladder else tuple(float(x) for x in ladder),
+    )
 
 
 def check_model(model: dict, name: str, explorer: str) -> Target:
@@ -176,8 +260,12 @@ def check_model(model: dict, name: str, explorer: str) -> Target:
         w = model.get("weights")
         if w is not None:
             if not isinstance(w, (list, tuple)) or len(w) != model["n_components"]:
-                raise ConfigError("model.weights", w, f"must be a list of {model['n_components']} positive numbers "
-                                  "(one per component)", "set model.weights=null for equal weights")
+                raise ConfigError(
+                    "model.weights",
+                    w,
+                    f"must be a list of {model['n_components']} positive numbers (one per component)",
+                    "set model.weights=null for equal weights",
+                )
             for v in w:
                 real(gt=0)("model.weights", v)
     if name == "custom":
@@ -185,8 +273,12 @@ def check_model(model: dict, name: str, explorer: str) -> Target:
     if name == "gaussian":
         d, rho = model["dim"], model["correlation"]
         if not -1.0 / max(d - 1, 1) < rho < 1.0:
-            raise ConfigError("model.correlation", rho, f"makes the covariance singular or indefinite for d={d}",
-                              f"use a value in ({-1.0 / max(d - 1, 1):.4g}, 1)")
+            raise ConfigError(
+                "model.correlation",
+                rho,
+                f"makes the covariance singular or indefinite for d={d}",
+                f"use a value in ({-1.0 / max(d - 1, 1):.4g}, 1)",
+            )
     if name == "bayes":
         from pgmflow.pipelines.tempering.bayes import check_bayes
 
@@ -202,8 +294,9 @@ def check_tempering(cfg: dict) -> TemperingPlan:
     model = cfg["model"]
     name = model.get("name")
     if name not in MODELS:
-        raise ConfigError("model.name", name, "unknown target", "use model=ising, model=gaussian_mixture or "
-                          "model=custom")
+        raise ConfigError(
+            "model.name", name, "unknown target", "use model=ising, model=gaussian_mixture or model=custom"
+        )
     unknown_keys(cfg, "model", set(MODEL_RULES[name]) | MODEL_EXTRA[name] | {"name"})
     apply(cfg, {f"model.{k}": r for k, r in MODEL_RULES[name].items()})
     explorer = TARGETS[name].resolve_explorer(t["explorer"])
@@ -217,8 +310,17 @@ def check_tempering(cfg: dict) -> TemperingPlan:
 
         bounds = check_variational(cfg)
         if not target.supports_bounds:
-            raise ConfigError("bounds", True, f"variational bounds need a binary pairwise model, not model={name}",
-                              "use model=ising with bounds=true")
+            raise ConfigError(
+                "bounds",
+                True,
+                f"variational bounds need a binary pairwise model, not model={name}",
+                "use model=ising with bounds=true",
+            )
     overrides = tuple(dict(ov) for ov in (t.get("chain_overrides") or [{}]))
-    return TemperingPlan(seed=int(cfg["seed"]), tempering=tempering_settings(t, explorer),
-                         targets=tuple(target.variant(ov) for ov in overrides), overrides=overrides, bounds=bounds)
+    return TemperingPlan(
+        seed=int(cfg["seed"]),
+        tempering=tempering_settings(t, explorer),
+        targets=tuple(target.variant(ov) for ov in overrides),
+        overrides=overrides,
+        bounds=bounds,
+    )

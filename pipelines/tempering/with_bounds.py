@@ -11,40 +11,51 @@ from pgmflow.pipelines.bounds.settings import VariationalSettings
 from pgmflow.pipelines.core import artifacts
 
 
-def log_bounds(ctx, settings: VariationalSettings, targets: tuple, per_group: list, final_betas: list,
-               last_traces: list):
+def log_bounds(
+    ctx, settings: VariationalSettings, targets: tuple, per_group: list, final_betas: list, last_traces: list
+):
     """The bounds along chain 0's ladder of each target (``targets``: the plan's Ising lattices), added to
     each target's results (``per_group``), with a table and, if ``variational.figures``, a figure."""
     tracker, G = ctx.tracker, len(targets)
     for g, res_g in enumerate(per_group):
         cs = res_g["chains"]
         suffix = f"_target{g}" if G > 1 else ""
-        out = tempering_bounds(ctx, settings, targets[g].task, [final_betas[c] for c in cs],
-                               [last_traces[c] for c in cs], g)
+        out = tempering_bounds(
+            ctx, settings, targets[g].task, [final_betas[c] for c in cs], [last_traces[c] for c in cs], g
+        )
         rows = out["rows"]
         artifacts.log_table(tracker, rows, f"tables/bounds{suffix}.csv")
         last = rows[-1]
-        res_g.update({"bounds_mf_per_site": last["mf_per_site"], "bounds_bethe_per_site": last["bethe_per_site"],
-                      "bounds_trw_per_site": last["trw_per_site"],
-                      "bounds_gap_tempering_minus_mf_per_site": last["gap_tempering_minus_mf"],
-                      "bounds_gap_trw_minus_tempering_per_site": last["gap_trw_minus_tempering"],
-                      "bounds_order_holds": all(r["order_holds_2se"] for r in rows),
-                      "bounds_all_converged": all(r["converged"] for r in rows)})
+        res_g.update(
+            {
+                "bounds_mf_per_site": last["mf_per_site"],
+                "bounds_bethe_per_site": last["bethe_per_site"],
+                "bounds_trw_per_site": last["trw_per_site"],
+                "bounds_gap_tempering_minus_mf_per_site": last["gap_tempering_minus_mf"],
+                "bounds_gap_trw_minus_tempering_per_site": last["gap_trw_minus_tempering"],
+                "bounds_order_holds": all(r["order_holds_2se"] for r in rows),
+                "bounds_all_converged": all(r["converged"] for r in rows),
+            }
+        )
         if settings.figures:
             _log_figure(tracker, targets[g], rows, suffix)
-        ctx.say(f"{'target ' + str(g) + ': ' if G > 1 else ''}bounds at T = "
-                f"{1.0 / targets[g].beta_model:.6g}: MF {last['mf_per_site']:.6f} <= tempering "
-                f"{last['tempering_per_site']:.6f} ± {last['tempering_se_per_site']:.6f} <= TRW "
-                f"{last['trw_per_site']:.6f} per spin (Bethe {last['bethe_per_site']:.6f}); order holds (2 SE) at "
-                f"{sum(r['order_holds_2se'] for r in rows)}/{len(rows)} ladder temperatures")
+        ctx.say(
+            f"{'target ' + str(g) + ': ' if G > 1 else ''}bounds at T = "
+            f"{1.0 / targets[g].beta_model:.6g}: MF {last['mf_per_site']:.6f} <= tempering "
+            f"{last['tempering_per_site']:.6f} ± {last['tempering_se_per_site']:.6f} <= TRW "
+            f"{last['trw_per_site']:.6f} per spin (Bethe {last['bethe_per_site']:.6f}); order holds (2 SE) at "
+            f"{sum(r['order_holds_2se'] for r in rows)}/{len(rows)} ladder temperatures"
+        )
 
 
 def _log_figure(tracker, target, rows, suffix):
     T = target.beta_model
-    fig = bounds_figures.bounds_figure([r["beta"] for r in rows], {k: [r[f"{k}_per_site"] for r in rows]
-                                                                    for k in ("mf", "bethe", "trw")}, None,
-                                       [r["tempering_per_site"] for r in rows],
-                                       [r["tempering_se_per_site"] for r in rows],
-                                       f"log Z per spin: {target.L}x{target.L} Ising, "
-                                       f"ladder up to T = {1.0 / T:.4g} (chain 0)")
+    fig = bounds_figures.bounds_figure(
+        [r["beta"] for r in rows],
+        {k: [r[f"{k}_per_site"] for r in rows] for k in ("mf", "bethe", "trw")},
+        None,
+        [r["tempering_per_site"] for r in rows],
+        [r["tempering_se_per_site"] for r in rows],
+        f"log Z per spin: {target.L}x{target.L} Ising, ladder up to T = {1.0 / T:.4g} (chain 0)",
+    )
     artifacts.log_figures(tracker, {"log_z_bounds": fig}, suffix)

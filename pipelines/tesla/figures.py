@@ -16,9 +16,12 @@ def tesla_figures(plan: TeslaPlan, est: Estimates, choices) -> dict:
     choices: ``{method: [NodeChoice per node]}``."""
     methods, rule, truth = list(plan.estimation.methods), plan.report.rule, plan.data.truth
     adj = {m: est.edges[(m, rule)] for m in methods}
-    figs = {"network_snapshots": _snapshots(methods, adj, truth, plan.report.snapshot_times,
-                                            plan.data.series.node_names, rule),
-            "edges_over_time": _edges_over_time(methods, adj, truth, rule)}
+    figs = {
+        "network_snapshots": _snapshots(
+            methods, adj, truth, plan.report.snapshot_times, plan.data.series.node_names, rule
+        ),
+        "edges_over_time": _edges_over_time(methods, adj, truth, rule),
+    }
     if truth is not None:
         figs["f1_over_time"] = _f1_over_time(methods, {m: est.recovery[(m, rule)] for m in methods}, rule)
     figs["chosen_grid_points"] = _chosen_grid_points(methods, choices, plan.estimation.grid)
@@ -63,8 +66,12 @@ def _snapshots(methods, adj, truth, snaps, names, rule):
                 ax.set_title(f"t = {t}", fontsize=10)
             if c == 0:
                 ax.text(-0.05, 0.5, label, transform=ax.transAxes, rotation=90, va="center", ha="right", fontsize=11)
-    fig.suptitle(f"network snapshots ({rule} rule; green: true edge found, red: false edge, dashed: missed)"
-                 if truth is not None else f"network snapshots ({rule} rule)", fontsize=10)
+    fig.suptitle(
+        f"network snapshots ({rule} rule; green: true edge found, red: false edge, dashed: missed)"
+        if truth is not None
+        else f"network snapshots ({rule} rule)",
+        fontsize=10,
+    )
     fig.tight_layout()
     return fig
 
@@ -107,7 +114,7 @@ def _chosen_grid_points(methods, choices, grid: Grid):
             if not ch.isolated:
                 counts[ch.i_lam2, ch.i_lam1] += 1
         second = grid.second_axis(m)
-        counts = counts[:len(second)]
+        counts = counts[: len(second)]
         im = ax.imshow(counts, aspect="auto", cmap="Blues", origin="lower")
         ax.set_xticks(range(len(lam1)))
         ax.set_xticklabels([f"{v:g}" for v in lam1], rotation=45, fontsize=7)

@@ -23,8 +23,20 @@ import numpy as np
 from pgmflow.pipelines.core.errors import ConfigError
 
 KINDS = ("synthetic", "npz", "csv")
-SYNTHETIC_KEYS = ("p", "T", "samples_per_time", "n_edges", "rewire_every", "n_rewire", "max_degree", "weight_low",
-                  "weight_high", "ramp", "field", "burn_in")
+SYNTHETIC_KEYS = (
+    "p",
+    "T",
+    "samples_per_time",
+    "n_edges",
+    "rewire_every",
+    "n_rewire",
+    "max_degree",
+    "weight_low",
+    "weight_high",
+    "ramp",
+    "field",
+    "burn_in",
+)
 
 
 @dataclass(frozen=True)
@@ -97,8 +109,12 @@ def resolve(network: SyntheticNetwork | NetworkFile, seed: int) -> NetworkData:
         path = network.path
         p = Path(path).expanduser()
         if not p.is_file():
-            raise ConfigError("network.path", path, "no such file" if not p.exists() else "not a regular file",
-                              "check the path (relative paths start from the directory pgmflow runs in)")
+            raise ConfigError(
+                "network.path",
+                path,
+                "no such file" if not p.exists() else "not a regular file",
+                "check the path (relative paths start from the directory pgmflow runs in)",
+            )
         p = p.resolve()
         loader = tdata.load_npz if network.kind == "npz" else tdata.load_csv
         try:
@@ -114,8 +130,10 @@ def resolve(network: SyntheticNetwork | NetworkFile, seed: int) -> NetworkData:
     if isolated.size:
         names = [series.node_names[i] for i in isolated[:10]]
         more = f" and {isolated.size - 10} more" if isolated.size > 10 else ""
-        notes.append(f"warning: {isolated.size} node(s) never change value and are reported as isolated "
-                     f"(no edges): {', '.join(names)}{more}")
+        notes.append(
+            f"warning: {isolated.size} node(s) never change value and are reported as isolated "
+            f"(no edges): {', '.join(names)}{more}"
+        )
     return NetworkData(series, truth, source, isolated, tuple(notes))
 
 
@@ -124,16 +142,28 @@ def _generate(net: SyntheticNetwork, seed: int):
     from pgmflow.tasks.tesla import data as tdata
     from pgmflow.tasks.tesla import synthetic
 
-    kw = {"n_edges": net.n_edges, "rewire_every": net.rewire_every, "n_rewire": net.n_rewire,
-          "max_degree": net.max_degree, "weight_low": net.weight_low, "weight_high": net.weight_high,
-          "ramp": net.ramp, "field": net.field, "burn_in": net.burn_in}
+    kw = {
+        "n_edges": net.n_edges,
+        "rewire_every": net.rewire_every,
+        "n_rewire": net.n_rewire,
+        "max_degree": net.max_degree,
+        "weight_low": net.weight_low,
+        "weight_high": net.weight_high,
+        "ramp": net.ramp,
+        "field": net.field,
+        "burn_in": net.burn_in,
+    }
     kw = {k: v for k, v in kw.items() if v is not None}  # n_edges=None: the generator's default
     p, T, n = net.p, net.T, net.samples_per_time
     try:
         sample = synthetic.time_varying_ising(seed, p=p, T=T, samples_per_time=n, **kw)
     except ValueError as exc:
-        raise ConfigError("network", f"synthetic p={p} T={T}", str(exc),
-                          "change the network.* settings (see conf/network/synthetic.yaml)") from None
+        raise ConfigError(
+            "network",
+            f"synthetic p={p} T={T}",
+            str(exc),
+            "change the network.* settings (see conf/network/synthetic.yaml)",
+        ) from None
     source = f"synthetic time-varying Ising network p={p} T={T} samples_per_time={n} seed={seed}"
     return tdata.from_array(sample.X), np.asarray(sample.edges, bool), source
 
@@ -147,14 +177,22 @@ def _load_truth(path, series) -> np.ndarray:
         with np.load(p, allow_pickle=False) as z:
             e = np.asarray(z["edges"]).astype(bool)
     except Exception as exc:
-        raise ConfigError("network.truth", str(path), f"cannot read an 'edges' array ({type(exc).__name__})",
-                          "save the truth with numpy.savez(path, edges=bool array [T, p, p])") from None
+        raise ConfigError(
+            "network.truth",
+            str(path),
+            f"cannot read an 'edges' array ({type(exc).__name__})",
+            "save the truth with numpy.savez(path, edges=bool array [T, p, p])",
+        ) from None
     T, pn = len(series.n_per_time), len(series.node_names)
     if e.shape == (pn, pn):
         e = np.broadcast_to(e, (T, pn, pn)).copy()
     if e.shape != (T, pn, pn):
-        raise ConfigError("network.truth", str(path), f"edges has shape {e.shape}, the data needs ({T}, {pn}, {pn})",
-                          "save edges for every time point and node")
+        raise ConfigError(
+            "network.truth",
+            str(path),
+            f"edges has shape {e.shape}, the data needs ({T}, {pn}, {pn})",
+            "save edges for every time point and node",
+        )
     if not np.array_equal(e, np.transpose(e, (0, 2, 1))):
         raise ConfigError("network.truth", str(path), "edges is not symmetric", "save an undirected adjacency")
     return e

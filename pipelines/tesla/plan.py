@@ -10,6 +10,7 @@ static per-time-point neighbourhood selection (Meinshausen & Buehlmann 2006).
 from __future__ import annotations
 
 from dataclasses import dataclass
+
 import numpy as np
 
 from pgmflow.pipelines.tesla.networks import NetworkData, NetworkFile, SyntheticNetwork

@@ -18,12 +18,16 @@ def _objective(plan: TeslaPlan, result, choices) -> dict:
     """The run's objective: the first method's F1 against the truth, else its summed selection score."""
     primary, rule = plan.estimation.methods[0], plan.report.rule
     if plan.data.truth is not None:
-        return {"objective": result[f"{primary}_f1"],
-                "objective_name": f"{primary}_f1 (mean over time, {rule} rule; higher is better)",
-                "objective_direction": "maximize"}
-    return {"objective": float(np.nansum([np.nanmin(c.scores) for c in choices[primary] if not c.isolated])),
-            "objective_name": f"{primary} summed {plan.estimation.selection.criterion} score of the chosen grid "
-                              "points (lower is better)"}
+        return {
+            "objective": result[f"{primary}_f1"],
+            "objective_name": f"{primary}_f1 (mean over time, {rule} rule; higher is better)",
+            "objective_direction": "maximize",
+        }
+    return {
+        "objective": float(np.nansum([np.nanmin(c.scores) for c in choices[primary] if not c.isolated])),
+        "objective_name": f"{primary} summed {plan.estimation.selection.criterion} score of the chosen grid "
+        "points (lower is better)",
+    }
 
 
 def finish(ctx, plan: TeslaPlan, choices, seconds: float) -> dict:
@@ -32,15 +36,20 @@ def finish(ctx, plan: TeslaPlan, choices, seconds: float) -> dict:
     tracker, data, methods, rule = ctx.tracker, plan.data, list(plan.estimation.methods), plan.report.rule
     series = data.series
     T = len(series.n_per_time)
-    result = {"seconds": seconds, "time_points": T, "nodes": series.X.shape[1], "samples": int(series.X.shape[0]),
-              "isolated_nodes": [series.node_names[i] for i in data.isolated]}
+    result = {
+        "seconds": seconds,
+        "time_points": T,
+        "nodes": series.X.shape[1],
+        "samples": int(series.X.shape[0]),
+        "isolated_nodes": [series.node_names[i] for i in data.isolated],
+    }
     est = edge_sets(plan, choices, result)
     result.update(_objective(plan, result, choices))
     artifacts.log_final_metrics(tracker, result, step=T, flush=False)
     for t in range(T):
         row = {f"edges_{m}": float(est.counts[m][t]) for m in methods}
         if data.truth is not None:
-            row["edges_true"] = float(evaluate.edge_counts(data.truth[t:t + 1])[0])
+            row["edges_true"] = float(evaluate.edge_counts(data.truth[t : t + 1])[0])
             row.update({f"f1_{m}": float(est.recovery[(m, rule)].f1[t]) for m in methods})
         tracker.log_metrics(row, step=t)
     tracker.flush()
@@ -76,19 +85,25 @@ def _selection_csv(methods, choices, names) -> str:
     for m in methods:
         for c in choices[m]:
             nm = str(names[c.node]).replace('"', '""')
-            out.write(f'{m},{c.node},"{nm}",{c.lam1:g},{c.lam2:g},{c.bandwidth:g},{c.n_iter},'
-                      f'{str(c.all_converged).lower()},{str(c.isolated).lower()}\n')
+            out.write(
+                f'{m},{c.node},"{nm}",{c.lam1:g},{c.lam2:g},{c.bandwidth:g},{c.n_iter},'
+                f"{str(c.all_converged).lower()},{str(c.isolated).lower()}\n"
+            )
     return out.getvalue()
 
 
 def _print_summary(say, result, methods, has_truth, rule):
     lines = [f"pgmflow: tesla finished in {result['seconds']:.1f} s"]
     if has_truth:
-        lines.append(f"  {'method':8s} {'F1':>6s} {'prec':>6s} {'recall':>6s} {'edges/t':>8s}   ({rule} rule; "
-                     f"true edges/t {result['true_edges_mean']:.1f})")
+        lines.append(
+            f"  {'method':8s} {'F1':>6s} {'prec':>6s} {'recall':>6s} {'edges/t':>8s}   ({rule} rule; "
+            f"true edges/t {result['true_edges_mean']:.1f})"
+        )
         for m in methods:
-            lines.append(f"  {m:8s} {result[f'{m}_f1']:6.3f} {result[f'{m}_precision']:6.3f} "
-                         f"{result[f'{m}_recall']:6.3f} {result[f'{m}_edges_mean']:8.1f}")
+            lines.append(
+                f"  {m:8s} {result[f'{m}_f1']:6.3f} {result[f'{m}_precision']:6.3f} "
+                f"{result[f'{m}_recall']:6.3f} {result[f'{m}_edges_mean']:8.1f}"
+            )
     else:
         for m in methods:
             lines.append(f"  {m:8s} edges per time point {result[f'{m}_edges_mean']:.1f}")

@@ -64,14 +64,37 @@ def build_fits(ex, tok: str, data: NetworkData, est: Estimation, skip=frozenset(
                 dfit, _ = designs[(m, a)]
                 l2 = grid.lambda2[a] if m == "tesla" else 0.0
                 bw = grid.bandwidths[a] if m == "keller" else 0.0
-                fits.append(dask.delayed(path_tasks.fit_node, pure=True)(
-                    dfit, i, np.asarray(grid.lambda1), l2, method=m, q=sv.q, train=train, bandwidth=bw,
-                    isolated=i in iso, max_iter=sv.max_iter, tol=sv.tol, screen=sv.active_sets,
-                    dask_key_name=f"tesla-fit-{tok}-{m}-n{i}-a{a}"))
+                fits.append(
+                    dask.delayed(path_tasks.fit_node, pure=True)(
+                        dfit,
+                        i,
+                        np.asarray(grid.lambda1),
+                        l2,
+                        method=m,
+                        q=sv.q,
+                        train=train,
+                        bandwidth=bw,
+                        isolated=i in iso,
+                        max_iter=sv.max_iter,
+                        tol=sv.tol,
+                        screen=sv.active_sets,
+                        dask_key_name=f"tesla-fit-{tok}-{m}-n{i}-a{a}",
+                    )
+                )
             refits = [designs[(m, a)][1] for a in range(n_a)] if heldout else None
-            choices.append(dask.delayed(path_tasks.select_node, pure=True)(
-                fits, sel.criterion, refit_designs=refits, q=sv.q, max_iter=sv.max_iter, tol=sv.tol,
-                gamma=sel.ebic_gamma, screen=sv.active_sets, dask_key_name=f"tesla-select-{tok}-{m}-n{i}"))
+            choices.append(
+                dask.delayed(path_tasks.select_node, pure=True)(
+                    fits,
+                    sel.criterion,
+                    refit_designs=refits,
+                    q=sv.q,
+                    max_iter=sv.max_iter,
+                    tol=sv.tol,
+                    gamma=sel.ebic_gamma,
+                    screen=sv.active_sets,
+                    dask_key_name=f"tesla-select-{tok}-{m}-n{i}",
+                )
+            )
         out[m] = choices
     return out
 
@@ -86,18 +109,33 @@ def run(ctx, plan: TeslaPlan) -> dict:
     for line in data.notes:
         ctx.say(line)
     n_fit = est.n_path_tasks(p)
-    ctx.say(f"{data.source}: T={T} time points, p={p} nodes, {N} samples; methods {', '.join(methods)}; "
-            f"grid {len(grid.lambda1)} lambda1 x {len(grid.lambda2)} lambda2 ({len(grid.bandwidths)} KELLER "
-            f"bandwidths); {n_fit} path tasks, selection by {criterion}")
-    tracker.set_tags({"pgmflow.tesla.source": data.source[:250], "pgmflow.tesla.methods": ",".join(methods),
-                      "pgmflow.tesla.criterion": criterion, "pgmflow.tesla.rule": rule})
+    ctx.say(
+        f"{data.source}: T={T} time points, p={p} nodes, {N} samples; methods {', '.join(methods)}; "
+        f"grid {len(grid.lambda1)} lambda1 x {len(grid.lambda2)} lambda2 ({len(grid.bandwidths)} KELLER "
+        f"bandwidths); {n_fit} path tasks, selection by {criterion}"
+    )
+    tracker.set_tags(
+        {
+            "pgmflow.tesla.source": data.source[:250],
+            "pgmflow.tesla.methods": ",".join(methods),
+            "pgmflow.tesla.criterion": criterion,
+            "pgmflow.tesla.rule": rule,
+        }
+    )
     generated = plan.network.kind == "synthetic"
-    datasets.log_input(tracker, "network samples", {k: getattr(series, k) for k in ("X", "tix", "times", "node_names")},
-                       context="training", path=None if generated else data.source,
-                       generator="pgmflow.tasks.tesla.synthetic.time_varying_ising",
-                       parameters={**plan.network.parameters(), "seed": plan.seed})  # MLflow dataset tracking
-    tracker.log_metrics({"time_points": T, "nodes": p, "samples": N, "isolated_nodes": int(data.isolated.size),
-                         "path_tasks": n_fit}, step=0)
+    datasets.log_input(
+        tracker,
+        "network samples",
+        {k: getattr(series, k) for k in ("X", "tix", "times", "node_names")},
+        context="training",
+        path=None if generated else data.source,
+        generator="pgmflow.tasks.tesla.synthetic.time_varying_ising",
+        parameters={**plan.network.parameters(), "seed": plan.seed},
+    )  # MLflow dataset tracking
+    tracker.log_metrics(
+        {"time_points": T, "nodes": p, "samples": N, "isolated_nodes": int(data.isolated.size), "path_tasks": n_fit},
+        step=0,
+    )
 
     t0 = time.monotonic()
     choices = _solve(ctx, plan)
@@ -116,8 +154,9 @@ def _solve(ctx, plan: TeslaPlan) -> dict:
     methods = plan.estimation.methods
     p = plan.data.series.X.shape[1]
     units = [(m, i) for m in methods for i in range(p)]
-    saved = PartialResults(ctx.tracker, "tesla_nodes", path_tasks.NodeChoice, ctx.resumed,
-                           every=plan.checkpoint_seconds)
+    saved = PartialResults(
+        ctx.tracker, "tesla_nodes", path_tasks.NodeChoice, ctx.resumed, every=plan.checkpoint_seconds
+    )
     done = {u for u in units if _unit(*u) in saved}
     if ctx.resumed:
         ctx.say(saved.describe(len(units), "node selections"))
@@ -136,6 +175,7 @@ def _solve(ctx, plan: TeslaPlan) -> dict:
     saved.close()
     bar.close()
     if ctx.resumed:
-        ctx.tracker.set_tags({"pgmflow.resume.tesla_nodes_saved": len(done),
-                              "pgmflow.resume.tesla_nodes_run": len(todo)})
+        ctx.tracker.set_tags(
+            {"pgmflow.resume.tesla_nodes_saved": len(done), "pgmflow.resume.tesla_nodes_run": len(todo)}
+        )
     return {m: [saved.done[_unit(m, i)] for i in range(p)] for m in methods}

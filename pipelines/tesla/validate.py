@@ -15,8 +15,22 @@ from pgmflow.pipelines.core.validation import apply, boolean, choice, get, integ
 from pgmflow.pipelines.tesla import networks
 from pgmflow.pipelines.tesla.plan import Estimation, Grid, ReportSettings, Selection, SolverSettings, TeslaPlan
 
-TESLA_KEYS = {"methods", "lambda1", "lambda2", "bandwidth", "criterion", "ebic_gamma", "heldout_fraction", "rule",
-              "max_iter", "tol", "active_sets", "snapshot_times", "figures", "checkpoint_seconds"}
+TESLA_KEYS = {
+    "methods",
+    "lambda1",
+    "lambda2",
+    "bandwidth",
+    "criterion",
+    "ebic_gamma",
+    "heldout_fraction",
+    "rule",
+    "max_iter",
+    "tol",
+    "active_sets",
+    "snapshot_times",
+    "figures",
+    "checkpoint_seconds",
+}
 TESLA = {
     "criterion": choice("bic", "ebic", "heldout"),
     "ebic_gamma": real(ge=0),
@@ -51,12 +65,14 @@ def check_tesla(cfg: dict) -> TeslaPlan:
     t = cfg["tesla"]
     methods = get(cfg, "tesla.methods")
     if not isinstance(methods, (list, tuple)) or not methods:
-        raise ConfigError("tesla.methods", methods, "must be a non-empty list",
-                          "use tesla.methods=[tesla,keller,static]")
+        raise ConfigError(
+            "tesla.methods", methods, "must be a non-empty list", "use tesla.methods=[tesla,keller,static]"
+        )
     for m in methods:
         if m not in TESLA_METHODS:
-            raise ConfigError("tesla.methods", methods, f"unknown method {m!r}",
-                              f"use any of {', '.join(TESLA_METHODS)}")
+            raise ConfigError(
+                "tesla.methods", methods, f"unknown method {m!r}", f"use any of {', '.join(TESLA_METHODS)}"
+            )
     if len(set(methods)) != len(methods):
         raise ConfigError("tesla.methods", methods, "lists a method twice", "list each method once")
     number_list("tesla.lambda1", get(cfg, "tesla.lambda1"), ge=0)
@@ -65,12 +81,20 @@ def check_tesla(cfg: dict) -> TeslaPlan:
     f = get(cfg, "tesla.heldout_fraction")
     real(gt=0)("tesla.heldout_fraction", f)
     if t["criterion"] == "heldout" and not f < 1:
-        raise ConfigError("tesla.heldout_fraction", f, "must be below 1 (samples must be left to fit)",
-                          "use e.g. tesla.heldout_fraction=0.2")
+        raise ConfigError(
+            "tesla.heldout_fraction",
+            f,
+            "must be below 1 (samples must be left to fit)",
+            "use e.g. tesla.heldout_fraction=0.2",
+        )
     model = cfg.get("model") or {}
     if model.get("name") != "tesla":
-        raise ConfigError("model", model.get("name"), "pipeline=tesla estimates time-varying networks",
-                          "use model=tesla (or drop the model= override)")
+        raise ConfigError(
+            "model",
+            model.get("name"),
+            "pipeline=tesla estimates time-varying networks",
+            "use model=tesla (or drop the model= override)",
+        )
     unknown_keys(cfg, "model", {"name", "q"})
     choice(1, 2)("model.q", get(cfg, "model.q"))
     source = _network_source(cfg)
@@ -78,17 +102,29 @@ def check_tesla(cfg: dict) -> TeslaPlan:
     data = networks.resolve(source, seed)
     T = len(data.series.n_per_time)
     if T == 1 and "tesla" in methods and any(float(x) > 0 for x in t["lambda2"]):
-        raise ConfigError("tesla.lambda2", t["lambda2"], "the data has a single time point (T=1), so there is "
-                          "nothing to smooth over time", "set tesla.lambda2=[0] or give data with several time points")
+        raise ConfigError(
+            "tesla.lambda2",
+            t["lambda2"],
+            "the data has a single time point (T=1), so there is nothing to smooth over time",
+            "set tesla.lambda2=[0] or give data with several time points",
+        )
     snaps = t.get("snapshot_times")
     if snaps is not None:
         if not isinstance(snaps, (list, tuple)) or not snaps:
-            raise ConfigError("tesla.snapshot_times", snaps, "must be a non-empty list of time indices or null",
-                              "use e.g. tesla.snapshot_times=[0,50,99]")
+            raise ConfigError(
+                "tesla.snapshot_times",
+                snaps,
+                "must be a non-empty list of time indices or null",
+                "use e.g. tesla.snapshot_times=[0,50,99]",
+            )
         for s_ in snaps:
             if isinstance(s_, bool) or not isinstance(s_, numbers.Integral) or not 0 <= s_ < T:
-                raise ConfigError("tesla.snapshot_times", snaps, f"{s_!r} is not a time index in [0, {T - 1}]",
-                                  f"use indices between 0 and {T - 1}")
+                raise ConfigError(
+                    "tesla.snapshot_times",
+                    snaps,
+                    f"{s_!r} is not a time index in [0, {T - 1}]",
+                    f"use indices between 0 and {T - 1}",
+                )
     N = data.series.X.shape[0]
     held = np.zeros(N, bool)
     if t["criterion"] == "heldout":
@@ -96,23 +132,31 @@ def check_tesla(cfg: dict) -> TeslaPlan:
 
         held = path_tasks.heldout_rows(N, seed, float(f))
         if held.all() or not held.any():
-            raise ConfigError("tesla.heldout_fraction", f, f"leaves {int(held.sum())} of {N} samples held out",
-                              "choose a fraction that holds out some but not all samples")
+            raise ConfigError(
+                "tesla.heldout_fraction",
+                f,
+                f"leaves {int(held.sum())} of {N} samples held out",
+                "choose a fraction that holds out some but not all samples",
+            )
     if snaps:
         snapshot_times = tuple(int(s_) for s_ in snaps)
     else:  # four evenly spaced time points
         snapshot_times = tuple(int(s_) for s_ in sorted(set(np.linspace(0, T - 1, min(4, T)).round().astype(int))))
     grid = Grid(lambda1=_floats(t["lambda1"]), lambda2=_floats(t["lambda2"]), bandwidths=_floats(t["bandwidth"]))
-    solver = SolverSettings(q=int(cfg["model"]["q"]), max_iter=int(t["max_iter"]), tol=float(t["tol"]),
-                            active_sets=bool(t["active_sets"]))
-    selection = Selection(criterion=str(t["criterion"]), ebic_gamma=float(t["ebic_gamma"]), heldout_fraction=float(f),
-                          heldout=held)
-    return TeslaPlan(seed=seed, network=source, data=data,
-                     estimation=Estimation(methods=tuple(str(m) for m in methods), grid=grid, solver=solver,
-                                           selection=selection),
-                     report=ReportSettings(rule=str(t["rule"]), snapshot_times=snapshot_times,
-                                           figures=bool(t["figures"])),
-                     checkpoint_seconds=float(t["checkpoint_seconds"]))
+    solver = SolverSettings(
+        q=int(cfg["model"]["q"]), max_iter=int(t["max_iter"]), tol=float(t["tol"]), active_sets=bool(t["active_sets"])
+    )
+    selection = Selection(
+        criterion=str(t["criterion"]), ebic_gamma=float(t["ebic_gamma"]), heldout_fraction=float(f), heldout=held
+    )
+    return TeslaPlan(
+        seed=seed,
+        network=source,
+        data=data,
+        estimation=Estimation(methods=tuple(str(m) for m in methods), grid=grid, solver=solver, selection=selection),
+        report=ReportSettings(rule=str(t["rule"]), snapshot_times=snapshot_times, figures=bool(t["figures"])),
+        checkpoint_seconds=float(t["checkpoint_seconds"]),
+    )
 
 
 def _floats(values) -> tuple[float, ...]:
@@ -123,8 +167,12 @@ def _network_source(cfg: dict) -> networks.SyntheticNetwork | networks.NetworkFi
     """The ``network`` section, checked and typed: the generator's settings, or the file to read."""
     n = cfg.get("network")
     if not isinstance(n, dict) or "kind" not in n:
-        raise ConfigError("network", n, "pipeline=tesla needs data", "use network=synthetic, or network=npz "
-                          "network.path=FILE.npz, or network=csv network.path=FILE.csv")
+        raise ConfigError(
+            "network",
+            n,
+            "pipeline=tesla needs data",
+            "use network=synthetic, or network=npz network.path=FILE.npz, or network=csv network.path=FILE.csv",
+        )
     if n["kind"] not in networks.KINDS:
         raise ConfigError("network.kind", n["kind"], "unknown data source", f"use one of: {', '.join(networks.KINDS)}")
     if n["kind"] != "synthetic":
@@ -135,8 +183,9 @@ def _network_source(cfg: dict) -> networks.SyntheticNetwork | networks.NetworkFi
     if n.get("n_edges") is not None:
         integer(lo=0)("network.n_edges", n["n_edges"])
     if n["weight_low"] > n["weight_high"]:
-        raise ConfigError("network.weight_low", n["weight_low"], f"is above network.weight_high={n['weight_high']}",
-                          "swap them")
+        raise ConfigError(
+            "network.weight_low", n["weight_low"], f"is above network.weight_high={n['weight_high']}", "swap them"
+        )
     return _synthetic(n)
 
 
@@ -144,10 +193,19 @@ def _synthetic(n: dict) -> networks.SyntheticNetwork:
     """The generator's settings of ``network=synthetic`` (checked by the rules above), typed."""
     n_edges = n.get("n_edges")
     return networks.SyntheticNetwork(
-        p=int(n["p"]), T=int(n["T"]), samples_per_time=int(n["samples_per_time"]),
-        n_edges=None if n_edges is None else int(n_edges), rewire_every=int(n["rewire_every"]),
-        n_rewire=int(n["n_rewire"]), max_degree=int(n["max_degree"]), weight_low=float(n["weight_low"]),
-        weight_high=float(n["weight_high"]), ramp=int(n["ramp"]), field=float(n["field"]), burn_in=int(n["burn_in"]))
+        p=int(n["p"]),
+        T=int(n["T"]),
+        samples_per_time=int(n["samples_per_time"]),
+        n_edges=None if n_edges is None else int(n_edges),
+        rewire_every=int(n["rewire_every"]),
+        n_rewire=int(n["n_rewire"]),
+        max_degree=int(n["max_degree"]),
+        weight_low=float(n["weight_low"]),
+        weight_high=float(n["weight_high"]),
+        ramp=int(n["ramp"]),
+        field=float(n["field"]),
+        burn_in=int(n["burn_in"]),
+    )
 
 
 def _network_file(n: dict) -> networks.NetworkFile:
@@ -157,4 +215,3 @@ def _network_file(n: dict) -> networks.NetworkFile:
         raise ConfigError("network.path", path, f"network={kind} needs a file", f"add network.path=FILE.{kind}")
     truth = n.get("truth")
     return networks.NetworkFile(kind=str(kind), path=str(path), truth=str(truth) if truth else None)
-

@@ -35,8 +35,9 @@ class BPResult(NamedTuple):
 START_MESSAGES = (0.0, 0.5, -0.5)  # message starts tried by loopy_bp (see its docstring)
 
 
-def loopy_bp(mrf: PairwiseMRF, *, damping: float = 0.5, max_iter: int = 10000, tol: float = 1e-10,
-             starts=START_MESSAGES) -> BPResult:
+def loopy_bp(
+    mrf: PairwiseMRF, *, damping: float = 0.5, max_iter: int = 10000, tol: float = 1e-10, starts=START_MESSAGES
+) -> BPResult:
     """Damped synchronous loopy BP (numba kernel, any graph). ``damping`` d in (0, 1]: messages
     move to ``(1 - d) u + d update(u)`` in log space. Never raises on non-convergence.
 
@@ -57,8 +58,9 @@ def loopy_bp(mrf: PairwiseMRF, *, damping: float = 0.5, max_iter: int = 10000, t
     return best
 
 
-def loopy_bp_lattice(h, Jr, Jd, *, periodic: bool = True, damping: float = 0.5, max_iter: int = 10000,
-                     tol: float = 1e-10) -> messages.LatticeResult:
+def loopy_bp_lattice(
+    h, Jr, Jd, *, periodic: bool = True, damping: float = 0.5, max_iter: int = 10000, tol: float = 1e-10
+) -> messages.LatticeResult:
     """Loopy BP on an L x W lattice with the array path (NumPy or CuPy arrays [L, W]; see
     ``messages.lattice_messages_xp`` for the layout). Same iterates as :func:`loopy_bp` on the
     corresponding ``ising_lattice`` model; the result's arrays stay on the input's device."""

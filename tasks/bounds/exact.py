@@ -39,9 +39,9 @@ __all__ = [
 
 MAX_ENUM_NODES = 26
 MAX_TM_WIDTH = 12
-_LOW_BITS = 12          # nodes 0..k-1 form the "low" half of a state (2^k rows of a block)
+_LOW_BITS = 12  # nodes 0..k-1 form the "low" half of a state (2^k rows of a block)
 _BLOCK_STATES = 1 << 18  # states per block (2 MiB per float64 block array)
-_TM_BYTES = 1 << 27      # memory for the stored forward products of the transfer matrix (128 MiB)
+_TM_BYTES = 1 << 27  # memory for the stored forward products of the transfer matrix (128 MiB)
 
 
 class ExactResult(NamedTuple):
@@ -63,6 +63,7 @@ class LatticeResult(NamedTuple):
 # 1. enumeration
 # ----------------------------------------------------------------------------------------------
 
+
 def _spins(k: int) -> np.ndarray:
     """[2^k, k] float64 spin table: row s, column i is 2 * bit_i(s) - 1 (bit 0 = least significant)."""
     s = np.arange(1 << k, dtype=np.int64)
@@ -83,33 +84,35 @@ def _enumerate(mrf: PairwiseMRF, moments: bool):
     """
     n = mrf.n
     if n > MAX_ENUM_NODES:
-        raise ValueError(f"enumeration needs n <= {MAX_ENUM_NODES} nodes; got n = {n}; use "
-                         "lattice_transfer_matrix for narrow lattices or a bound for larger models")
+        raise ValueError(
+            f"enumeration needs n <= {MAX_ENUM_NODES} nodes; got n = {n}; use "
+            "lattice_transfer_matrix for narrow lattices or a bound for larger models"
+        )
     k = min(n, _LOW_BITS)
     nh = n - k
-    Sl = _spins(k)                                                   # [2^k, k]
+    Sl = _spins(k)  # [2^k, k]
     h = mrf.h
     a_e, b_e, J = mrf.edges[:, 0], mrf.edges[:, 1], mrf.J
-    ll = b_e < k                                                     # both ends low (a < b)
-    hh = a_e >= k                                                    # both ends high
-    lh = ~(ll | hh)                                                  # a low, b high
-    a_low = Sl @ h[:k] + (Sl[:, a_e[ll]] * Sl[:, b_e[ll]]) @ J[ll]   # [2^k]
+    ll = b_e < k  # both ends low (a < b)
+    hh = a_e >= k  # both ends high
+    lh = ~(ll | hh)  # a low, b high
+    a_low = Sl @ h[:k] + (Sl[:, a_e[ll]] * Sl[:, b_e[ll]]) @ J[ll]  # [2^k]
     C = np.zeros((k, nh))
     np.add.at(C, (a_e[lh], b_e[lh] - k), J[lh])
-    A = Sl @ C                                                       # [2^k, nh]
+    A = Sl @ C  # [2^k, nh]
     n_high = 1 << nh
     B = max(1, min(n_high, _BLOCK_STATES >> k))
     hbits = np.arange(nh, dtype=np.int64)
     ha, hb, hJ = a_e[hh] - k, b_e[hh] - k, J[hh]
 
     shift = -math.inf
-    z_low = np.zeros(1 << k)                                         # r: sum over high states
+    z_low = np.zeros(1 << k)  # r: sum over high states
     M_lh = np.zeros((k, nh + 1))
     M_hh = np.zeros((nh, nh + 1))
     for start in range(0, n_high, B):
         idx = np.arange(start, start + B, dtype=np.int64)
-        Sh = (((idx[:, None] >> hbits[None, :]) & 1) * 2 - 1).astype(np.float64)   # [B, nh]
-        b_high = Sh @ h[k:] + (Sh[:, ha] * Sh[:, hb]) @ hJ                          # [B]
+        Sh = (((idx[:, None] >> hbits[None, :]) & 1) * 2 - 1).astype(np.float64)  # [B, nh]
+        b_high = Sh @ h[k:] + (Sh[:, ha] * Sh[:, hb]) @ hJ  # [B]
         logw = A @ Sh.T
         logw += a_low[:, None]
         logw += b_high[None, :]
@@ -168,6 +171,7 @@ def exact_marginals(mrf: PairwiseMRF) -> ExactResult:
 # 2. lattices: row-to-row transfer matrix
 # ----------------------------------------------------------------------------------------------
 
+
 def _check_lattice(h, Jr, Jd, periodic_rows, periodic_cols):
     h = np.asarray(h, dtype=np.float64)
     if h.ndim != 2 or h.shape[0] < 1 or h.shape[1] < 1:
@@ -199,7 +203,7 @@ def _apply_v(P, Jd_row, W):
     (column c of the lattice is bit W-1-c of the state index, i.e. ``reshape(2^c, 2, -1)``)."""
     ns = P.shape[0]
     for c in range(W):
-        K = float(Jd_row[c])   # K = 0 is the all-ones factor (a free sum), not the identity
+        K = float(Jd_row[c])  # K = 0 is the all-ones factor (a free sum), not the identity
         a, b = math.exp(K - abs(K)), math.exp(-K - abs(K))
         P3 = P.reshape(1 << c, 2, -1)
         p0, p1 = P3[:, 0, :], P3[:, 1, :]
@@ -210,8 +214,9 @@ def _apply_v(P, Jd_row, W):
     return P
 
 
-def lattice_transfer_matrix(h, Jr=None, Jd=None, *, periodic_rows: bool = False,
-                            periodic_cols: bool = False) -> LatticeResult:
+def lattice_transfer_matrix(
+    h, Jr=None, Jd=None, *, periodic_rows: bool = False, periodic_cols: bool = False
+) -> LatticeResult:
     """Exact ``log Z`` and ``E[x_{r,c}]`` of a 2-D lattice model by the row-to-row transfer matrix.
 
     ``P(x) ∝ exp(sum_{r,c} h[r,c] x_{r,c} + sum Jr[r,c] x_{r,c} x_{r,c+1} + sum Jd[r,c] x_{r,c} x_{r+1,c})``
@@ -244,29 +249,28 @@ def lattice_transfer_matrix(h, Jr=None, Jd=None, *, periodic_rows: bool = False,
     """
     h, Jr, Jd = _check_lattice(h, Jr, Jd, periodic_rows, periodic_cols)
     transposed = h.shape[1] > h.shape[0]
-    if transposed:   # rows become columns: right bonds become down bonds and vice versa
+    if transposed:  # rows become columns: right bonds become down bonds and vice versa
         h, Jr, Jd = h.T.copy(), Jd.T.copy(), Jr.T.copy()
         periodic_rows, periodic_cols = periodic_cols, periodic_rows
     L, W = h.shape
     if W > MAX_TM_WIDTH:
-        raise ValueError(f"transfer matrix width min(L, W) = {W} exceeds {MAX_TM_WIDTH} "
-                         "(the cost grows as 4^width)")
+        raise ValueError(f"transfer matrix width min(L, W) = {W} exceeds {MAX_TM_WIDTH} (the cost grows as 4^width)")
     ns = 1 << W
-    sigma = (np.stack(np.unravel_index(np.arange(ns), (2,) * W), axis=1) * 2.0 - 1.0)   # [ns, W]
-    right = sigma * np.roll(sigma, -1, axis=1)                                          # [ns, W]
+    sigma = np.stack(np.unravel_index(np.arange(ns), (2,) * W), axis=1) * 2.0 - 1.0  # [ns, W]
+    right = sigma * np.roll(sigma, -1, axis=1)  # [ns, W]
     Jr_eff = Jr if (periodic_cols and W > 1) else np.concatenate([Jr[:, :-1], np.zeros((L, 1))], axis=1)
-    phi = sigma @ h.T + right @ Jr_eff.T                                                # [ns, L]
+    phi = sigma @ h.T + right @ Jr_eff.T  # [ns, L]
     phi_max = phi.max(axis=0)
-    Dw = np.exp(phi - phi_max)                                                          # [ns, L]
-    vscale = np.abs(Jd).sum(axis=1)                                                     # [L]
+    Dw = np.exp(phi - phi_max)  # [ns, L]
+    vscale = np.abs(Jd).sum(axis=1)  # [L]
 
     if periodic_rows:
         B = int(max(1, min(ns, _TM_BYTES // (8 * ns * L))))
         blocks = [np.arange(s, min(ns, s + B)) for s in range(0, ns, B)]
     else:
         blocks = [None]
-    log_zb = np.empty((len(blocks), L))       # per block and row: log of the block's total weight
-    mean_b = np.empty((len(blocks), L, W))    # per block and row: E[sigma_c | block]
+    log_zb = np.empty((len(blocks), L))  # per block and row: log of the block's total weight
+    mean_b = np.empty((len(blocks), L, W))  # per block and row: E[sigma_c | block]
     for bi, cols in enumerate(blocks):
         nb = 1 if cols is None else cols.size
         # forward: F_0 = D_0 (start column s0 holds exp(phi_0(s0)) at s0 for periodic rows)
@@ -282,7 +286,7 @@ def lattice_transfer_matrix(h, Jr=None, Jd=None, *, periodic_rows: bool = False,
         F[0], Fs[0] = P, s
         for r in range(1, L):
             P = _apply_v(P, Jd[r - 1], W)
-            P *= Dw[:, r:r + 1]
+            P *= Dw[:, r : r + 1]
             cm = P.max(axis=0)
             P /= cm
             s = s + np.log(cm) + vscale[r - 1] + phi_max[r]
@@ -298,22 +302,22 @@ def lattice_transfer_matrix(h, Jr=None, Jd=None, *, periodic_rows: bool = False,
             g = np.full(nb, vscale[L - 1])
         for r in range(L - 1, -1, -1):
             if r < L - 1:
-                G = _apply_v(G * Dw[:, r + 1:r + 2], Jd[r], W)
+                G = _apply_v(G * Dw[:, r + 1 : r + 2], Jd[r], W)
                 cm = G.max(axis=0)
                 G /= cm
                 g = g + np.log(cm) + vscale[r] + phi_max[r + 1]
-            prod = F[r] * G                                   # [ns, nb]
-            colsum = prod.sum(axis=0)                         # [nb] > 0
-            lc = Fs[r] + g + np.log(colsum)                   # [nb] log weight of each column
+            prod = F[r] * G  # [ns, nb]
+            colsum = prod.sum(axis=0)  # [nb] > 0
+            lc = Fs[r] + g + np.log(colsum)  # [nb] log weight of each column
             top = float(lc.max())
-            wcol = np.exp(lc - top) / colsum                  # per-column factor to a common scale
-            state_w = prod @ wcol                             # [ns]
+            wcol = np.exp(lc - top) / colsum  # per-column factor to a common scale
+            state_w = prod @ wcol  # [ns]
             tot = float(state_w.sum())
             log_zb[bi, r] = top + math.log(tot)
             mean_b[bi, r] = sigma.T @ state_w / tot
     # combine blocks row by row (each row's totals agree up to round-off; use each row's own)
-    top = log_zb.max(axis=0)                                  # [L]
-    wb = np.exp(log_zb - top)                                 # [nblocks, L]
+    top = log_zb.max(axis=0)  # [L]
+    wb = np.exp(log_zb - top)  # [nblocks, L]
     log_z_rows = top + np.log(wb.sum(axis=0))
     mean = np.einsum("bl,blw->lw", wb, mean_b) / wb.sum(axis=0)[:, None]
     log_z = float(log_z_rows[0])
@@ -352,8 +356,10 @@ def lattice_arrays(mrf: PairwiseMRF, L: int, W: int, periodic: bool):
     ok = horiz_in | horiz_wrap | vert_in | vert_wrap
     if not np.all(ok):
         k = int(np.flatnonzero(~ok)[0])
-        raise ValueError(f"edge ({int(a[k])}, {int(b[k])}) is not a bond of the "
-                         f"{'periodic' if periodic else 'open'} {L} x {W} lattice")
+        raise ValueError(
+            f"edge ({int(a[k])}, {int(b[k])}) is not a bond of the "
+            f"{'periodic' if periodic else 'open'} {L} x {W} lattice"
+        )
     np.add.at(Jr, (ra[horiz_in], ca[horiz_in]), mrf.J[horiz_in])
     np.add.at(Jr, (rb[horiz_wrap], cb[horiz_wrap]), mrf.J[horiz_wrap])
     np.add.at(Jd, (ra[vert_in], ca[vert_in]), mrf.J[vert_in])

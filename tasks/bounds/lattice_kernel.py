@@ -76,16 +76,36 @@ def _iterate(e2h, pr, qr, pd, qd, periodic, rho, sqrt_damp, wL, wR, wU, wD, max_
         for r in prange(L):
             m = 0
             # to the right neighbour (r, c+1), into its left slot; bond (r, c)
-            m += _send(B[r, :W - 1], wR[r, :W - 1], pr[r, :W - 1], qr[r, :W - 1], wL[r, 1:], nL[r, 1:], lo, hi,
-                       sqrt_damp)
+            m += _send(
+                B[r, : W - 1], wR[r, : W - 1], pr[r, : W - 1], qr[r, : W - 1], wL[r, 1:], nL[r, 1:], lo, hi, sqrt_damp
+            )
             # to the left neighbour (r, c-1), into its right slot; bond (r, c-1)
-            m += _send(B[r, 1:], wL[r, 1:], pr[r, :W - 1], qr[r, :W - 1], wR[r, :W - 1], nR[r, :W - 1], lo, hi,
-                       sqrt_damp)
+            m += _send(
+                B[r, 1:], wL[r, 1:], pr[r, : W - 1], qr[r, : W - 1], wR[r, : W - 1], nR[r, : W - 1], lo, hi, sqrt_damp
+            )
             if periodic:  # the wrapping bond (r, W-1) - (r, 0)
-                m += _send(B[r, W - 1:], wR[r, W - 1:], pr[r, W - 1:], qr[r, W - 1:], wL[r, :1], nL[r, :1], lo,
-                           hi, sqrt_damp)
-                m += _send(B[r, :1], wL[r, :1], pr[r, W - 1:], qr[r, W - 1:], wR[r, W - 1:], nR[r, W - 1:], lo,
-                           hi, sqrt_damp)
+                m += _send(
+                    B[r, W - 1 :],
+                    wR[r, W - 1 :],
+                    pr[r, W - 1 :],
+                    qr[r, W - 1 :],
+                    wL[r, :1],
+                    nL[r, :1],
+                    lo,
+                    hi,
+                    sqrt_damp,
+                )
+                m += _send(
+                    B[r, :1],
+                    wL[r, :1],
+                    pr[r, W - 1 :],
+                    qr[r, W - 1 :],
+                    wR[r, W - 1 :],
+                    nR[r, W - 1 :],
+                    lo,
+                    hi,
+                    sqrt_damp,
+                )
             if r < L - 1 or periodic:  # down to (r+1, c), into its upper slot; bond (r, c)
                 rd = (r + 1) % L
                 m += _send(B[r], wD[r], pd[r], qd[r], wU[rd], nU[rd], lo, hi, sqrt_damp)
@@ -127,15 +147,27 @@ def applicable(h, Jr, Jd, rho_r, rho_d, damping) -> bool:
     return 2.0 * float(np.abs(h).max(initial=0.0)) + 10.0 * kmax <= OVERFLOW_LIMIT
 
 
-def lattice_messages_numba(h, Jr, Jd, rho_r, rho_d, periodic: bool = True, damping: float = 0.5,
-                           max_iter: int = 10000, tol: float = 1e-10, u0: float = 0.0) -> LatticeMessages:
+def lattice_messages_numba(
+    h,
+    Jr,
+    Jd,
+    rho_r,
+    rho_d,
+    periodic: bool = True,
+    damping: float = 0.5,
+    max_iter: int = 10000,
+    tol: float = 1e-10,
+    u0: float = 0.0,
+) -> LatticeMessages:
     """Same signature and iterates as ``messages.lattice_messages_xp`` (NumPy arrays), by the numba
     kernel above; returns the log-ratio messages. Raises ValueError where :func:`applicable` is false."""
     d, max_iter, tol = check_run_args(damping, max_iter, tol)
     xp, h, Jr, Jd, rho_r, rho_d, mask_r, mask_d = _lattice_prepare(h, Jr, Jd, rho_r, rho_d, periodic)
     if not applicable(h, Jr, Jd, rho_r, rho_d, d):
-        raise ValueError("the w-domain lattice kernel needs NumPy arrays, one rho for all bonds, damping 0.5 or 1 "
-                         "and moderate couplings; use messages.lattice_messages_xp")
+        raise ValueError(
+            "the w-domain lattice kernel needs NumPy arrays, one rho for all bonds, damping 0.5 or 1 "
+            "and moderate couplings; use messages.lattice_messages_xp"
+        )
     rho = float(np.ravel(rho_r)[0])
     Kr, Kd = Jr / rho, Jd / rho
     pr, qr = 2.0 / (1.0 + np.exp(-2.0 * Kr)), 2.0 / (1.0 + np.exp(2.0 * Kr))
@@ -145,7 +177,8 @@ def lattice_messages_numba(h, Jr, Jd, rho_r, rho_d, periodic: bool = True, dampi
     mask_u = np.roll(mask_d, 1, axis=0)
     w = [np.where(m, math.exp(2.0 * float(u0)), 1.0) for m in (mask_l, mask_r, mask_u, mask_d)]
     run = _kernels()
-    it, conv = run(np.exp(2.0 * h), pr, qr, pd, qd, bool(periodic), rho, d == 0.5, w[0], w[1], w[2], w[3],
-                   max_iter, tol)
+    it, conv = run(
+        np.exp(2.0 * h), pr, qr, pd, qd, bool(periodic), rho, d == 0.5, w[0], w[1], w[2], w[3], max_iter, tol
+    )
     uL, uR, uU, uD = (0.5 * np.log(x) for x in w)
     return LatticeMessages(uL, uR, uU, uD, int(it), bool(conv))

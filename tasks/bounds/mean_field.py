@@ -64,7 +64,7 @@ class MFResult(NamedTuple):
 def _entropy(m: np.ndarray) -> np.ndarray:
     """Binary entropy H_b((1 + m) / 2) in nats, elementwise; exact 0 at m = +-1, no NaN."""
     a = np.abs(np.asarray(m, dtype=np.float64))
-    b = np.where(a < 1.0, a, 0.0)      # (1 - a) log1p(-a) -> 0 as a -> 1; b keeps log1p finite
+    b = np.where(a < 1.0, a, 0.0)  # (1 - a) log1p(-a) -> 0 as a -> 1; b keeps log1p finite
     t = (1.0 + a) * np.log1p(a) + np.where(a < 1.0, (1.0 - b) * np.log1p(-b), 0.0)
     return _LOG2 - 0.5 * t
 
@@ -95,8 +95,16 @@ def mf_residual(mrf: PairwiseMRF, m) -> float:
     return float(np.max(np.abs(m - np.tanh(f)))) if m.size else 0.0
 
 
-def mean_field(mrf: PairwiseMRF, *, damping: float = 0.0, max_iter: int = 1000, tol: float = 1e-10,
-               init=None, n_restarts: int = 0, seed: int = 0) -> MFResult:
+def mean_field(
+    mrf: PairwiseMRF,
+    *,
+    damping: float = 0.0,
+    max_iter: int = 1000,
+    tol: float = 1e-10,
+    init=None,
+    n_restarts: int = 0,
+    seed: int = 0,
+) -> MFResult:
     """Naive mean field by coordinate ascent (sequential sweeps over nodes 0..n-1).
 
     Starts: ``init`` ([n] in [-1, 1]) if given, else three deterministic ones -- ``tanh(h)``
@@ -143,11 +151,12 @@ def mean_field(mrf: PairwiseMRF, *, damping: float = 0.0, max_iter: int = 1000, 
     for si, m0 in enumerate(starts):
         m = np.array(m0, dtype=np.float64)
         hist = np.empty(int(max_iter) + 1)
-        it, conv = k["_mf_sweeps"](h, adj.indptr, adj.nbr, Jn, ea, eb, mrf.J, m, float(damping),
-                                  int(max_iter), float(tol), hist)
+        it, conv = k["_mf_sweeps"](
+            h, adj.indptr, adj.nbr, Jn, ea, eb, mrf.J, m, float(damping), int(max_iter), float(tol), hist
+        )
         F = mf_bound(mrf, m)
         if best is None or F > best[0]:
-            best = (F, m, int(it), bool(conv), hist[:it + 1].copy(), si)
+            best = (F, m, int(it), bool(conv), hist[: it + 1].copy(), si)
     F, m, it, conv, hist, si = best
     return MFResult(float(F), m, it, conv, hist, si, mf_residual(mrf, m))
 

@@ -62,9 +62,23 @@ import numpy as np
 from pgmflow.tasks import backend
 from pgmflow.tasks.bounds.mrf import MRFError, PairwiseMRF, adjacency
 
-__all__ = ["Beliefs", "LatticeMessages", "LatticeResult", "Messages", "beliefs", "check_run_args",
-           "edge_terms_xp", "lattice_arrays", "lattice_beliefs_xp", "lattice_edge_index",
-           "lattice_messages_xp", "lattice_run_xp", "message_xp", "node_terms_xp", "run_messages"]
+__all__ = [
+    "Beliefs",
+    "LatticeMessages",
+    "LatticeResult",
+    "Messages",
+    "beliefs",
+    "check_run_args",
+    "edge_terms_xp",
+    "lattice_arrays",
+    "lattice_beliefs_xp",
+    "lattice_edge_index",
+    "lattice_messages_xp",
+    "lattice_run_xp",
+    "message_xp",
+    "node_terms_xp",
+    "run_messages",
+]
 
 
 class Messages(NamedTuple):
@@ -108,6 +122,7 @@ class LatticeResult(NamedTuple):
 
 # --- shared scalar/array maths ------------------------------------------------------------------------
 
+
 def _lc_xp(xp, y):
     """log(2 cosh y) without overflow."""
     ay = xp.abs(y)
@@ -136,8 +151,12 @@ def node_terms_xp(xp, h, m):
 
 def edge_terms_xp(xp, ms, mt, c, J, rho, w=None):
     """``sum_st w_st (J_st c_st - rho_st I_st)`` with the pair table built from (ms, mt, c)."""
-    h2 = -(_xlogx(xp, 0.25 * (1.0 + ms + mt + c)) + _xlogx(xp, 0.25 * (1.0 + ms - mt - c))
-           + _xlogx(xp, 0.25 * (1.0 - ms + mt - c)) + _xlogx(xp, 0.25 * (1.0 - ms - mt + c)))
+    h2 = -(
+        _xlogx(xp, 0.25 * (1.0 + ms + mt + c))
+        + _xlogx(xp, 0.25 * (1.0 + ms - mt - c))
+        + _xlogx(xp, 0.25 * (1.0 - ms + mt - c))
+        + _xlogx(xp, 0.25 * (1.0 - ms - mt + c))
+    )
     mi = _h1(xp, ms) + _h1(xp, mt) - h2
     t = J * c - rho * mi
     if w is not None:
@@ -250,8 +269,9 @@ def _kernels():
     return backend.compile_kernels(sys.modules[__name__], bind={"prange": backend.numba().prange})["_run_csr"]
 
 
-def run_messages(mrf: PairwiseMRF, rho, damping: float = 0.5, max_iter: int = 10000, tol: float = 1e-10,
-                 adj=None, u0=None) -> Messages:
+def run_messages(
+    mrf: PairwiseMRF, rho, damping: float = 0.5, max_iter: int = 10000, tol: float = 1e-10, adj=None, u0=None
+) -> Messages:
     """Damped synchronous TRW message passing on any graph (numba kernel over the CSR adjacency).
 
     ``rho`` [E] in (0, 1] (all ones: loopy BP). ``adj`` may pass a precomputed ``adjacency(mrf)``.
@@ -263,8 +283,20 @@ def run_messages(mrf: PairwiseMRF, rho, damping: float = 0.5, max_iter: int = 10
     K = np.ascontiguousarray(mrf.J / rho)
     u = np.zeros(2 * mrf.E) if u0 is None else np.array(np.broadcast_to(np.asarray(u0, np.float64), (2 * mrf.E,)))
     run = _kernels()
-    it, conv = run(adj.indptr, adj.nbr, adj.eid, adj.rev, np.ascontiguousarray(mrf.h, np.float64), K, np.tanh(K),
-                   np.ascontiguousarray(rho), d, max_iter, tol, u)
+    it, conv = run(
+        adj.indptr,
+        adj.nbr,
+        adj.eid,
+        adj.rev,
+        np.ascontiguousarray(mrf.h, np.float64),
+        K,
+        np.tanh(K),
+        np.ascontiguousarray(rho),
+        d,
+        max_iter,
+        tol,
+        u,
+    )
     return Messages(u, int(it), bool(conv))
 
 
@@ -295,6 +327,7 @@ def beliefs(mrf: PairwiseMRF, rho, u, adj=None) -> Beliefs:
 
 # --- the lattice (xp) path ----------------------------------------------------------------------------
 
+
 def lattice_edge_index(L: int, W: int, periodic: bool):
     """Positions of the lattice bonds in the edge order of ``ising_lattice(L, W, periodic=...)``
     (and of any model with the same edge set): ``(idx_right [L, W], idx_down [L, W])``, -1 where a
@@ -303,8 +336,11 @@ def lattice_edge_index(L: int, W: int, periodic: bool):
     if L < 1 or W < 1:
         raise MRFError("lattice", f"{L} x {W}", "use sides >= 1")
     if periodic and (L < 3 or W < 3):
-        raise MRFError("lattice", f"periodic {L} x {W} has double bonds or self-loops",
-                       "use sides >= 3 for a periodic lattice, or periodic=False")
+        raise MRFError(
+            "lattice",
+            f"periodic {L} x {W} has double bonds or self-loops",
+            "use sides >= 3 for a periodic lattice, or periodic=False",
+        )
     n = L * W
     r, c = np.divmod(np.arange(n), W)
     a_r, b_r = r * W + c, r * W + (c + 1) % W
@@ -327,15 +363,20 @@ def lattice_arrays(mrf: PairwiseMRF, L: int, W: int, periodic: bool, rho=None):
     ref = np.unique(np.concatenate([idx_r[idx_r >= 0], idx_d[idx_d >= 0]]))
     n = L * W
     if mrf.n != n or mrf.E != ref.size:
-        raise MRFError("model", f"has {mrf.n} nodes and {mrf.E} edges, the {'periodic' if periodic else 'open'} "
-                       f"{L} x {W} lattice has {n} and {ref.size}", "pass a model built by ising_lattice(L, W, ...)")
+        raise MRFError(
+            "model",
+            f"has {mrf.n} nodes and {mrf.E} edges, the {'periodic' if periodic else 'open'} "
+            f"{L} x {W} lattice has {n} and {ref.size}",
+            "pass a model built by ising_lattice(L, W, ...)",
+        )
     rr, cc = np.divmod(np.arange(n), W)
     exp_r = np.stack([rr * W + cc, rr * W + (cc + 1) % W], 1)[idx_r.reshape(-1) >= 0]
     exp_d = np.stack([rr * W + cc, ((rr + 1) % L) * W + cc], 1)[idx_d.reshape(-1) >= 0]
     want = np.unique(np.concatenate([np.sort(exp_r, 1), np.sort(exp_d, 1)]) @ np.array([n, 1]))
     if not np.array_equal(want, mrf.edges @ np.array([n, 1])):
-        raise MRFError("model", f"edge set differs from the {L} x {W} lattice's",
-                       "pass a model built by ising_lattice(L, W, ...)")
+        raise MRFError(
+            "model", f"edge set differs from the {L} x {W} lattice's", "pass a model built by ising_lattice(L, W, ...)"
+        )
     rho = np.ones(mrf.E) if rho is None else np.asarray(rho, dtype=np.float64)
     if rho.shape != (mrf.E,):
         raise MRFError("rho", f"has shape {rho.shape}, the model has {mrf.E} edges", "pass one value per edge")
@@ -343,8 +384,13 @@ def lattice_arrays(mrf: PairwiseMRF, L: int, W: int, periodic: bool, rho=None):
     def gather(v, idx, fill):
         return np.where(idx >= 0, v[np.maximum(idx, 0)], fill)
 
-    return (mrf.h.reshape(L, W).copy(), gather(mrf.J, idx_r, 0.0), gather(mrf.J, idx_d, 0.0),
-            gather(rho, idx_r, 1.0), gather(rho, idx_d, 1.0))
+    return (
+        mrf.h.reshape(L, W).copy(),
+        gather(mrf.J, idx_r, 0.0),
+        gather(mrf.J, idx_d, 0.0),
+        gather(rho, idx_r, 1.0),
+        gather(rho, idx_d, 1.0),
+    )
 
 
 def _lattice_prepare(h, Jr, Jd, rho_r, rho_d, periodic):
@@ -354,8 +400,11 @@ def _lattice_prepare(h, Jr, Jd, rho_r, rho_d, periodic):
         raise MRFError("h", f"has shape {tuple(h.shape)}", "pass lattice fields as an [L, W] array")
     L, W = h.shape
     if periodic and (L < 3 or W < 3):
-        raise MRFError("lattice", f"periodic {L} x {W} has double bonds or self-loops",
-                       "use sides >= 3 for a periodic lattice, or periodic=False")
+        raise MRFError(
+            "lattice",
+            f"periodic {L} x {W} has double bonds or self-loops",
+            "use sides >= 3 for a periodic lattice, or periodic=False",
+        )
     arrs = []
     for name, v in (("Jr", Jr), ("Jd", Jd), ("rho_r", rho_r), ("rho_d", rho_d)):
         v = xp.asarray(v, dtype=xp.float64)
@@ -375,7 +424,9 @@ def _lattice_prepare(h, Jr, Jd, rho_r, rho_d, periodic):
     for name, v in (("rho_r", rho_r), ("rho_d", rho_d)):
         ok = bool(xp.all(xp.isfinite(v) & (v > 0) & (v <= 1.0 + 1e-12)))
         if not ok:
-            raise MRFError(name, "has values outside (0, 1] or non-finite", "use edge appearance probabilities in (0, 1]")
+            raise MRFError(
+                name, "has values outside (0, 1] or non-finite", "use edge appearance probabilities in (0, 1]"
+            )
     if not bool(xp.all(xp.isfinite(h)) & xp.all(xp.isfinite(Jr)) & xp.all(xp.isfinite(Jd))):
         raise MRFError("lattice", "fields or couplings are not finite", "use finite h, Jr, Jd")
     return xp, h, Jr, Jd, rho_r, rho_d, mask_r, mask_d
@@ -386,8 +437,18 @@ def _lattice_S(xp, msgs4, rho_r, rho_d):
     return (xp.roll(rho_d, 1, axis=0) * uU + xp.roll(rho_r, 1, axis=1) * uL) + rho_r * uR + rho_d * uD
 
 
-def lattice_messages_xp(h, Jr, Jd, rho_r, rho_d, periodic: bool = True, damping: float = 0.5,
-                        max_iter: int = 10000, tol: float = 1e-10, u0: float = 0.0) -> LatticeMessages:
+def lattice_messages_xp(
+    h,
+    Jr,
+    Jd,
+    rho_r,
+    rho_d,
+    periodic: bool = True,
+    damping: float = 0.5,
+    max_iter: int = 10000,
+    tol: float = 1e-10,
+    u0: float = 0.0,
+) -> LatticeMessages:
     """Damped synchronous TRW messages on an L x W lattice, vectorised per direction (NumPy or CuPy).
 
     ``h`` [L, W] fields; ``Jr[r, c]`` couples (r, c)-(r, c+1) and ``Jd[r, c]`` couples
@@ -418,8 +479,10 @@ def lattice_messages_xp(h, Jr, Jd, rho_r, rho_d, periodic: bool = True, damping:
         nL = keep * uL + d * message_xp(xp, Kr_l, xp.roll(hS - uR, 1, axis=1))
         nD = keep * uD + d * message_xp(xp, Kd, xp.roll(hS - uU, -1, axis=0))
         nU = keep * uU + d * message_xp(xp, Kd_u, xp.roll(hS - uD, 1, axis=0))
-        delta = xp.maximum(xp.maximum(xp.max(xp.abs(nL - uL)), xp.max(xp.abs(nR - uR))),
-                           xp.maximum(xp.max(xp.abs(nU - uU)), xp.max(xp.abs(nD - uD))))
+        delta = xp.maximum(
+            xp.maximum(xp.max(xp.abs(nL - uL)), xp.max(xp.abs(nR - uR))),
+            xp.maximum(xp.max(xp.abs(nU - uU)), xp.max(xp.abs(nD - uD))),
+        )
         uL, uR, uU, uD = nL, nR, nU, nD
         delta = float(delta)
         if delta < tol:  # NaN never converges
@@ -443,13 +506,17 @@ def lattice_beliefs_xp(h, Jr, Jd, rho_r, rho_d, periodic: bool, msgs: LatticeMes
     cd = xp.where(mask_d, cd, 0.0)
     wr = mask_r.astype(xp.float64)
     wd = mask_d.astype(xp.float64)
-    obj = (node_terms_xp(xp, h, m) + edge_terms_xp(xp, m, xp.roll(m, -1, axis=1), cr, Jr, rho_r, wr)
-           + edge_terms_xp(xp, m, xp.roll(m, -1, axis=0), cd, Jd, rho_d, wd))
+    obj = (
+        node_terms_xp(xp, h, m)
+        + edge_terms_xp(xp, m, xp.roll(m, -1, axis=1), cr, Jr, rho_r, wr)
+        + edge_terms_xp(xp, m, xp.roll(m, -1, axis=0), cd, Jd, rho_d, wd)
+    )
     return LatticeResult(float(obj), m, cr, cd, msgs.n_iter, msgs.converged)
 
 
-def lattice_run_xp(h, Jr, Jd, rho_r, rho_d, periodic: bool = True, damping: float = 0.5, max_iter: int = 10000,
-                   tol: float = 1e-10) -> LatticeResult:
+def lattice_run_xp(
+    h, Jr, Jd, rho_r, rho_d, periodic: bool = True, damping: float = 0.5, max_iter: int = 10000, tol: float = 1e-10
+) -> LatticeResult:
     """:func:`lattice_messages_xp` then :func:`lattice_beliefs_xp`."""
     msgs = lattice_messages_xp(h, Jr, Jd, rho_r, rho_d, periodic, damping, max_iter, tol)
     return lattice_beliefs_xp(h, Jr, Jd, rho_r, rho_d, periodic, msgs)

@@ -64,8 +64,9 @@ def make_mrf(h, edges, J) -> PairwiseMRF:
     if J.shape[0] != edges.shape[0]:
         raise MRFError("J", f"has {J.shape[0]} couplings for {edges.shape[0]} edges", "pass one coupling per edge")
     if not np.all(np.isfinite(h)):
-        raise MRFError("h", f"field {h[~np.isfinite(h)][0]} at node {int(np.flatnonzero(~np.isfinite(h))[0])}",
-                       "use finite fields")
+        raise MRFError(
+            "h", f"field {h[~np.isfinite(h)][0]} at node {int(np.flatnonzero(~np.isfinite(h))[0])}", "use finite fields"
+        )
     if not np.all(np.isfinite(J)):
         k = int(np.flatnonzero(~np.isfinite(J))[0])
         raise MRFError("J", f"coupling {J[k]} on edge {tuple(int(v) for v in edges[k])}", "use finite couplings")
@@ -73,8 +74,11 @@ def make_mrf(h, edges, J) -> PairwiseMRF:
         raise MRFError("edges", f"a node index outside [0, {n})", "number nodes 0..n-1")
     if np.any(edges[:, 0] == edges[:, 1]):
         k = int(np.flatnonzero(edges[:, 0] == edges[:, 1])[0])
-        raise MRFError("edges", f"self-loop on node {int(edges[k, 0])}", "a pairwise MRF has no self-loops; "
-                       "put x_i x_i = 1 into the constant, or the field")
+        raise MRFError(
+            "edges",
+            f"self-loop on node {int(edges[k, 0])}",
+            "a pairwise MRF has no self-loops; put x_i x_i = 1 into the constant, or the field",
+        )
     a = np.minimum(edges[:, 0], edges[:, 1])
     b = np.maximum(edges[:, 0], edges[:, 1])
     key = a * n + b
@@ -102,12 +106,18 @@ def from_dense(J, h=None, *, name: str = "J", atol: float = 1e-12) -> PairwiseMR
     asym = np.abs(J - J.T)
     if asym.size and asym.max() > atol * scale:
         i, j = np.unravel_index(int(np.argmax(asym)), asym.shape)
-        raise MRFError(name, f"is not symmetric: [{i}, {j}] = {J[i, j]:g} but [{j}, {i}] = {J[j, i]:g}",
-                       "use a symmetric matrix (J_ij = J_ji couples x_i x_j once)")
+        raise MRFError(
+            name,
+            f"is not symmetric: [{i}, {j}] = {J[i, j]:g} but [{j}, {i}] = {J[j, i]:g}",
+            "use a symmetric matrix (J_ij = J_ji couples x_i x_j once)",
+        )
     if np.any(np.diag(J) != 0):
         i = int(np.flatnonzero(np.diag(J))[0])
-        raise MRFError(name, f"diagonal entry [{i}, {i}] is {J[i, i]:g}", "set the diagonal to zero "
-                       "(x_i^2 = 1 adds only a constant)")
+        raise MRFError(
+            name,
+            f"diagonal entry [{i}, {i}] is {J[i, i]:g}",
+            "set the diagonal to zero (x_i^2 = 1 adds only a constant)",
+        )
     h = np.zeros(n) if h is None else np.asarray(h, dtype=np.float64)
     if h.shape != (n,):
         raise MRFError("h", f"has shape {h.shape}, the couplings need ({n},)", "pass one field per node")
@@ -124,8 +134,17 @@ def to_dense(mrf: PairwiseMRF) -> np.ndarray:
     return M
 
 
-def ising_lattice(L: int, W: int | None = None, *, J: float = 1.0, h: float = 0.0, beta: float = 1.0,
-                  periodic: bool = True, bonds_h=None, bonds_v=None) -> PairwiseMRF:
+def ising_lattice(
+    L: int,
+    W: int | None = None,
+    *,
+    J: float = 1.0,
+    h: float = 0.0,
+    beta: float = 1.0,
+    periodic: bool = True,
+    bonds_h=None,
+    bonds_v=None,
+) -> PairwiseMRF:
     """The 2-D Ising model on an L x W lattice (rows x columns), node ``r * W + c``.
 
     ``P(s) ∝ exp(beta (J sum_<ij> b_ij s_i s_j + h sum_i s_i))`` with bond signs ``b`` from
@@ -148,8 +167,9 @@ def ising_lattice(L: int, W: int | None = None, *, J: float = 1.0, h: float = 0.
     src.append(np.flatnonzero(down))
     dst.append((((r + 1) % L) * W + c)[down])
     val.append(beta * J * bv.reshape(-1)[down])
-    return make_mrf(np.full(L * W, beta * h), np.stack([np.concatenate(src), np.concatenate(dst)], axis=1),
-                    np.concatenate(val))
+    return make_mrf(
+        np.full(L * W, beta * h), np.stack([np.concatenate(src), np.concatenate(dst)], axis=1), np.concatenate(val)
+    )
 
 
 def adjacency(mrf: PairwiseMRF) -> Adjacency:

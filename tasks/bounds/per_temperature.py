@@ -17,8 +17,9 @@ EXACT_MAX_NODES = 20  # exact log Z and marginals by enumeration up to this many
 
 def ising_model(target, b: float = 1.0) -> _mrf.PairwiseMRF:
     """The tempering target at ladder level ``b`` (inverse temperature ``b * beta_model``) as an MRF."""
-    return _mrf.ising_lattice(target.L, J=target.J_abs, h=target.h, beta=b * target.beta_model,
-                              bonds_h=target.bonds_h, bonds_v=target.bonds_v)
+    return _mrf.ising_lattice(
+        target.L, J=target.J_abs, h=target.h, beta=b * target.beta_model, bonds_h=target.bonds_h, bonds_v=target.bonds_v
+    )
 
 
 def lattice_of(target):

@@ -74,9 +74,18 @@ def _lattice_run(model, rho, lattice, backend_name, damping, max_iter, tol, star
     return best
 
 
-def compute_bounds(model: _mrf.PairwiseMRF, rho=None, *, damping: float = 0.5, max_iter: int = 10000,
-                   tol: float = 1e-10, mf_restarts: int = 2, seed: int = 0, lattice=None,
-                   backend: str = "numpy") -> Bounds:
+def compute_bounds(
+    model: _mrf.PairwiseMRF,
+    rho=None,
+    *,
+    damping: float = 0.5,
+    max_iter: int = 10000,
+    tol: float = 1e-10,
+    mf_restarts: int = 2,
+    seed: int = 0,
+    lattice=None,
+    backend: str = "numpy",
+) -> Bounds:
     """Mean field, loopy BP and TRW on one model. ``rho`` [E]: TRW's edge appearance probabilities
     (None: from random spanning trees, ``trw.spanning_tree_rho``). ``lattice=(L, W, periodic)`` says
     the model is ``mrf.ising_lattice(L, W, periodic=...)`` (sides >= 3 when periodic): its messages
@@ -95,9 +104,21 @@ def compute_bounds(model: _mrf.PairwiseMRF, rho=None, *, damping: float = 0.5, m
         t = _trw.trw(model, rho, damping=damping, max_iter=max_iter, tol=tol)
         bp = _Run(float(b.log_z_bethe), np.asarray(b.mean), int(b.n_iter), bool(b.converged))
         tr = _Run(float(t.log_z_upper), np.asarray(t.mean), int(t.n_iter), bool(t.converged))
-    return Bounds(float(mf.log_z_lower), bp.log_z, tr.log_z, bool(mf.converged), bp.converged, tr.converged,
-                  int(mf.n_iter), bp.n_iter, tr.n_iter, np.asarray(mf.mean), bp.mean, tr.mean,
-                  time.perf_counter() - t0)
+    return Bounds(
+        float(mf.log_z_lower),
+        bp.log_z,
+        tr.log_z,
+        bool(mf.converged),
+        bp.converged,
+        tr.converged,
+        int(mf.n_iter),
+        bp.n_iter,
+        tr.n_iter,
+        np.asarray(mf.mean),
+        bp.mean,
+        tr.mean,
+        time.perf_counter() - t0,
+    )
 
 
 class MarginalBounds(NamedTuple):
@@ -118,8 +139,17 @@ def _log_z_bounds(model, *, damping, max_iter, tol, mf_restarts, seed, n_trees):
     return float(mf.log_z_lower), float(tr.log_z_upper), bool(mf.converged and tr.converged)
 
 
-def marginal_bounds(model: _mrf.PairwiseMRF, nodes=None, *, damping: float = 0.5, max_iter: int = 10000,
-                    tol: float = 1e-10, mf_restarts: int = 2, seed: int = 0, n_trees: int = 50) -> MarginalBounds:
+def marginal_bounds(
+    model: _mrf.PairwiseMRF,
+    nodes=None,
+    *,
+    damping: float = 0.5,
+    max_iter: int = 10000,
+    tol: float = 1e-10,
+    mf_restarts: int = 2,
+    seed: int = 0,
+    n_trees: int = 50,
+) -> MarginalBounds:
     """Bounds on ``P(x_i = +1)`` from MF (lower) and TRW (upper) bounds on log Z, with and without
     ``x_i`` clamped. TRW's rho for every clamped model comes from its own random spanning trees."""
     nodes = np.arange(model.n) if nodes is None else np.asarray(nodes, dtype=np.int64)

@@ -76,8 +76,11 @@ def spanning_tree_rho(mrf: PairwiseMRF, n_trees: int = 50, seed: int = 0, max_tr
     drawn = 0
     while drawn < n_trees or np.any(count == 0):
         if drawn >= max_trees:
-            raise MRFError("spanning_tree_rho", f"{int(np.sum(count == 0))} edges never appeared in {drawn} trees",
-                           "raise max_trees")
+            raise MRFError(
+                "spanning_tree_rho",
+                f"{int(np.sum(count == 0))} edges never appeared in {drawn} trees",
+                "raise max_trees",
+            )
         w = 1.0 - rng.random(E)  # (0, 1]: scipy drops zero weights
         g = coo_matrix((w, (mrf.edges[:, 0], mrf.edges[:, 1])), shape=(n, n)).tocsr()
         t = minimum_spanning_tree(g).tocoo()
@@ -127,8 +130,11 @@ def check_rho(mrf: PairwiseMRF, rho) -> np.ndarray:
         raise MRFError("rho", f"is not finite on edge {k} ({rho[k]})", fix)
     if np.any(rho <= 0):
         k = int(np.flatnonzero(rho <= 0)[0])
-        raise MRFError("rho", f"is {rho[k]:g} <= 0 on edge {k} {tuple(int(v) for v in mrf.edges[k])}; TRW needs "
-                       "every edge in some tree", fix)
+        raise MRFError(
+            "rho",
+            f"is {rho[k]:g} <= 0 on edge {k} {tuple(int(v) for v in mrf.edges[k])}; TRW needs every edge in some tree",
+            fix,
+        )
     if np.any(rho > 1 + 1e-12):
         k = int(np.argmax(rho))
         raise MRFError("rho", f"is {rho[k]:.12g} > 1 on edge {k} {tuple(int(v) for v in mrf.edges[k])}", fix)
@@ -142,15 +148,25 @@ def check_rho(mrf: PairwiseMRF, rho) -> np.ndarray:
     if np.any(bad):
         c = int(np.flatnonzero(bad)[0])
         node = int(np.flatnonzero(label == c)[0])
-        raise MRFError("rho", f"sums to {tot[c]:.12g} on the connected component of node {node} ({size[c]} nodes); "
-                       f"spanning trees have {int(want[c])} edges there", fix)
-    inc = np.bincount(mrf.edges[:, 0], weights=rho, minlength=n) + np.bincount(mrf.edges[:, 1], weights=rho, minlength=n)
+        raise MRFError(
+            "rho",
+            f"sums to {tot[c]:.12g} on the connected component of node {node} ({size[c]} nodes); "
+            f"spanning trees have {int(want[c])} edges there",
+            fix,
+        )
+    inc = np.bincount(mrf.edges[:, 0], weights=rho, minlength=n) + np.bincount(
+        mrf.edges[:, 1], weights=rho, minlength=n
+    )
     deg = np.bincount(mrf.edges.reshape(-1), minlength=n)
     low = (deg > 0) & (inc < 1 - 1e-9)
     if np.any(low):
         v = int(np.flatnonzero(low)[0])
-        raise MRFError("rho", f"sums to {inc[v]:.12g} < 1 over the edges of node {v}; every spanning tree "
-                       "touches every non-isolated node", fix)
+        raise MRFError(
+            "rho",
+            f"sums to {inc[v]:.12g} < 1 over the edges of node {v}; every spanning tree "
+            "touches every non-isolated node",
+            fix,
+        )
     if n <= SUBTOUR_MAX_N:
         masks = np.arange(1, 1 << n, dtype=np.int64)
         inside = np.zeros(masks.size)
@@ -163,13 +179,26 @@ def check_rho(mrf: PairwiseMRF, rho) -> np.ndarray:
         if np.any(excess > 0):
             k = int(np.argmax(excess))
             S = [i for i in range(n) if (masks[k] >> i) & 1]
-            raise MRFError("rho", f"sums to {inside[k]:.12g} over the edges inside nodes {S}, more than "
-                           f"|S| - 1 = {len(S) - 1} (a spanning tree has no cycle there)", fix)
+            raise MRFError(
+                "rho",
+                f"sums to {inside[k]:.12g} over the edges inside nodes {S}, more than "
+                f"|S| - 1 = {len(S) - 1} (a spanning tree has no cycle there)",
+                fix,
+            )
     return rho
 
 
-def trw(mrf: PairwiseMRF, rho=None, *, damping: float = 0.5, max_iter: int = 10000, tol: float = 1e-10,
-        n_trees: int = 50, seed: int = 0, validate: bool = True) -> TRWResult:
+def trw(
+    mrf: PairwiseMRF,
+    rho=None,
+    *,
+    damping: float = 0.5,
+    max_iter: int = 10000,
+    tol: float = 1e-10,
+    n_trees: int = 50,
+    seed: int = 0,
+    validate: bool = True,
+) -> TRWResult:
     """Tree-reweighted BP (numba kernel, any graph) and the TRW upper bound on ``log Z``.
 
     ``rho`` [E] (``None``: ``spanning_tree_rho(mrf, n_trees=n_trees, seed=seed)``) is checked by
@@ -187,8 +216,19 @@ def trw(mrf: PairwiseMRF, rho=None, *, damping: float = 0.5, max_iter: int = 100
     return TRWResult(b.objective, b.mean, b.pair_mean, n_iter, conv, rho)
 
 
-def trw_lattice(h, Jr, Jd, rho_r=None, rho_d=None, *, periodic: bool = True, damping: float = 0.5,
-                max_iter: int = 10000, tol: float = 1e-10, validate: bool = True) -> messages.LatticeResult:
+def trw_lattice(
+    h,
+    Jr,
+    Jd,
+    rho_r=None,
+    rho_d=None,
+    *,
+    periodic: bool = True,
+    damping: float = 0.5,
+    max_iter: int = 10000,
+    tol: float = 1e-10,
+    validate: bool = True,
+) -> messages.LatticeResult:
     """TRW on an L x W lattice with the array path (NumPy or CuPy arrays [L, W]; layout of
     ``messages.lattice_messages_xp``). ``rho_r``/``rho_d`` default to the uniform ``(n-1)/(2n)`` of
     a periodic lattice (:func:`lattice_rho`; required for an open one). ``validate`` runs
@@ -200,8 +240,12 @@ def trw_lattice(h, Jr, Jd, rho_r=None, rho_d=None, *, periodic: bool = True, dam
     L, W = xp.asarray(h).shape
     if rho_r is None or rho_d is None:
         if not periodic:
-            raise MRFError("rho", "has no default on an open lattice", "pass rho_r and rho_d "
-                           "(e.g. from lattice_rho(L, W, periodic=False) through messages.lattice_edge_index)")
+            raise MRFError(
+                "rho",
+                "has no default on an open lattice",
+                "pass rho_r and rho_d "
+                "(e.g. from lattice_rho(L, W, periodic=False) through messages.lattice_edge_index)",
+            )
         val = (L * W - 1) / (2 * L * W)
         rho_r = xp.full((L, W), val) if rho_r is None else rho_r
         rho_d = xp.full((L, W), val) if rho_d is None else rho_d

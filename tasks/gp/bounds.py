@@ -161,8 +161,16 @@ def _core(method, kernel, params, Z, stats, jitter, max_tries) -> _Core:
     return _Core(L, jit, Phi, b, AAT, LB, c, Linv)
 
 
-def objective(method: str, kernel: str, params: GPParams, Z, stats, jitter: float = DEFAULT_JITTER,
-              max_tries: int = 6, with_dkuu: bool = True) -> tuple[float, Adjoints]:
+def objective(
+    method: str,
+    kernel: str,
+    params: GPParams,
+    Z,
+    stats,
+    jitter: float = DEFAULT_JITTER,
+    max_tries: int = 6,
+    with_dkuu: bool = True,
+) -> tuple[float, Adjoints]:
     """``(value, adjoints)``: the log marginal likelihood (DTC, FITC) or Titsias's lower bound
     (SGPR) from statistics summed over all rows, and the :class:`Adjoints` for the gradient pass.
 
@@ -182,8 +190,9 @@ def objective(method: str, kernel: str, params: GPParams, Z, stats, jitter: floa
     if method == "fitc":
         value = -0.5 * n * _LOG2PI - 0.5 * float(stats.log_lambda) - 0.5 * logdet_B - 0.5 * float(stats.yy) + 0.5 * cc
     else:
-        value = (-0.5 * n * (_LOG2PI + float(params.log_noise)) - 0.5 * logdet_B
-                 - 0.5 * float(stats.yy) / noise + 0.5 * cc)
+        value = (
+            -0.5 * n * (_LOG2PI + float(params.log_noise)) - 0.5 * logdet_B - 0.5 * float(stats.yy) / noise + 0.5 * cc
+        )
         if method == "sgpr":
             value += -0.5 * float(stats.psi0) / noise + 0.5 * tr_AAT
 
@@ -221,8 +230,9 @@ def kuu_path(kernel: str, params: GPParams, Z, dKuu) -> tuple[kern.KernelGrad, f
     return kern.K_sym_vjp(kernel, params, np.asarray(Z, dtype=np.float64), dKuu, wrt_X=True), float(np.trace(dKuu))
 
 
-def finish_grad(method: str, kernel: str, params: GPParams, Z, adjoints: Adjoints,
-                grad: gstats.Grad, kuu: tuple | None = None) -> tuple[GPParams, np.ndarray]:
+def finish_grad(
+    method: str, kernel: str, params: GPParams, Z, adjoints: Adjoints, grad: gstats.Grad, kuu: tuple | None = None
+) -> tuple[GPParams, np.ndarray]:
     """``(dparams, dZ)``: the full gradient from the chunk-summed :class:`~pgmflow.tasks.gp.stats.Grad` and
     the driver's :class:`Adjoints`, adding the paths through ``Kuu = K(Z, Z) + jitter s I`` and the
     noise. ``dparams`` is a :class:`GPParams` of gradients; ``dZ`` float64 [m, d]. ``kuu``: the
@@ -234,29 +244,39 @@ def finish_grad(method: str, kernel: str, params: GPParams, Z, adjoints: Adjoint
     Z = np.asarray(Z, dtype=np.float64)
     kg, tr = kuu if kuu is not None else kuu_path(kernel, params, Z, adjoints.dKuu + grad.Kuu)
     dlog_s = float(grad.log_variance) + kg.log_variance + adjoints.jitter * tr
-    dparams = GPParams(np.asarray(grad.log_lengthscale) + kg.log_lengthscale, dlog_s,
-                       float(grad.log_noise) + adjoints.dlog_noise)
+    dparams = GPParams(
+        np.asarray(grad.log_lengthscale) + kg.log_lengthscale, dlog_s, float(grad.log_noise) + adjoints.dlog_noise
+    )
     return dparams, np.asarray(grad.Z) + kg.X1
 
 
-def value_and_grad(method: str, kernel: str, params: GPParams, Z, X, y, chunk_size: int = 10_000,
-                   jitter: float = DEFAULT_JITTER) -> tuple[float, GPParams, np.ndarray]:
+def value_and_grad(
+    method: str, kernel: str, params: GPParams, Z, X, y, chunk_size: int = 10_000, jitter: float = DEFAULT_JITTER
+) -> tuple[float, GPParams, np.ndarray]:
     """``(value, dparams, dZ)`` over all of ``X`` [n, d], ``y`` [n], chunked in-process exactly as
     the pipeline does it with Dask: chunk statistics summed in chunk order, :func:`objective`,
     chunk gradients summed in chunk order, :func:`finish_grad`."""
     X = np.asarray(X, dtype=np.float64)
     y = np.asarray(y, dtype=np.float64)
     bounds = gstats.chunk_bounds(X.shape[0], chunk_size)
-    st = gstats.sum_in_order(gstats.chunk_stats(method, kernel, params, Z, X[a:b], y[a:b], jitter)
-                             for a, b in bounds)
+    st = gstats.sum_in_order(gstats.chunk_stats(method, kernel, params, Z, X[a:b], y[a:b], jitter) for a, b in bounds)
     value, adj = objective(method, kernel, params, Z, st, jitter)
     g = gstats.sum_in_order(gstats.chunk_grad(method, kernel, params, Z, X[a:b], y[a:b], adj) for a, b in bounds)
     dparams, dZ = finish_grad(method, kernel, params, Z, adj, g)
     return value, dparams, dZ
 
 
-def predict(method: str, kernel: str, params: GPParams, Z, stats, Xstar, full_cov: bool = False,
-            jitter: float = DEFAULT_JITTER, max_tries: int = 6) -> tuple[np.ndarray, np.ndarray]:
+def predict(
+    method: str,
+    kernel: str,
+    params: GPParams,
+    Z,
+    stats,
+    Xstar,
+    full_cov: bool = False,
+    jitter: float = DEFAULT_JITTER,
+    max_tries: int = 6,
+) -> tuple[np.ndarray, np.ndarray]:
     """Predictive mean [n*] and variance [n*] (or covariance [n*, n*] with ``full_cov``) of the
     latent ``f`` at ``Xstar`` [n*, d], from statistics summed over all rows. Add ``sigma^2`` for
     the variance of a new ``y``."""
@@ -293,8 +313,18 @@ class SparseFit(NamedTuple):
     message: str
 
 
-def fit(method: str, kernel: str, params: GPParams, Z, X, y, chunk_size: int = 10_000,
-        optimize_inducing: bool = True, maxiter: int = 500, jitter: float = DEFAULT_JITTER) -> SparseFit:
+def fit(
+    method: str,
+    kernel: str,
+    params: GPParams,
+    Z,
+    X,
+    y,
+    chunk_size: int = 10_000,
+    optimize_inducing: bool = True,
+    maxiter: int = 500,
+    jitter: float = DEFAULT_JITTER,
+) -> SparseFit:
     """Maximise the objective over the hyperparameters (and ``Z``) with L-BFGS-B, in-process (a
     notebook helper; the pipeline runs the same loop with Dask)."""
     Z = np.asarray(Z, dtype=np.float64)

@@ -55,15 +55,19 @@ def split_rows(A: np.ndarray, target: int, test: np.ndarray, std: Standardizer) 
     inputs = [j for j in range(A.shape[1]) if j != target]
     X, y = A[:, inputs], A[:, target]
     train = ~test
-    return Chunk(np.ascontiguousarray(std.apply_X(X[train])), std.apply_y(y[train]),
-                 np.ascontiguousarray(std.apply_X(X[test])), np.ascontiguousarray(y[test]))
+    return Chunk(
+        np.ascontiguousarray(std.apply_X(X[train])),
+        std.apply_y(y[train]),
+        np.ascontiguousarray(std.apply_X(X[test])),
+        np.ascontiguousarray(y[test]),
+    )
 
 
 def load_chunk(ref) -> Chunk:
     """The chunk a task was given: a :class:`Chunk` as it is, or a :class:`FileRows` read from its file."""
     if isinstance(ref, Chunk):
         return ref
-    A = np.asarray(open_npy(ref.path)[ref.start:ref.stop], dtype=np.float64)  # [rows, d + 1]
+    A = np.asarray(open_npy(ref.path)[ref.start : ref.stop], dtype=np.float64)  # [rows, d + 1]
     test = heldout_rows(ref.split_key, ref.start, ref.stop, ref.test_fraction)
     std = Standardizer(np.asarray(ref.x_mean), np.asarray(ref.x_std), ref.y_mean, ref.y_std)
     return split_rows(A, ref.target, test, std)
@@ -101,8 +105,9 @@ def chunk_stats_task(method, kernel, params, Z, ref, jitter, backend):
     k = _kuf_key(kernel, params, Z, c, backend)
     if k is None:
         return gstats.chunk_stats(method, kernel, params, Z, X, y, jitter)
-    st, Kuf = gstats.chunk_stats_and_kuf(method, kernel, params, Z, X, y, jitter,
-                                         out=kuf_cache.buffer((Z.shape[0], X.shape[0])))
+    st, Kuf = gstats.chunk_stats_and_kuf(
+        method, kernel, params, Z, X, y, jitter, out=kuf_cache.buffer((Z.shape[0], X.shape[0]))
+    )
     kuf_cache.put(k, Kuf)
     return st
 
@@ -216,12 +221,12 @@ def in_chunk_order(groups, outputs) -> list:
 def objective_groups_task(method, kernel, params, Z, groups, outputs, jitter, max_tries, with_dkuu: bool = True):
     """:func:`objective_task` of the statistics of group tasks, added in chunk order (the same bits as
     one task per chunk)."""
-    return objective_task(method, kernel, params, Z, None, in_chunk_order(groups, outputs), jitter, max_tries,
-                          with_dkuu)
+    return objective_task(
+        method, kernel, params, Z, None, in_chunk_order(groups, outputs), jitter, max_tries, with_dkuu
+    )
 
 
-def objective_grad_group_task(method, kernel, params, Z, refs, groups, outputs, jitter, max_tries, backend,
-                              keep: bool):
+def objective_grad_group_task(method, kernel, params, Z, refs, groups, outputs, jitter, max_tries, backend, keep: bool):
     """:func:`objective_groups_task` and then :func:`grad_group_task` of this group's chunks ``refs``, in one
     task: ``(driver's part or None, gradients)``. Every group computes the same objective from the same
     statistics in the same order (the same bits), so no worker waits for another's adjoints. The group with
@@ -257,8 +262,9 @@ def predict_f(pred: Predictor, Xs):
     """Mean and variance [n*] of the latent f at standardised inputs Xs [n*, d]."""
     if pred.method == "svgp":
         return gsvgp.svgp_predict(pred.kernel, pred.params, pred.Z, pred.state, Xs, jitter=pred.jitter)
-    return gbounds.predict(pred.method, pred.kernel, pred.params, pred.Z, pred.stats, Xs, jitter=pred.jitter,
-                           max_tries=pred.max_tries)
+    return gbounds.predict(
+        pred.method, pred.kernel, pred.params, pred.Z, pred.stats, Xs, jitter=pred.jitter, max_tries=pred.max_tries
+    )
 
 
 def _test_sums(mean_f, var_f, noise, yt, std: Standardizer):

@@ -30,8 +30,7 @@ GP_STREAM_DATA = 0  # first identity element under rng.STAGE_GP: synthetic data 
 def friedman1_mean(X) -> np.ndarray:
     """The noiseless Friedman #1 function of the first five columns of ``X`` [n, d >= 5]: [n]."""
     X = np.asarray(X, dtype=np.float64)
-    return (10.0 * np.sin(np.pi * X[:, 0] * X[:, 1]) + 20.0 * (X[:, 2] - 0.5) ** 2
-            + 10.0 * X[:, 3] + 5.0 * X[:, 4])
+    return 10.0 * np.sin(np.pi * X[:, 0] * X[:, 1]) + 20.0 * (X[:, 2] - 0.5) ** 2 + 10.0 * X[:, 3] + 5.0 * X[:, 4]
 
 
 def friedman1(seed: int, n: int, d: int = 10, noise_std: float = 1.0, part: int = 0) -> tuple[np.ndarray, np.ndarray]:
@@ -112,14 +111,22 @@ class Standardizer(NamedTuple):
 
     def to_dict(self) -> dict:
         """Plain lists and floats (for a JSON or MLflow record); :meth:`from_dict` inverts it."""
-        return {"x_mean": [float(v) for v in self.x_mean], "x_std": [float(v) for v in self.x_std],
-                "y_mean": float(self.y_mean), "y_std": float(self.y_std)}
+        return {
+            "x_mean": [float(v) for v in self.x_mean],
+            "x_std": [float(v) for v in self.x_std],
+            "y_mean": float(self.y_mean),
+            "y_std": float(self.y_std),
+        }
 
     @classmethod
     def from_dict(cls, d: dict) -> Standardizer:
         """Inverse of :meth:`to_dict`."""
-        return cls(np.asarray(d["x_mean"], dtype=np.float64), np.asarray(d["x_std"], dtype=np.float64),
-                   float(d["y_mean"]), float(d["y_std"]))
+        return cls(
+            np.asarray(d["x_mean"], dtype=np.float64),
+            np.asarray(d["x_std"], dtype=np.float64),
+            float(d["y_mean"]),
+            float(d["y_std"]),
+        )
 
 
 # --- the held-out split: a pure function of the row index, so any chunking of the rows agrees --------

@@ -48,8 +48,9 @@ def log_marginal_likelihood(kernel: str, params: GPParams, X, y, jitter: float =
     return value_and_grad(kernel, params, X, y, jitter, need_grad=False)[0]
 
 
-def value_and_grad(kernel: str, params: GPParams, X, y, jitter: float = 0.0,
-                   need_grad: bool = True) -> tuple[float, GPParams | None]:
+def value_and_grad(
+    kernel: str, params: GPParams, X, y, jitter: float = 0.0, need_grad: bool = True
+) -> tuple[float, GPParams | None]:
     """``(log marginal likelihood, gradient as GPParams)``; the gradient is None without ``need_grad``."""
     X = np.asarray(X, dtype=np.float64)
     y = np.asarray(y, dtype=np.float64)
@@ -67,8 +68,9 @@ def value_and_grad(kernel: str, params: GPParams, X, y, jitter: float = 0.0,
     return value, GPParams(kg.log_lengthscale, kg.log_variance, dlog_noise)
 
 
-def predict(kernel: str, params: GPParams, X, y, Xstar, full_cov: bool = False,
-            jitter: float = 0.0) -> tuple[np.ndarray, np.ndarray]:
+def predict(
+    kernel: str, params: GPParams, X, y, Xstar, full_cov: bool = False, jitter: float = 0.0
+) -> tuple[np.ndarray, np.ndarray]:
     """Predictive mean [n*] and variance [n*] (covariance [n*, n*] with ``full_cov``) of the latent
     ``f`` at ``Xstar`` [n*, d]; add ``sigma^2`` for a new ``y``."""
     X = np.asarray(X, dtype=np.float64)
@@ -102,9 +104,18 @@ class ExactFit(NamedTuple):
     lmls: np.ndarray
 
 
-def fit(kernel: str, X, y, params0: GPParams, n_restarts: int = 0, rng: np.random.Generator | None = None,
-        bounds: tuple[float, float] = DEFAULT_BOUNDS, maxiter: int = 1000, gtol: float = 1e-9,
-        jitter: float = 0.0) -> ExactFit:
+def fit(
+    kernel: str,
+    X,
+    y,
+    params0: GPParams,
+    n_restarts: int = 0,
+    rng: np.random.Generator | None = None,
+    bounds: tuple[float, float] = DEFAULT_BOUNDS,
+    maxiter: int = 1000,
+    gtol: float = 1e-9,
+    jitter: float = 0.0,
+) -> ExactFit:
     """Maximise the log marginal likelihood over ``log_lengthscale, log_variance, log_noise`` with
     L-BFGS-B from ``params0`` and ``n_restarts`` more starts drawn uniformly within ``bounds``
     (log space) from ``rng``; returns the best."""
@@ -128,8 +139,14 @@ def fit(kernel: str, X, y, params0: GPParams, n_restarts: int = 0, rng: np.rando
     box = [bounds] * (d + 2)
     best, lmls = None, []
     for th0 in starts:
-        res = scipy.optimize.minimize(fun, np.clip(th0, *bounds), jac=True, method="L-BFGS-B", bounds=box,
-                                      options={"maxiter": int(maxiter), "gtol": gtol, "ftol": 1e-15})
+        res = scipy.optimize.minimize(
+            fun,
+            np.clip(th0, *bounds),
+            jac=True,
+            method="L-BFGS-B",
+            bounds=box,
+            options={"maxiter": int(maxiter), "gtol": gtol, "ftol": 1e-15},
+        )
         lmls.append(-float(res.fun))
         if best is None or res.fun < best.fun:
             best = res

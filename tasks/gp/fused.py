@@ -76,8 +76,8 @@ def _made(Zs, Xs, log_s: float, K, offsets=None):
         raise ValueError(f"log kernel scale {log_s} is above {fastexp.MAX_CAP}: use the whole-chunk path")
     A1, A2 = kern.rbf_augmented(np, Zs, Xs, float(log_s))
     KT = K.T  # [n, m] C order: Kfu
-    for j0, j1 in (block_bounds(K.shape[1]) if offsets is None else offsets):
-        Eb = KT[j0:j1] if offsets is None else KT[:j1 - j0]  # [b, m], contiguous
+    for j0, j1 in block_bounds(K.shape[1]) if offsets is None else offsets:
+        Eb = KT[j0:j1] if offsets is None else KT[: j1 - j0]  # [b, m], contiguous
         np.matmul(A2[j0:j1], A1.T, out=Eb)  # log s - u / 2
         fastexp.capped_exp(Eb, log_s, fma=True)
         yield j0, j1
@@ -93,7 +93,7 @@ def rbf_kuf(Zs, Xs, log_s: float, out: np.ndarray | None = None, order: str = "F
         K = np.empty((m, n))
         scratch = _check_out(None, m, min(BLOCK, n))
         for j0, j1 in _made(Zs, Xs, log_s, scratch, offsets=block_bounds(n)):
-            K[:, j0:j1] = scratch[:, :j1 - j0]
+            K[:, j0:j1] = scratch[:, : j1 - j0]
         return K
     K = _check_out(out, m, n)
     for _ in _made(Zs, Xs, log_s, K):
@@ -162,7 +162,7 @@ def rbf_grad(P, a, Kuf, Xs, y):
     scratch = np.empty(min(BLOCK, n) * m)
     Ttb = np.empty_like(Tt)
     for j0, j1 in block_bounds(n):
-        RT = scratch[:(j1 - j0) * m].reshape(j1 - j0, m)
+        RT = scratch[: (j1 - j0) * m].reshape(j1 - j0, m)
         np.matmul(KT[j0:j1], P, out=RT)  # [b, m]  (P Kuf_b)' as P = P'
         adjoint(RT, KT[j0:j1], ha, y[j0:j1])
         np.matmul(AugT[:, j0:j1], RT, out=Ttb)  # [d + 1, m]

@@ -78,8 +78,10 @@ def kmeans_pp(rng: np.random.Generator, X, m: int, n_iter: int = 10, max_points:
             pool = X
     n_distinct = _n_distinct(pool)
     if n_distinct < m:
-        raise ValueError(f"cannot choose m={m} distinct inducing inputs from data with {n_distinct} distinct rows; "
-                         f"use m <= {n_distinct}")
+        raise ValueError(
+            f"cannot choose m={m} distinct inducing inputs from data with {n_distinct} distinct rows; "
+            f"use m <= {n_distinct}"
+        )
     seeds = _seed(rng, pool, m)
     C = seeds.copy()
     for _ in range(int(n_iter)):
@@ -87,7 +89,7 @@ def kmeans_pp(rng: np.random.Generator, X, m: int, n_iter: int = 10, max_points:
         sums = np.zeros_like(C)
         counts = np.zeros(m)
         for a in range(0, pool.shape[0], _BLOCK):
-            Xb = pool[a:a + _BLOCK]
+            Xb = pool[a : a + _BLOCK]
             lab = np.argmin(_sq_to(Xb, C, Csq), axis=1)  # [b]
             for j in range(C.shape[1]):  # one bincount per input dimension (vectorised over rows)
                 sums[:, j] += np.bincount(lab, weights=Xb[:, j], minlength=m)

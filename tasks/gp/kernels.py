@@ -63,8 +63,7 @@ from typing import NamedTuple
 import numpy as np
 import scipy.linalg
 
-from pgmflow.tasks import backend
-from pgmflow.tasks import fastexp
+from pgmflow.tasks import backend, fastexp
 
 __all__ = [
     "DEFAULT_JITTER",
@@ -153,8 +152,10 @@ def n_packed(d: int, m: int = 0) -> int:
 
 def pack(params: GPParams, Z=None) -> np.ndarray:
     """float64 [d + 2 (+ m d)]: ``log_lengthscale, log_variance, log_noise`` then ``Z.ravel()``."""
-    parts = [np.asarray(params.log_lengthscale, dtype=np.float64).ravel(),
-             np.array([float(params.log_variance), float(params.log_noise)])]
+    parts = [
+        np.asarray(params.log_lengthscale, dtype=np.float64).ravel(),
+        np.array([float(params.log_variance), float(params.log_noise)]),
+    ]
     if Z is not None:
         parts.append(np.asarray(Z, dtype=np.float64).ravel())
     return np.concatenate(parts)
@@ -166,7 +167,7 @@ def unpack(theta, d: int, m: int = 0) -> tuple[GPParams, np.ndarray | None]:
     if theta.shape != (n_packed(d, m),):
         raise ValueError(f"packed vector must have shape ({n_packed(d, m)},) for d={d}, m={m}; got {theta.shape}")
     params = GPParams(theta[:d].copy(), float(theta[d]), float(theta[d + 1]))
-    Z = theta[d + 2:].reshape(m, d).copy() if m else None
+    Z = theta[d + 2 :].reshape(m, d).copy() if m else None
     return params, Z
 
 
@@ -318,7 +319,7 @@ def _augment(xp, Xs):
     n, d = Xs.shape
     A = xp.empty((n, 2 * d + 1), dtype=xp.float64)
     A[:, :d] = Xs
-    A[:, d:2 * d] = Xs * Xs
+    A[:, d : 2 * d] = Xs * Xs
     A[:, 2 * d] = 1.0
     return A
 
@@ -334,7 +335,7 @@ def _vjp_core(xp, ls, X1s, X2s, G, want_X1: bool, want_X2: bool):
     if want_X2 and not want_X1:
         T = G.T @ _augment(xp, X1s)  # [N2, 2d + 1]
         GtX1, g2 = T[:, :d], T[:, 2 * d]
-        sq = xp.sum(T[:, d:2 * d], axis=0) + g2 @ (X2s * X2s)  # [d]  g1.x~1^2 + g2.x~2^2
+        sq = xp.sum(T[:, d : 2 * d], axis=0) + g2 @ (X2s * X2s)  # [d]  g1.x~1^2 + g2.x~2^2
         cross = xp.sum(X2s * GtX1, axis=0)  # [d]  sum_nm G_nm x~1_nd x~2_md
         dlog_ls = -2.0 * (sq - 2.0 * cross)
         return dlog_ls, None, (2.0 / ls) * (g2[:, None] * X2s - GtX1)
@@ -349,7 +350,7 @@ def _vjp_core(xp, ls, X1s, X2s, G, want_X1: bool, want_X2: bool):
 def _vjp_rows(xp, ls, X1s, T, want_X1: bool):
     """``(dL/dlog ell [d], dL/dX1 [N1, d] or None)`` from ``T = G [x~2, x~2^2, 1]`` [N1, 2d + 1]."""
     d = X1s.shape[1]
-    return _vjp_sums(xp, ls, X1s, T[:, :d], T[:, 2 * d], xp.sum(T[:, d:2 * d], axis=0), want_X1)
+    return _vjp_sums(xp, ls, X1s, T[:, :d], T[:, 2 * d], xp.sum(T[:, d : 2 * d], axis=0), want_X1)
 
 
 def _vjp_sums(xp, ls, X1s, GX2, g1, sq2, want_X1: bool):
@@ -491,13 +492,16 @@ def stable_cholesky(Kmat, jitter0: float | None = None, max_tries: int = 6) -> t
             return scipy.linalg.cholesky(A, lower=True, check_finite=False), float(jit)
         except np.linalg.LinAlgError:
             continue
-    raise CholeskyError(f"Cholesky of a {n}x{n} matrix failed after {len(jitters)} tries, the largest jitter "
-                        f"{jitters[-1]:.3g} (mean diagonal {scale:.3g}); the matrix is not positive definite -- "
-                        "check for duplicate inducing inputs or extreme lengthscales")
+    raise CholeskyError(
+        f"Cholesky of a {n}x{n} matrix failed after {len(jitters)} tries, the largest jitter "
+        f"{jitters[-1]:.3g} (mean diagonal {scale:.3g}); the matrix is not positive definite -- "
+        "check for duplicate inducing inputs or extreme lengthscales"
+    )
 
 
-def inducing_cholesky(kernel: str, params: GPParams, Z, jitter: float = DEFAULT_JITTER,
-                      max_tries: int = 6) -> tuple[np.ndarray, float]:
+def inducing_cholesky(
+    kernel: str, params: GPParams, Z, jitter: float = DEFAULT_JITTER, max_tries: int = 6
+) -> tuple[np.ndarray, float]:
     """``(L [m, m], jitter_abs)`` with ``L L^T = K(Z, Z) + jitter_abs I`` and ``jitter_abs =
     jitter * s * 10**k`` for the first ``k`` that factors (see :func:`stable_cholesky`)."""
     Kuu = backend.to_numpy(K(kernel, params, backend.to_numpy(Z)))  # [m, m]

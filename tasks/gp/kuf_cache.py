@@ -33,7 +33,19 @@ from collections import OrderedDict
 
 import numpy as np
 
-__all__ = ["KUF_CACHE_ENV", "budget_bytes", "buffer", "clear", "counts", "free_bytes", "key", "nbytes", "put", "recycle", "take"]
+__all__ = [
+    "KUF_CACHE_ENV",
+    "budget_bytes",
+    "buffer",
+    "clear",
+    "counts",
+    "free_bytes",
+    "key",
+    "nbytes",
+    "put",
+    "recycle",
+    "take",
+]
 
 KUF_CACHE_ENV = "PGMFLOW_GP_KUF_CACHE_MB"
 DEFAULT_MB = 512
@@ -52,8 +64,10 @@ def budget_bytes() -> int:
     try:
         mb = float(raw)
     except ValueError:
-        raise ValueError(f"{KUF_CACHE_ENV}={raw!r} is not a number; fix: set it to the MiB a worker may keep "
-                         f"for Kuf between the passes (default {DEFAULT_MB}), or 0 to turn that off") from None
+        raise ValueError(
+            f"{KUF_CACHE_ENV}={raw!r} is not a number; fix: set it to the MiB a worker may keep "
+            f"for Kuf between the passes (default {DEFAULT_MB}), or 0 to turn that off"
+        ) from None
     return max(int(mb * (1 << 20)), 0)
 
 

@@ -62,8 +62,14 @@ MESSAGES = {
     STOP_ITER: "STOP: TOTAL NO. OF ITERATIONS REACHED LIMIT",
     ABNORMAL: "ABNORMAL: ",
 }
-DEFAULTS = {"memory": 10, "ftol": 2.2204460492503131e-09, "gtol": 1e-5, "max_iter": 15000, "max_fun": 15000,
-            "max_ls": 20}
+DEFAULTS = {
+    "memory": 10,
+    "ftol": 2.2204460492503131e-09,
+    "gtol": 1e-5,
+    "max_iter": 15000,
+    "max_fun": 15000,
+    "max_ls": 20,
+}
 # the line search's constants (Byrd et al. 1995, section 6; Moré & Thuente 1994)
 LS_FTOL, LS_GTOL, LS_XTOL = 1e-3, 0.9, 0.1
 LS_XTRAPL, LS_XTRAPU = 1.1, 4.0
@@ -155,8 +161,22 @@ class State(NamedTuple):
         return MESSAGES.get(self.status, f"STATUS {self.status}")
 
 
-_INT = {"memory", "max_iter", "max_fun", "max_ls", "phase", "status", "col", "n_ls", "brackt", "stage", "nit",
-        "nfev", "nskip", "nrefresh"}
+_INT = {
+    "memory",
+    "max_iter",
+    "max_fun",
+    "max_ls",
+    "phase",
+    "status",
+    "col",
+    "n_ls",
+    "brackt",
+    "stage",
+    "nit",
+    "nfev",
+    "nskip",
+    "nrefresh",
+}
 _ARRAY = {"lower", "upper", "x", "g", "x_eval", "S", "Y", "d"}
 
 
@@ -164,8 +184,9 @@ def to_arrays(state: State) -> dict:
     """The state as a dict of numpy arrays for ``np.savez`` (no pickle); ``lbfgsb_format`` marks the layout."""
     out = {"lbfgsb_format": np.int64(FORMAT)}
     for k, v in state._asdict().items():
-        out[k] = (np.array(v, dtype=np.float64, copy=True) if k in _ARRAY
-                  else np.int64(v) if k in _INT else np.float64(v))
+        out[k] = (
+            np.array(v, dtype=np.float64, copy=True) if k in _ARRAY else np.int64(v) if k in _INT else np.float64(v)
+        )
     return out
 
 
@@ -176,8 +197,7 @@ def from_arrays(arrays) -> State:
     vals = {}
     for k in State._fields:
         v = arrays[k]
-        vals[k] = (np.array(v, dtype=np.float64, copy=True) if k in _ARRAY
-                   else int(v) if k in _INT else float(v))
+        vals[k] = np.array(v, dtype=np.float64, copy=True) if k in _ARRAY else int(v) if k in _INT else float(v)
     return State(**vals)
 
 
@@ -189,8 +209,17 @@ def _fmin(a, b):
     return b if math.isnan(a) else a if math.isnan(b) else min(a, b)
 
 
-def init(x0, lower=None, upper=None, memory: int = 10, ftol: float = DEFAULTS["ftol"], gtol: float = 1e-5,
-         max_iter: int = 15000, max_fun: int = 15000, max_ls: int = 20) -> State:
+def init(
+    x0,
+    lower=None,
+    upper=None,
+    memory: int = 10,
+    ftol: float = DEFAULTS["ftol"],
+    gtol: float = 1e-5,
+    max_iter: int = 15000,
+    max_fun: int = 15000,
+    max_ls: int = 20,
+) -> State:
     """The state before the first evaluation: ``x0`` [n] projected onto the box ``[lower, upper]``
     ([n] each, or None; +-inf or NaN for an open side), which is the first ``x_eval``."""
     x = np.array(x0, dtype=np.float64).ravel()
@@ -206,12 +235,51 @@ def init(x0, lower=None, upper=None, memory: int = 10, ftol: float = DEFAULTS["f
         raise ValueError("L-BFGS-B: the memory must be at least 1")
     x = np.minimum(np.maximum(x, lo), hi)
     m = int(memory)
-    return State(lower=lo, upper=hi, memory=m, ftol=float(ftol), gtol=float(gtol), max_iter=int(max_iter),
-                 max_fun=int(max_fun), max_ls=int(max_ls), x=x, f=0.0, g=np.zeros(n), x_eval=x.copy(), phase=START,
-                 status=RUNNING, S=np.zeros((m, n)), Y=np.zeros((m, n)), col=0, theta=1.0, d=np.zeros(n), stp=0.0,
-                 stpmax=0.0, f0=0.0, gd0=0.0, n_ls=0, brackt=0, stage=1, ginit=0.0, gtest=0.0, gx=0.0, gy=0.0,
-                 finit=0.0, fx=0.0, fy=0.0, stx=0.0, sty=0.0, stmin=0.0, stmax=0.0, width=0.0, width1=0.0, nit=0,
-                 nfev=0, nskip=0, nrefresh=0)
+    return State(
+        lower=lo,
+        upper=hi,
+        memory=m,
+        ftol=float(ftol),
+        gtol=float(gtol),
+        max_iter=int(max_iter),
+        max_fun=int(max_fun),
+        max_ls=int(max_ls),
+        x=x,
+        f=0.0,
+        g=np.zeros(n),
+        x_eval=x.copy(),
+        phase=START,
+        status=RUNNING,
+        S=np.zeros((m, n)),
+        Y=np.zeros((m, n)),
+        col=0,
+        theta=1.0,
+        d=np.zeros(n),
+        stp=0.0,
+        stpmax=0.0,
+        f0=0.0,
+        gd0=0.0,
+        n_ls=0,
+        brackt=0,
+        stage=1,
+        ginit=0.0,
+        gtest=0.0,
+        gx=0.0,
+        gy=0.0,
+        finit=0.0,
+        fx=0.0,
+        fy=0.0,
+        stx=0.0,
+        sty=0.0,
+        stmin=0.0,
+        stmax=0.0,
+        width=0.0,
+        width1=0.0,
+        nit=0,
+        nfev=0,
+        nskip=0,
+        nrefresh=0,
+    )
 
 
 def projected_gradient_norm(x, g, lower, upper) -> float:
@@ -223,6 +291,7 @@ def projected_gradient_norm(x, g, lower, upper) -> float:
 
 
 # --- the compact representation --------------------------------------------------------------------
+
 
 class _Memory(NamedTuple):
     """The compact form of B for the ``col`` pairs held: ``W = [Y', theta S']`` [n, 2 col] and the middle
@@ -277,6 +346,7 @@ def _w_row(mem: _Memory, i):
 
 
 # --- the generalized Cauchy point --------------------------------------------------------------------
+
 
 def _cauchy(x, g, lower, upper, mem: _Memory | None, theta, pgnorm):
     """``(xcp [n], free [n] bool, c [2 col])``: the generalized Cauchy point, the variables free there
@@ -381,6 +451,7 @@ def _cauchy(x, g, lower, upper, mem: _Memory | None, theta, pgnorm):
 
 # --- subspace minimisation ----------------------------------------------------------------------------
 
+
 def _subspace(x, g, xcp, free, c, lower, upper, mem: _Memory, theta, constrained: bool):
     """The point z [n] that minimises the model over the free variables from ``xcp`` (direct primal
     method, Byrd et al. 1995, section 5.1), projected onto the box, backtracked into it when the
@@ -419,8 +490,9 @@ def _subspace(x, g, xcp, free, c, lower, upper, mem: _Memory, theta, constrained
         down = (du < 0.0) & np.isfinite(lo)  # [nf]
         up = (du > 0.0) & np.isfinite(hi)  # [nf]
         gap = np.where(down, lo - xs, np.where(up, hi - xs, 0.0))  # [nf]
-        ratio = np.where(down, np.where(gap >= 0.0, 0.0, gap / du),
-                         np.where(up, np.where(gap <= 0.0, 0.0, gap / du), np.inf))  # [nf]
+        ratio = np.where(
+            down, np.where(gap >= 0.0, 0.0, gap / du), np.where(up, np.where(gap <= 0.0, 0.0, gap / du), np.inf)
+        )  # [nf]
     ibd = int(np.argmin(ratio)) if ratio.size else -1
     alpha = float(ratio[ibd]) if ibd >= 0 and ratio[ibd] < 1.0 else 1.0
     du = du.copy()
@@ -437,6 +509,7 @@ def _subspace(x, g, xcp, free, c, lower, upper, mem: _Memory, theta, constrained
 
 
 # --- the line search: Moré & Thuente (1994) ---------------------------------------------------------------
+
 
 def _dcstep(stx, fx, dx, sty, fy, dy, stp, fp, dp, brackt, stpmin, stpmax):
     """One safeguarded step of Moré & Thuente (1994), section 4 (MINPACK-2 ``dcstep``): the new
@@ -523,9 +596,25 @@ def _dcstep(stx, fx, dx, sty, fy, dy, stp, fp, dp, brackt, stpmin, stpmax):
 
 def _search_start(st: State, stp: float) -> State:
     """dcsrch's initialisation for a search from ``st.x`` along ``st.d`` with slope ``st.gd0``."""
-    return st._replace(stp=stp, brackt=0, stage=1, finit=st.f, ginit=st.gd0, gtest=LS_FTOL * st.gd0,
-                       width=st.stpmax, width1=st.stpmax / 0.5, stx=0.0, fx=st.f, gx=st.gd0, sty=0.0, fy=st.f,
-                       gy=st.gd0, stmin=0.0, stmax=stp + LS_XTRAPU * stp, n_ls=0)
+    return st._replace(
+        stp=stp,
+        brackt=0,
+        stage=1,
+        finit=st.f,
+        ginit=st.gd0,
+        gtest=LS_FTOL * st.gd0,
+        width=st.stpmax,
+        width1=st.stpmax / 0.5,
+        stx=0.0,
+        fx=st.f,
+        gx=st.gd0,
+        sty=0.0,
+        fy=st.f,
+        gy=st.gd0,
+        stmin=0.0,
+        stmax=stp + LS_XTRAPU * stp,
+        n_ls=0,
+    )
 
 
 def _dcsrch(st: State, f: float, gd: float):
@@ -554,12 +643,14 @@ def _dcsrch(st: State, f: float, gd: float):
     if stage == 1 and f <= fx and f > ftest:  # the modified function psi
         fm, fxm, fym = f - stp * gtest, fx - stx * gtest, fy - sty * gtest
         gm, gxm, gym = gd - gtest, gx - gtest, gy - gtest
-        stx, fxm, gxm, sty, fym, gym, stp, brackt = _dcstep(stx, fxm, gxm, sty, fym, gym, stp, fm, gm, brackt,
-                                                             st.stmin, st.stmax)
+        stx, fxm, gxm, sty, fym, gym, stp, brackt = _dcstep(
+            stx, fxm, gxm, sty, fym, gym, stp, fm, gm, brackt, st.stmin, st.stmax
+        )
         fx, fy, gx, gy = fxm + stx * gtest, fym + sty * gtest, gxm + gtest, gym + gtest
     else:
-        stx, fx, gx, sty, fy, gy, stp, brackt = _dcstep(stx, fx, gx, sty, fy, gy, stp, f, gd, brackt,
-                                                         st.stmin, st.stmax)
+        stx, fx, gx, sty, fy, gy, stp, brackt = _dcstep(
+            stx, fx, gx, sty, fy, gy, stp, f, gd, brackt, st.stmin, st.stmax
+        )
     width, width1 = st.width, st.width1
     if brackt:
         if abs(sty - stx) >= 0.66 * width1:
@@ -573,8 +664,21 @@ def _dcsrch(st: State, f: float, gd: float):
     stp = _fmin(_fmax(stp, 0.0), st.stpmax)
     if (brackt and (stp <= stmin or stp >= stmax)) or (brackt and stmax - stmin <= LS_XTOL * stmax):
         stp = stx
-    return st._replace(stp=stp, brackt=brackt, stage=stage, stx=stx, fx=fx, gx=gx, sty=sty, fy=fy, gy=gy,
-                       stmin=stmin, stmax=stmax, width=width, width1=width1), "fg"
+    return st._replace(
+        stp=stp,
+        brackt=brackt,
+        stage=stage,
+        stx=stx,
+        fx=fx,
+        gx=gx,
+        sty=sty,
+        fy=fy,
+        gy=gy,
+        stmin=stmin,
+        stmax=stmax,
+        width=width,
+        width1=width1,
+    ), "fg"
 
 
 def _trial(st: State) -> np.ndarray:
@@ -587,6 +691,7 @@ def _trial(st: State) -> np.ndarray:
 
 
 # --- one iteration's direction -----------------------------------------------------------------------------
+
 
 def _refresh(st: State) -> State:
     return st._replace(S=np.zeros_like(st.S), Y=np.zeros_like(st.Y), col=0, theta=1.0, nrefresh=st.nrefresh + 1)
@@ -605,12 +710,14 @@ def _direction(st: State) -> State:
             st = _refresh(st)
             continue
         if not constrained and st.col:
-            z = _subspace(st.x, st.g, st.x, np.ones(st.x.size, bool), None, st.lower, st.upper, mem, st.theta,
-                          False)
+            z = _subspace(st.x, st.g, st.x, np.ones(st.x.size, bool), None, st.lower, st.upper, mem, st.theta, False)
         else:
             xcp, free, c = _cauchy(st.x, st.g, st.lower, st.upper, mem, st.theta, pg)
-            z = xcp if (not np.any(free) or not st.col) else _subspace(st.x, st.g, xcp, free, c, st.lower,
-                                                                          st.upper, mem, st.theta, True)
+            z = (
+                xcp
+                if (not np.any(free) or not st.col)
+                else _subspace(st.x, st.g, xcp, free, c, st.lower, st.upper, mem, st.theta, True)
+            )
         if z is None:
             st = _refresh(st)
             continue

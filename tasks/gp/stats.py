@@ -275,8 +275,9 @@ def _h(x):
 # ------------------------------------------------------------------------------------------------
 
 
-def chunk_stats(method: str, kernel: str, params: GPParams, Z, X_chunk, y_chunk,
-                jitter: float = DEFAULT_JITTER, Kuf=None):
+def chunk_stats(
+    method: str, kernel: str, params: GPParams, Z, X_chunk, y_chunk, jitter: float = DEFAULT_JITTER, Kuf=None
+):
     """Sufficient statistics of one chunk: :class:`Stats` (``"sgpr"``, ``"dtc"``) or
     :class:`FITCStats` (``"fitc"``; factors ``Kuu`` with ``inducing_cholesky(..., jitter)``).
 
@@ -288,8 +289,9 @@ def chunk_stats(method: str, kernel: str, params: GPParams, Z, X_chunk, y_chunk,
     return chunk_stats_and_kuf(method, kernel, params, Z, X_chunk, y_chunk, jitter, Kuf=Kuf)[0]
 
 
-def chunk_stats_and_kuf(method: str, kernel: str, params: GPParams, Z, X_chunk, y_chunk,
-                        jitter: float = DEFAULT_JITTER, Kuf=None, out=None):
+def chunk_stats_and_kuf(
+    method: str, kernel: str, params: GPParams, Z, X_chunk, y_chunk, jitter: float = DEFAULT_JITTER, Kuf=None, out=None
+):
     """``(statistics, Kuf)``: :func:`chunk_stats` and the ``Kuf`` it used, for the gradient pass of the
     same evaluation to take back (``Kuf=``): [m, n] in Fortran order on the cache-blocked CPU path of
     :mod:`pgmflow.tasks.gp.fused` (SGPR and DTC with RBF; written into ``out``, a Fortran-ordered
@@ -421,5 +423,7 @@ def _fixed_cholesky(kernel, params, Z, jitter_abs: float) -> np.ndarray:
     try:
         return scipy.linalg.cholesky(Kuu, lower=True, check_finite=False)
     except np.linalg.LinAlgError as exc:
-        raise kern.CholeskyError(f"Cholesky of Kuu ({Kuu.shape[0]}x{Kuu.shape[0]}) with the driver's jitter "
-                                 f"{jitter_abs:.3g} failed in a chunk") from exc
+        raise kern.CholeskyError(
+            f"Cholesky of Kuu ({Kuu.shape[0]}x{Kuu.shape[0]}) with the driver's jitter "
+            f"{jitter_abs:.3g} failed in a chunk"
+        ) from exc

@@ -96,7 +96,6 @@ def svgp_init(m: int, mean=None, cov=None) -> SVGPState:
     return SVGPState(prec @ mean, -0.5 * prec, 0)
 
 
-
 def _chol(A, what):
     try:
         return scipy.linalg.cholesky(A, lower=True, check_finite=False)
@@ -126,8 +125,9 @@ def svgp_q_u(kernel: str, params: GPParams, Z, state: SVGPState, jitter: float =
     return L @ m_v, 0.5 * (S_u + S_u.T)
 
 
-def svgp_state_from_q_u(kernel: str, params: GPParams, Z, mean_u, cov_u, count: int = 0,
-                   jitter: float = DEFAULT_JITTER) -> SVGPState:
+def svgp_state_from_q_u(
+    kernel: str, params: GPParams, Z, mean_u, cov_u, count: int = 0, jitter: float = DEFAULT_JITTER
+) -> SVGPState:
     """The state whose ``q(u)`` at these hyperparameters is ``N(mean_u, cov_u)``."""
     L, _ = kern.inducing_cholesky(kernel, params, Z, jitter)
     m_v = _solve_lower(L, np.asarray(mean_u, dtype=np.float64))
@@ -136,8 +136,17 @@ def svgp_state_from_q_u(kernel: str, params: GPParams, Z, mean_u, cov_u, count: 
     return st._replace(count=int(count))
 
 
-def natgrad_step(kernel: str, params: GPParams, Z, state: SVGPState, X_batch, y_batch, n: int, rho: float,
-                 jitter: float = DEFAULT_JITTER) -> SVGPState:
+def natgrad_step(
+    kernel: str,
+    params: GPParams,
+    Z,
+    state: SVGPState,
+    X_batch,
+    y_batch,
+    n: int,
+    rho: float,
+    jitter: float = DEFAULT_JITTER,
+) -> SVGPState:
     """One natural-gradient step of ``q`` from a minibatch ``X_batch`` [b, d], ``y_batch`` [b] of
     ``n`` rows in all, step size ``rho`` in (0, 1]; ``count`` goes up by one."""
     X_batch = np.asarray(X_batch, dtype=np.float64)
@@ -180,11 +189,22 @@ def _pieces(kernel, params, Z, state, jitter) -> _Pieces:
 
 def _kl(pc: _Pieces) -> float:
     m = pc.m_v.shape[0]
-    return 0.5 * (float(np.trace(pc.S_v)) + float(pc.m_v @ pc.m_v) - m + 2.0 * float(np.sum(np.log(np.diagonal(pc.Lp)))))
+    return 0.5 * (
+        float(np.trace(pc.S_v)) + float(pc.m_v @ pc.m_v) - m + 2.0 * float(np.sum(np.log(np.diagonal(pc.Lp))))
+    )
 
 
-def svgp_elbo_and_grad(kernel: str, params: GPParams, Z, state: SVGPState, X_batch, y_batch, n: int,
-                       jitter: float = DEFAULT_JITTER, need_grad: bool = True):
+def svgp_elbo_and_grad(
+    kernel: str,
+    params: GPParams,
+    Z,
+    state: SVGPState,
+    X_batch,
+    y_batch,
+    n: int,
+    jitter: float = DEFAULT_JITTER,
+    need_grad: bool = True,
+):
     """``(elbo, dparams, dZ)``: the minibatch ELBO estimate and its gradient w.r.t. the
     hyperparameters (a :class:`GPParams`) and ``Z`` [m, d], ``q(v)`` held fixed (both None without
     ``need_grad``)."""
@@ -227,14 +247,16 @@ def svgp_elbo_and_grad(kernel: str, params: GPParams, Z, state: SVGPState, X_bat
     return value, dparams, kg.X1 + kuu.X1
 
 
-def svgp_elbo(kernel: str, params: GPParams, Z, state: SVGPState, X_batch, y_batch, n: int,
-              jitter: float = DEFAULT_JITTER) -> float:
+def svgp_elbo(
+    kernel: str, params: GPParams, Z, state: SVGPState, X_batch, y_batch, n: int, jitter: float = DEFAULT_JITTER
+) -> float:
     """The minibatch ELBO estimate (see :func:`svgp_elbo_and_grad`)."""
     return svgp_elbo_and_grad(kernel, params, Z, state, X_batch, y_batch, n, jitter, need_grad=False)[0]
 
 
-def svgp_predict(kernel: str, params: GPParams, Z, state: SVGPState, Xstar, full_cov: bool = False,
-                 jitter: float = DEFAULT_JITTER) -> tuple[np.ndarray, np.ndarray]:
+def svgp_predict(
+    kernel: str, params: GPParams, Z, state: SVGPState, Xstar, full_cov: bool = False, jitter: float = DEFAULT_JITTER
+) -> tuple[np.ndarray, np.ndarray]:
     """Predictive mean [n*] and variance [n*] (covariance with ``full_cov``) of the latent ``f`` at
     ``Xstar`` [n*, d]: ``mean = K*u alpha``, ``var = k** - k*' C k*`` (computed as
     ``k** - |A|^2 + A' S_v A`` with ``A = L^-1 Ku*``)."""
@@ -285,8 +307,9 @@ def adam_init(x) -> AdamState:
     return AdamState(0, np.zeros_like(x), np.zeros_like(x))
 
 
-def adam_update(state: AdamState, grad, lr: float = 1e-2, b1: float = 0.9, b2: float = 0.999,
-                eps: float = 1e-8) -> tuple[AdamState, np.ndarray]:
+def adam_update(
+    state: AdamState, grad, lr: float = 1e-2, b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8
+) -> tuple[AdamState, np.ndarray]:
     """``(state, step)``: the step to *add* to the parameters to *decrease* the function whose
     gradient is ``grad`` (pass ``-grad`` of an ELBO to increase it)."""
     g = np.asarray(grad, dtype=np.float64)

@@ -65,8 +65,20 @@ def _local_ids(indices: np.ndarray, cols: np.ndarray) -> np.ndarray:
     return pos.astype(np.int64)
 
 
-def estep(indptr, indices, counts, docs, cols, exp_elog_beta, alpha, max_iter=100, tol=1e-3,
-          pr=None, return_gamma=True, array_backend="numpy") -> EStepResult:
+def estep(
+    indptr,
+    indices,
+    counts,
+    docs,
+    cols,
+    exp_elog_beta,
+    alpha,
+    max_iter=100,
+    tol=1e-3,
+    pr=None,
+    return_gamma=True,
+    array_backend="numpy",
+) -> EStepResult:
     """E-step of the documents ``docs`` (local row ids of the CSR arrays) against topic columns ``cols``.
 
     indptr [n+1], indices [nnz] (word ids), counts [nnz]: a CSR document-term shard.
@@ -89,19 +101,32 @@ def estep(indptr, indices, counts, docs, cols, exp_elog_beta, alpha, max_iter=10
     cts = np.ascontiguousarray(np.asarray(counts)[take], dtype=np.float64)
     loc = _local_ids(words, cols)
     if array_backend == "cupy" and not (pr is not None and _pr_active(pr)):
-        return estep_xp(bptr, loc, cts, eeb, alpha, max_iter, tol, _cupy(),
-                        return_gamma=return_gamma)
+        return estep_xp(bptr, loc, cts, eeb, alpha, max_iter, tol, _cupy(), return_gamma=return_gamma)
     k = _kernels()
     if pr is not None and _pr_active(pr):
         gamma, sstats, bound, iters = _pr_kernel()(
-            bptr, loc, cts, words.astype(np.int64), eeb, alpha, int(max_iter), float(tol),
-            pr.seed_word_ids, pr.seed_topics, pr.seed_mass, float(pr.cap), int(pr.max_iter), float(pr.tol))
+            bptr,
+            loc,
+            cts,
+            words.astype(np.int64),
+            eeb,
+            alpha,
+            int(max_iter),
+            float(tol),
+            pr.seed_word_ids,
+            pr.seed_topics,
+            pr.seed_mass,
+            float(pr.cap),
+            int(pr.max_iter),
+            float(pr.tol),
+        )
     else:
         # one numba thread (a Dask worker per core): the serial kernel, which loads faster
         name = "estep_parallel" if backend.numba().get_num_threads() > 1 else "estep_serial"
         gamma, sstats, bound, iters = k[name](bptr, loc, cts, eeb, alpha, int(max_iter), float(tol))
-    return EStepResult(sstats, gamma if return_gamma else np.zeros((0, eeb.shape[1])), float(bound),
-                       float(cts.sum()), int(iters))
+    return EStepResult(
+        sstats, gamma if return_gamma else np.zeros((0, eeb.shape[1])), float(bound), float(cts.sum()), int(iters)
+    )
 
 
 def _cupy():
@@ -138,7 +163,7 @@ def estep_xp(bptr, loc, cts, eeb, alpha, max_iter, tol, xp, return_gamma=True, c
     while start < n_docs:
         # a chunk of documents whose padded block fits the budget
         stop = start + 1
-        while stop < n_docs and (stop + 1 - start) * max(int(lens[start:stop + 1].max()), 1) * K <= chunk_elements:
+        while stop < n_docs and (stop + 1 - start) * max(int(lens[start : stop + 1].max()), 1) * K <= chunk_elements:
             stop += 1
         D = stop - start
         N = max(int(lens[start:stop].max()), 1)
@@ -170,9 +195,13 @@ def estep_xp(bptr, loc, cts, eeb, alpha, max_iter, tol, xp, return_gamma=True, c
         else:
             backend.cupyx().scatter_add(sstats, r, contrib[xp.asarray(pos)])
         el = dg(gamma) - dg(gamma.sum(axis=1, keepdims=True))
-        b = (xp.sum(c * xp.log(norm)) + xp.sum((alpha_d[None, :] - gamma) * el)
-             + xp.sum(gammaln(gamma) - gammaln(alpha_d)[None, :])
-             + D * gammaln(alpha_d.sum()) - xp.sum(gammaln(gamma.sum(axis=1))))
+        b = (
+            xp.sum(c * xp.log(norm))
+            + xp.sum((alpha_d[None, :] - gamma) * el)
+            + xp.sum(gammaln(gamma) - gammaln(alpha_d)[None, :])
+            + D * gammaln(alpha_d.sum())
+            - xp.sum(gammaln(gamma.sum(axis=1)))
+        )
         bound += float(b)
         iters += int(n_it.sum())
         gammas[start:stop] = gamma.get() if xp is not np else gamma
@@ -189,6 +218,7 @@ def _pr_active(pr) -> bool:
 
 # --- reference implementation (NumPy, one document at a time) -------------------------------------
 
+
 def estep_numpy(indptr, indices, counts, docs, cols, exp_elog_beta, alpha, max_iter=100, tol=1e-3) -> EStepResult:
     """Plain NumPy/SciPy version of :func:`estep` without constraints (the test oracle)."""
     from scipy.special import digamma as dg
@@ -201,8 +231,8 @@ def estep_numpy(indptr, indices, counts, docs, cols, exp_elog_beta, alpha, max_i
     gammas = np.zeros((len(docs), K))
     bound, iters, ntok = 0.0, 0, 0.0
     for j, d in enumerate(docs):
-        w = np.asarray(indices[indptr[d]:indptr[d + 1]])
-        c = np.asarray(counts[indptr[d]:indptr[d + 1]], dtype=np.float64)
+        w = np.asarray(indices[indptr[d] : indptr[d + 1]])
+        c = np.asarray(counts[indptr[d] : indptr[d + 1]], dtype=np.float64)
         loc = np.searchsorted(cols, w)
         B = eeb[loc]  # [N, K]
         gamma = alpha + c.sum() / K
@@ -220,8 +250,13 @@ def estep_numpy(indptr, indices, counts, docs, cols, exp_elog_beta, alpha, max_i
         gammas[j] = gamma
         sstats[loc] += np.outer(c / norm, ea) * B
         elog = dg(gamma) - dg(gamma.sum())
-        bound += (c @ np.log(norm) + np.sum((alpha - gamma) * elog) + np.sum(gammaln(gamma) - gammaln(alpha))
-                  + gammaln(alpha.sum()) - gammaln(gamma.sum()))
+        bound += (
+            c @ np.log(norm)
+            + np.sum((alpha - gamma) * elog)
+            + np.sum(gammaln(gamma) - gammaln(alpha))
+            + gammaln(alpha.sum())
+            - gammaln(gamma.sum())
+        )
         ntok += c.sum()
     return EStepResult(sstats, gammas, float(bound), float(ntok), int(iters))
 
@@ -249,8 +284,12 @@ def _digamma(x):
             x += 1.0
         r = -dp / p
     f = 1.0 / (x * x)
-    return r + math.log(x) - 0.5 / x - f * (1.0 / 12 - f * (1.0 / 120 - f * (1.0 / 252 - f * (
-        1.0 / 240 - f * (1.0 / 132)))))
+    return (
+        r
+        + math.log(x)
+        - 0.5 / x
+        - f * (1.0 / 12 - f * (1.0 / 120 - f * (1.0 / 252 - f * (1.0 / 240 - f * (1.0 / 132)))))
+    )
 
 
 @backend.kernel(cache=True, nogil=True)
@@ -404,8 +443,9 @@ def _token_posteriors(ea, eeb, loc, lo, p, norm):
 
 
 @backend.kernel(cache=True, nogil=True)
-def estep_pr_kernel(bptr, loc, cts, words, eeb, alpha, max_iter, tol, seed_ids, seed_topics, seed_mass, cap,
-                    pr_iter, pr_tol):
+def estep_pr_kernel(
+    bptr, loc, cts, words, eeb, alpha, max_iter, tol, seed_ids, seed_topics, seed_mass, cap, pr_iter, pr_tol
+):
     n_docs = bptr.size - 1
     K = alpha.size
     gamma = np.empty((n_docs, K))
@@ -426,7 +466,7 @@ def estep_pr_kernel(bptr, loc, cts, words, eeb, alpha, max_iter, tol, seed_ids, 
             g[k] = alpha[k] + tot / K
         c = cts[lo:hi]
         w = words[lo:hi]
-        for it in range(max_iter):
+        for _ in range(max_iter):
             it_total += 1
             _exp_elog(g, ea)
             _token_posteriors(ea, eeb, loc, lo, p, norm)
@@ -462,8 +502,9 @@ def _kernels():
     """Compile the kernels above (once per process; numba's on-disk cache serves later processes), binding
     prange and the posterior-regularization projection (:func:`pgmflow.tasks.lda.regularization.project_kernel`,
     whose dispatcher the PR E-step calls)."""
-    return backend.compile_kernels(sys.modules[__name__], bind={"prange": backend.numba().prange,
-                                                                 "_project": _regularization.project_kernel()})
+    return backend.compile_kernels(
+        sys.modules[__name__], bind={"prange": backend.numba().prange, "_project": _regularization.project_kernel()}
+    )
 
 
 def _pr_kernel():
@@ -474,5 +515,13 @@ def _pr_kernel():
 def warm_up() -> None:
     """Compile (or load from the on-disk cache) the E-step kernels in this process."""
     indptr = np.array([0, 2], np.int64)
-    estep(indptr, np.array([0, 1]), np.array([1.0, 2.0]), np.array([0]), np.array([0, 1]), np.full((2, 2), 0.5),
-          np.full(2, 0.5), max_iter=2)
+    estep(
+        indptr,
+        np.array([0, 1]),
+        np.array([1.0, 2.0]),
+        np.array([0]),
+        np.array([0, 1]),
+        np.full((2, 2), 0.5),
+        np.full(2, 0.5),
+        max_iter=2,
+    )

@@ -24,8 +24,17 @@ import numpy as np
 from pgmflow.tasks import rng as _rng
 from pgmflow.tasks.lda import estep as _estep
 
-__all__ = ["CSR", "completion_split", "completion_log_likelihood", "perplexity", "heldout_mask", "top_words",
-           "cooccurrence", "umass_coherence", "match_topics"]
+__all__ = [
+    "CSR",
+    "completion_split",
+    "completion_log_likelihood",
+    "perplexity",
+    "heldout_mask",
+    "top_words",
+    "cooccurrence",
+    "umass_coherence",
+    "match_topics",
+]
 
 
 class CSR(NamedTuple):
@@ -50,8 +59,9 @@ def _compact(indptr, indices, counts, keep) -> CSR:
     return CSR(ptr, np.asarray(indices)[keep], np.asarray(counts, dtype=np.float64)[keep])
 
 
-def completion_split(indptr, indices, counts, seed: int, identity: tuple = (0,),
-                     observed_fraction: float = 0.5) -> tuple[CSR, CSR]:
+def completion_split(
+    indptr, indices, counts, seed: int, identity: tuple = (0,), observed_fraction: float = 0.5
+) -> tuple[CSR, CSR]:
     """Split every count into observed and test parts by binomial thinning (integer counts;
     non-integer counts are split proportionally). Returns (observed, test) CSR sets of the same rows."""
     indptr = np.asarray(indptr, np.int64)
@@ -66,8 +76,17 @@ def completion_split(indptr, indices, counts, seed: int, identity: tuple = (0,),
     return _compact(indptr, indices, obs, obs > 0), _compact(indptr, indices, test, test > 0)
 
 
-def completion_log_likelihood(observed: CSR, test: CSR, alpha, lam=None, topics=None, max_iter: int = 100,
-                              tol: float = 1e-3, cols=None, lam_rowsum=None) -> tuple[float, float]:
+def completion_log_likelihood(
+    observed: CSR,
+    test: CSR,
+    alpha,
+    lam=None,
+    topics=None,
+    max_iter: int = 100,
+    tol: float = 1e-3,
+    cols=None,
+    lam_rowsum=None,
+) -> tuple[float, float]:
     """Sum of ``log p(test word)`` and the number of test tokens (see the module docstring).
 
     Give either ``lam`` [K, V] (variational Dirichlet parameters: E[log beta] for the E-step and
@@ -102,8 +121,9 @@ def completion_log_likelihood(observed: CSR, test: CSR, alpha, lam=None, topics=
         eeb = beta_hat
     K = eeb.shape[1]
     alpha = np.broadcast_to(np.asarray(alpha, dtype=np.float64), (K,))
-    res = _estep.estep(observed.indptr, observed.indices, observed.counts, np.arange(n), cols, eeb, alpha,
-                       max_iter=max_iter, tol=tol)
+    res = _estep.estep(
+        observed.indptr, observed.indices, observed.counts, np.arange(n), cols, eeb, alpha, max_iter=max_iter, tol=tol
+    )
     theta = res.gamma / res.gamma.sum(axis=1, keepdims=True)  # [n, K]
     rows = np.repeat(np.arange(n), np.diff(test.indptr))
     loc = np.searchsorted(cols, test.indices)

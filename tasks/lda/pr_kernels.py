@@ -72,6 +72,7 @@ def _wf_upper(prow, u, K, qrow, s0):
         qrow[k] = min(prow[k] * s, u[k])
     return s
 
+
 @backend.kernel(cache=True, nogil=True, no_cpython_wrapper=True, no_cfunc_wrapper=True)
 def _wf_lower(prow, lrow, K, qrow):
     """KL projection of one row onto ``{q >= l, sum q = 1}``: ``q = max(p s, l)``; the set on
@@ -98,6 +99,7 @@ def _wf_lower(prow, lrow, K, qrow):
     for k in range(K):
         qrow[k] = max(prow[k] * s, lrow[k])
     return s
+
 
 @backend.kernel(cache=True, nogil=True, no_cpython_wrapper=True, no_cfunc_wrapper=True)
 def _wf_general(prow, lrow, u, K, qrow, X):
@@ -151,6 +153,7 @@ def _wf_general(prow, lrow, u, K, qrow, X):
         v = min(v, u[k])
         qrow[k] = v
     return s
+
 
 @backend.kernel(cache=True, nogil=True, no_cpython_wrapper=True, no_cfunc_wrapper=True)
 def _evaluate_nb(p, c, t, logt, sidx, lo_s, q, s, cap8, S, D, cF, M, X, s_warm):
@@ -209,9 +212,9 @@ def _evaluate_nb(p, c, t, logt, sidx, lo_s, q, s, cap8, S, D, cF, M, X, s_warm):
         G += c[n] * kl
     return G
 
+
 @backend.kernel(cache=True, nogil=True, no_cpython_wrapper=True, no_cfunc_wrapper=True)
-def _direction_nb(t, S, D, cap8, cF, L, fixed, M, H, Hs, idx, rows_c, sc, va, vb, pinned, at_bound,
-                  no_release, d):
+def _direction_nb(t, S, D, cap8, cF, L, fixed, M, H, Hs, idx, rows_c, sc, va, vb, pinned, at_bound, no_release, d):
     """Newton direction (mirrors ``_newton_direction_np``); writes d, returns (theta, n_free)."""
     N, K = cap8.shape
     for i in range(K):
@@ -341,6 +344,7 @@ def _direction_nb(t, S, D, cap8, cF, L, fixed, M, H, Hs, idx, rows_c, sc, va, vb
             nf += 1
     return theta, nf
 
+
 @backend.kernel(cache=True, nogil=True, no_cpython_wrapper=True, no_cfunc_wrapper=True)
 def _path_nb(t, d, a, L, slack, cap, tn, lm):
     """Point at step a along d (mirrors ``_path_np``), written to tn."""
@@ -379,6 +383,7 @@ def _path_nb(t, d, a, L, slack, cap, tn, lm):
             if not add:
                 v = L[k] + (lm[k] * (room / tot) if tot > 0.0 else 0.0)
                 tn[k] = max(v, max(L[k], _T_FLOOR))
+
 
 @backend.kernel(cache=True, nogil=True)
 def _project_nb(p, counts, word_ids, seed_word_ids, seed_topics, seed_mass, cap, max_iter, tol, q_out):
@@ -576,8 +581,9 @@ def _project_nb(p, counts, word_ids, seed_word_ids, seed_topics, seed_mass, cap,
     # phases: 0 first point, 1 final small step, 2 backtracking, 3 extension
     phase = 0
     while True:
-        Gt = _evaluate_nb(pf, counts, tn, logt, sidx, lo_s, qb[tri], sb[tri], cb[tri], Sb[tri], Db[tri],
-                          cFb[tri], Mb[tri], X, sb[cur])
+        Gt = _evaluate_nb(
+            pf, counts, tn, logt, sidx, lo_s, qb[tri], sb[tri], cb[tri], Sb[tri], Db[tri], cFb[tri], Mb[tri], X, sb[cur]
+        )
         accept = False
         if phase == 0:
             accept = True
@@ -656,8 +662,27 @@ def _project_nb(p, counts, word_ids, seed_word_ids, seed_topics, seed_mass, cap,
             fixed[k] = Db[cur, k] == 0.0
             slack[k] = fixed[k] and Mb[cur, k] < t[k] * (1 - 1e-12)
             any_slack = any_slack or slack[k]
-        theta, nfree = _direction_nb(t, Sb[cur], Db[cur], cb[cur], cFb[cur], L, fixed, Mb[cur], HH[0], HH[1],
-                                     ii[0], ii[1], sc, va, vb, pinned, at_bound, no_release, d)
+        theta, nfree = _direction_nb(
+            t,
+            Sb[cur],
+            Db[cur],
+            cb[cur],
+            cFb[cur],
+            L,
+            fixed,
+            Mb[cur],
+            HH[0],
+            HH[1],
+            ii[0],
+            ii[1],
+            sc,
+            va,
+            vb,
+            pinned,
+            at_bound,
+            no_release,
+            d,
+        )
         if nfree == 0 and not any_slack:
             converged = True
             break

@@ -156,7 +156,6 @@ __all__ = [
 ]
 
 
-
 class PRConfig(NamedTuple):
     """Constraints of the PR E-step (see the module docstring)."""
 
@@ -182,9 +181,17 @@ def is_active(pr: PRConfig) -> bool:
     return len(pr.seed_word_ids) > 0 or _cap_active(float(pr.cap))
 
 
-def make_pr_config(seed_words: dict | None, seed_mass: float | dict, cap: float | None, n_topics: int,
-                   n_words: int, max_iter: int = 200, tol: float = 1e-6, *,
-                   allow_doc_infeasible: bool = False) -> PRConfig:
+def make_pr_config(
+    seed_words: dict | None,
+    seed_mass: float | dict,
+    cap: float | None,
+    n_topics: int,
+    n_words: int,
+    max_iter: int = 200,
+    tol: float = 1e-6,
+    *,
+    allow_doc_infeasible: bool = False,
+) -> PRConfig:
     """Validate and pack PR settings.
 
     ``seed_words`` maps topic -> list of word ids (``None`` or ``{}``: no seeds). ``seed_mass``
@@ -212,8 +219,10 @@ def make_pr_config(seed_words: dict | None, seed_mass: float | dict, cap: float 
         if capv == 0:
             capv = math.inf
         elif capv < 1.0:
-            raise ValueError(f"topic cap {cap} < 1: no distribution can satisfy sum_k max_n q_n(k) <= cap, "
-                             "since that sum is always >= 1")
+            raise ValueError(
+                f"topic cap {cap} < 1: no distribution can satisfy sum_k max_n q_n(k) <= cap, "
+                "since that sum is always >= 1"
+            )
 
     # --- seeds
     entries: dict[tuple[int, int], float] = {}
@@ -248,8 +257,10 @@ def make_pr_config(seed_words: dict | None, seed_mass: float | dict, cap: float 
         bad = np.flatnonzero(per_word > 1.0 + _SUM_TOL)
         if len(bad):
             w = int(bad[0])
-            raise ValueError(f"seed masses of word {w} sum to {per_word[w]:.6g} > 1: no distribution can satisfy "
-                             f"all of them (topics {tops[wids == w].tolist()})")
+            raise ValueError(
+                f"seed masses of word {w} sum to {per_word[w]:.6g} > 1: no distribution can satisfy "
+                f"all of them (topics {tops[wids == w].tolist()})"
+            )
         if math.isfinite(capv) and not allow_doc_infeasible:
             top_max = np.zeros(n_topics)
             np.maximum.at(top_max, tops, mass)
@@ -258,7 +269,8 @@ def make_pr_config(seed_words: dict | None, seed_mass: float | dict, cap: float 
                 raise ValueError(
                     f"seeds force mass on {int((top_max > 0).sum())} topics totalling sum_k max m = {need:.6g} > cap = "
                     f"{capv:.6g}: no distribution can satisfy both the seeds and the cap in a document containing "
-                    "all seed words (raise the cap, lower the masses, or pass allow_doc_infeasible=True)")
+                    "all seed words (raise the cap, lower the masses, or pass allow_doc_infeasible=True)"
+                )
     return PRConfig(wids, tops, mass, capv, int(max_iter), float(tol))
 
 
@@ -320,8 +332,18 @@ def _kl_rows(q, p):
 
 
 def _info(N, K, **kw):
-    out = {"lambda": np.zeros((N, K)), "alpha": np.zeros((N, K)), "mu": 0.0, "t": None, "iterations": 0,
-           "violation": 0.0, "converged": True, "gap": 0.0, "cap_relaxed": False, "history": []}
+    out = {
+        "lambda": np.zeros((N, K)),
+        "alpha": np.zeros((N, K)),
+        "mu": 0.0,
+        "t": None,
+        "iterations": 0,
+        "violation": 0.0,
+        "converged": True,
+        "gap": 0.0,
+        "cap_relaxed": False,
+        "history": [],
+    }
     out.update(kw)
     return out
 
@@ -568,7 +590,9 @@ def project_numpy(p, counts, word_ids, pr: PRConfig):
         t = L.copy()
         q, s = _waterfill_np(pf, lo, np.broadcast_to(t, pf.shape))
     elif capE <= 1.0 + _SUM_TOL:  # cap == 1: all rows equal t = projected geometric mean
-        g = np.exp((c[:, None] * np.log(pf)).sum(axis=0) / c.sum() - (c[:, None] * np.log(pf)).sum(axis=0).max() / c.sum())
+        g = np.exp(
+            (c[:, None] * np.log(pf)).sum(axis=0) / c.sum() - (c[:, None] * np.log(pf)).sum(axis=0).max() / c.sum()
+        )
         t, _ = _waterfill_np((g / g.sum())[None, :], L[None, :], np.ones((1, K)))
         t = t[0]
         q = np.broadcast_to(t, (N, K)).copy()
@@ -576,8 +600,20 @@ def project_numpy(p, counts, word_ids, pr: PRConfig):
     else:
         t, q, s, it, converged, history = _newton_np(pf, c, lo, L, q, capE, int(pr.max_iter), float(pr.tol))
     lam, alpha, mu, gap = _multipliers_np(pf, c, lo, t, q, s)
-    return q, _info(N, K, **{"lambda": lam}, alpha=alpha, mu=mu, t=t, iterations=it, converged=converged, gap=gap,
-                    cap_relaxed=relaxed, violation=_violation(q, lo, capE), history=history)
+    return q, _info(
+        N,
+        K,
+        **{"lambda": lam},
+        alpha=alpha,
+        mu=mu,
+        t=t,
+        iterations=it,
+        converged=converged,
+        gap=gap,
+        cap_relaxed=relaxed,
+        violation=_violation(q, lo, capE),
+        history=history,
+    )
 
 
 def _violation(q, lo, cap):
@@ -642,7 +678,7 @@ def primal_solve_scipy(p, counts, word_ids, pr: PRConfig) -> np.ndarray:
 
     A_eq = np.zeros((N, nx))
     for n in range(N):
-        A_eq[n, n * K:(n + 1) * K] = 1.0
+        A_eq[n, n * K : (n + 1) * K] = 1.0
     cons = [{"type": "eq", "fun": lambda x: A_eq @ x - 1.0, "jac": lambda x: A_eq}]
     bounds = [(max(lo[n, k], floor), 1.0) for n in range(N) for k in range(K)]
     x0 = np.zeros(nx)
@@ -660,8 +696,9 @@ def primal_solve_scipy(p, counts, word_ids, pr: PRConfig) -> np.ndarray:
         cons.append({"type": "ineq", "fun": lambda x: A_in @ x + b_in, "jac": lambda x: A_in})
         bounds += [(0.0, 1.0)] * K
         x0[nq:] = x0[:nq].reshape(N, K).max(axis=0)
-    res = minimize(f, x0, jac=grad, method="SLSQP", bounds=bounds, constraints=cons,
-                   options={"ftol": 1e-15, "maxiter": 5000})
+    res = minimize(
+        f, x0, jac=grad, method="SLSQP", bounds=bounds, constraints=cons, options={"ftol": 1e-15, "maxiter": 5000}
+    )
     q = np.maximum(res.x[:nq].reshape(N, K), 0.0)
     return q / q.sum(axis=1, keepdims=True)
 
@@ -693,5 +730,10 @@ def _numba_kernels():
     """The numba kernels of :mod:`pgmflow.tasks.lda.pr_kernels`, compiled on first use by
     :func:`pgmflow.tasks.backend.compile_kernels`; a dict of njit dispatchers."""
     k = backend.compile_kernels(pr_kernels)
-    return {"project": k["_project_nb"], "wf_upper": k["_wf_upper"], "wf_lower": k["_wf_lower"],
-            "wf_general": k["_wf_general"], "evaluate": k["_evaluate_nb"]}
+    return {
+        "project": k["_project_nb"],
+        "wf_upper": k["_wf_upper"],
+        "wf_lower": k["_wf_lower"],
+        "wf_general": k["_wf_general"],
+        "evaluate": k["_evaluate_nb"],
+    }

@@ -70,8 +70,14 @@ def step_docs(state: ShardState, seed: int, epoch: int, step: int, steps_per_epo
     return np.sort(state.train_ids[step_positions(order, step, steps_per_epoch)])
 
 
-def prepare_shard(path: str, index: int, seed: int, heldout_fraction: float, keep_in_memory: bool = True,
-                  observed_fraction: float = 0.5) -> ShardState:
+def prepare_shard(
+    path: str,
+    index: int,
+    seed: int,
+    heldout_fraction: float,
+    keep_in_memory: bool = True,
+    observed_fraction: float = 0.5,
+) -> ShardState:
     """Load shard ``index`` of the corpus at ``path`` and split off its held-out documents."""
     _estep.warm_up()  # compile the kernels while loading, not in the first minibatch
     shard = _corpus.load_shard(path, index)
@@ -81,8 +87,9 @@ def prepare_shard(path: str, index: int, seed: int, heldout_fraction: float, kee
     sub = _corpus.slice_docs(shard, held)
     obs, test = _evaluate.completion_split(sub.indptr, sub.indices, sub.counts, seed, (index,), observed_fraction)
     words = np.unique(np.concatenate([obs.indices, test.indices])).astype(np.int64)
-    return ShardState(index, str(path), shard if keep_in_memory else None, np.flatnonzero(~mask).astype(np.int64),
-                      obs, test, words)
+    return ShardState(
+        index, str(path), shard if keep_in_memory else None, np.flatnonzero(~mask).astype(np.int64), obs, test, words
+    )
 
 
 def _data(state: ShardState):
@@ -105,8 +112,13 @@ def streamed_shard(path: str, index: int):
     arrays = _corpus._npz_memmaps(f, ("indptr", "indices", "counts"))
     if arrays is None:
         return _corpus.load_shard(info, index)
-    return _corpus.DocTermShard(np.asarray(arrays["indptr"], dtype=np.int64), arrays["indices"], arrays["counts"],
-                                info.n_words, info.shard_offsets[index])
+    return _corpus.DocTermShard(
+        np.asarray(arrays["indptr"], dtype=np.int64),
+        arrays["indices"],
+        arrays["counts"],
+        info.n_words,
+        info.shard_offsets[index],
+    )
 
 
 def _words_of_docs(sh, docs: np.ndarray) -> np.ndarray:
@@ -131,9 +143,21 @@ def step_words(states, seed: int, epoch: int, step: int, steps_per_epoch: int) -
     return np.unique(np.concatenate(out))
 
 
-def estep_group(states, seed: int, epoch: int, step: int, steps_per_epoch: int, cols: np.ndarray,
-                exp_elog_beta: np.ndarray, alpha: np.ndarray, max_iter: int, tol: float, pr=None,
-                next_step: tuple | None = None, backend: str = "numpy") -> tuple[list[ShardStats], np.ndarray | None]:
+def estep_group(
+    states,
+    seed: int,
+    epoch: int,
+    step: int,
+    steps_per_epoch: int,
+    cols: np.ndarray,
+    exp_elog_beta: np.ndarray,
+    alpha: np.ndarray,
+    max_iter: int,
+    tol: float,
+    pr=None,
+    next_step: tuple | None = None,
+    backend: str = "numpy",
+) -> tuple[list[ShardStats], np.ndarray | None]:
     """The E-step of one minibatch on a group of shards held by one worker.
 
     ``cols`` [C] are the word ids the group needs (from :func:`step_words`) and ``exp_elog_beta``
@@ -146,11 +170,33 @@ def estep_group(states, seed: int, epoch: int, step: int, steps_per_epoch: int, 
         t0 = time.perf_counter()
         sh = _data(st)
         docs = step_docs(st, seed, epoch, step, steps_per_epoch)
-        res = _estep.estep(sh.indptr, sh.indices, sh.counts, docs, cols, exp_elog_beta, alpha, max_iter, tol,
-                           pr=pr, return_gamma=False, array_backend=backend)
+        res = _estep.estep(
+            sh.indptr,
+            sh.indices,
+            sh.counts,
+            docs,
+            cols,
+            exp_elog_beta,
+            alpha,
+            max_iter,
+            tol,
+            pr=pr,
+            return_gamma=False,
+            array_backend=backend,
+        )
         used = np.flatnonzero(res.sstats.any(axis=1))
-        out.append(ShardStats(st.index, cols[used], np.ascontiguousarray(res.sstats[used]), res.doc_bound,
-                              res.n_tokens, int(docs.size), res.iterations, time.perf_counter() - t0))
+        out.append(
+            ShardStats(
+                st.index,
+                cols[used],
+                np.ascontiguousarray(res.sstats[used]),
+                res.doc_bound,
+                res.n_tokens,
+                int(docs.size),
+                res.iterations,
+                time.perf_counter() - t0,
+            )
+        )
     nxt = None if next_step is None else step_words(states, seed, next_step[0], next_step[1], steps_per_epoch)
     return out, nxt
 
@@ -159,13 +205,22 @@ def heldout_words(states) -> np.ndarray:
     return np.unique(np.concatenate([np.zeros(0, np.int64)] + [st.heldout_words for st in states]))
 
 
-def heldout_group(states, cols: np.ndarray, lam_cols: np.ndarray, lam_rowsum: np.ndarray, alpha: np.ndarray,
-                  max_iter: int, tol: float) -> list[tuple[int, float, float]]:
+def heldout_group(
+    states, cols: np.ndarray, lam_cols: np.ndarray, lam_rowsum: np.ndarray, alpha: np.ndarray, max_iter: int, tol: float
+) -> list[tuple[int, float, float]]:
     """Document-completion log likelihood of each shard's held-out documents: [(j, sum log p, tokens)]."""
     out = []
     for st in states:
-        ll, nt = _evaluate.completion_log_likelihood(st.heldout_obs, st.heldout_test, alpha, lam=lam_cols,
-                                                     cols=cols, lam_rowsum=lam_rowsum, max_iter=max_iter, tol=tol)
+        ll, nt = _evaluate.completion_log_likelihood(
+            st.heldout_obs,
+            st.heldout_test,
+            alpha,
+            lam=lam_cols,
+            cols=cols,
+            lam_rowsum=lam_rowsum,
+            max_iter=max_iter,
+            tol=tol,
+        )
         out.append((st.index, ll, nt))
     return out
 
@@ -180,8 +235,16 @@ def cooccurrence_group(states, word_ids: np.ndarray) -> list[tuple[int, np.ndarr
     return out
 
 
-def gamma_group(states, cols: np.ndarray, exp_elog_beta: np.ndarray, alpha: np.ndarray, max_iter: int, tol: float,
-                pr=None, max_docs: int = 2000) -> list[tuple[int, np.ndarray, np.ndarray]]:
+def gamma_group(
+    states,
+    cols: np.ndarray,
+    exp_elog_beta: np.ndarray,
+    alpha: np.ndarray,
+    max_iter: int,
+    tol: float,
+    pr=None,
+    max_docs: int = 2000,
+) -> list[tuple[int, np.ndarray, np.ndarray]]:
     """Topic proportions of (up to ``max_docs`` of) each shard's training documents: [(j, doc ids, gamma)]."""
     out = []
     for st in states:
@@ -201,9 +264,17 @@ def words_of_group(states, max_docs: int = 2000) -> np.ndarray:
     return np.unique(np.concatenate(out)).astype(np.int64)
 
 
-def true_heldout_group(states, topics: np.ndarray, alpha: np.ndarray, max_iter: int,
-                       tol: float) -> list[tuple[int, float, float]]:
+def true_heldout_group(
+    states, topics: np.ndarray, alpha: np.ndarray, max_iter: int, tol: float
+) -> list[tuple[int, float, float]]:
     """Document-completion log likelihood of each shard's held-out documents under known topics
     (a synthetic corpus's true model): [(j, sum log p, tokens)]."""
-    return [(st.index, *_evaluate.completion_log_likelihood(st.heldout_obs, st.heldout_test, alpha, topics=topics,
-                                                           max_iter=max_iter, tol=tol)) for st in states]
+    return [
+        (
+            st.index,
+            *_evaluate.completion_log_likelihood(
+                st.heldout_obs, st.heldout_test, alpha, topics=topics, max_iter=max_iter, tol=tol
+            ),
+        )
+        for st in states
+    ]

@@ -37,8 +37,11 @@ class SVIInfo(NamedTuple):
 def init(n_topics: int, n_words: int, seed: int, restart: int = 0) -> SVIState:
     """lambda ~ Gamma(100, 1/100) elementwise (Hoffman's initialisation), keyed by the seed alone
     (and, for a restart r >= 1, by r)."""
-    g = _rng.generator(seed, _rng.STAGE_LDA_INIT) if restart == 0 else \
-        _rng.generator(seed, _rng.STAGE_LDA_INIT, int(restart))
+    g = (
+        _rng.generator(seed, _rng.STAGE_LDA_INIT)
+        if restart == 0
+        else _rng.generator(seed, _rng.STAGE_LDA_INIT, int(restart))
+    )
     return SVIState(0, g.gamma(100.0, 0.01, size=(n_topics, n_words)), 0)
 
 
@@ -46,8 +49,9 @@ def step_size(count: int, tau0: float, kappa: float) -> float:
     return float((tau0 + count) ** (-kappa))
 
 
-def update(state: SVIState, sstats: np.ndarray, batch_docs: int, n_docs: int, eta: float, tau0: float,
-           kappa: float) -> tuple[SVIState, SVIInfo]:
+def update(
+    state: SVIState, sstats: np.ndarray, batch_docs: int, n_docs: int, eta: float, tau0: float, kappa: float
+) -> tuple[SVIState, SVIInfo]:
     """One natural-gradient step. sstats [K, V] summed over the minibatch's ``batch_docs`` documents."""
     rho = step_size(state.count, tau0, kappa)
     scale = n_docs / max(batch_docs, 1)
@@ -59,8 +63,11 @@ def topic_term_bound(lam: np.ndarray, eta: float) -> float:
     """``E_q[log p(beta | eta) - log q(beta | lambda)]`` summed over topics (the global ELBO term)."""
     V = lam.shape[1]
     elog = digamma(lam) - digamma(lam.sum(axis=1))[:, None]
-    return float(np.sum((eta - lam) * elog) + np.sum(gammaln(lam) - gammaln(eta))
-                 + np.sum(gammaln(eta * V) - gammaln(lam.sum(axis=1))))
+    return float(
+        np.sum((eta - lam) * elog)
+        + np.sum(gammaln(lam) - gammaln(eta))
+        + np.sum(gammaln(eta * V) - gammaln(lam.sum(axis=1)))
+    )
 
 
 def exp_elog_beta(lam: np.ndarray, cols: np.ndarray, rowsum: np.ndarray | None = None) -> np.ndarray:

@@ -18,8 +18,9 @@ kernel, parallel over documents, then maps each token's uniforms through inverse
 binary search in the cumulative ``theta_d`` (giving the document's topic counts ``n_dk``), then,
 topic by topic (tokens are exchangeable, and each topic's table stays in cache), the words by
 inverse CDF in the topic's cumulative table, started from a guide table (Chen & Asau 1974) so a
-lookup takes O(1) expected steps; it sorts each document's words and sums them into CSR counts. The lookups equal ``np.searchsorted(..., side="right")``
-exactly (``_generate_shard_numpy`` is the NumPy oracle the tests compare with, bit for bit). No
+lookup takes O(1) expected steps; it sorts each document's words and sums them into CSR counts.
+The lookups equal ``np.searchsorted(..., side="right")`` exactly (``_generate_shard_numpy`` is the NumPy
+oracle the tests compare with, bit for bit). No
 dense ``[n_docs, V]`` array is ever formed. The topics, and ``theta`` for ``alpha < 0.05``, use
 ``log Gamma(a) = log Gamma(a + 1) + log(U) / a``, which stays finite for tiny concentrations.
 About 1e8 tokens (1e6 documents of 100 words) take ~20 s on 2 cores, including writing the files.
@@ -261,8 +262,9 @@ def _generate_shard_numpy(model: SyntheticLDA, n_docs, doc_offset, shard_index, 
     return DocTermShard(indptr, (key - rows * V).astype(np.int32), cnt.astype(np.float64), int(V), int(doc_offset))
 
 
-def generate_corpus(out_dir, n_docs, n_words, n_topics, seed=0, alpha=0.1, eta=0.05, mean_length=100,
-                    docs_per_shard=10000) -> CorpusInfo:
+def generate_corpus(
+    out_dir, n_docs, n_words, n_topics, seed=0, alpha=0.1, eta=0.05, mean_length=100, docs_per_shard=10000
+) -> CorpusInfo:
     """Write a synthetic corpus directory: shards one at a time, ``true_topics.npy``, ``true_alpha.npy``.
 
     Shard ``i`` holds documents ``[i * docs_per_shard, ...)`` drawn by
@@ -284,16 +286,29 @@ def generate_corpus(out_dir, n_docs, n_words, n_topics, seed=0, alpha=0.1, eta=0
             yield _generate(model, tables, min(dps, n_docs - lo), lo, i, seed, mean_length)
 
     a = np.asarray(alpha, dtype=np.float64)
-    params = {"n_docs": n_docs, "n_words": int(n_words), "n_topics": int(n_topics), "seed": int(seed),
-              "alpha": float(a) if a.ndim == 0 else a.tolist(), "eta": float(eta),
-              "mean_length": float(mean_length), "docs_per_shard": dps, "generator": "pgmflow.tasks.lda.synthetic"}
-    return _corpus.write_corpus(out, shards(), int(n_words), source="synthetic LDA (pgmflow.tasks.lda.synthetic)",
-                                extra_meta={"synthetic": params, "true_topics": "true_topics.npy",
-                                            "true_alpha": "true_alpha.npy"})
+    params = {
+        "n_docs": n_docs,
+        "n_words": int(n_words),
+        "n_topics": int(n_topics),
+        "seed": int(seed),
+        "alpha": float(a) if a.ndim == 0 else a.tolist(),
+        "eta": float(eta),
+        "mean_length": float(mean_length),
+        "docs_per_shard": dps,
+        "generator": "pgmflow.tasks.lda.synthetic",
+    }
+    return _corpus.write_corpus(
+        out,
+        shards(),
+        int(n_words),
+        source="synthetic LDA (pgmflow.tasks.lda.synthetic)",
+        extra_meta={"synthetic": params, "true_topics": "true_topics.npy", "true_alpha": "true_alpha.npy"},
+    )
 
 
-def generate_in_memory(n_docs, n_words, n_topics, seed=0, alpha=0.1, eta=0.05,
-                       mean_length=100) -> tuple[DocTermShard, SyntheticLDA]:
+def generate_in_memory(
+    n_docs, n_words, n_topics, seed=0, alpha=0.1, eta=0.05, mean_length=100
+) -> tuple[DocTermShard, SyntheticLDA]:
     """One shard of ``n_docs`` documents (shard index 0, doc_offset 0) and its true model.
 
     Identical to the corpus of :func:`generate_corpus` with ``docs_per_shard >= n_docs``.

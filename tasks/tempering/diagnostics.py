@@ -282,8 +282,10 @@ def end_levels(n_levels: int, references=(0,), targets=None) -> np.ndarray:
     ends[np.asarray(targets if targets is not None else (K - 1,), dtype=np.int64)] = 1
     ref = np.asarray(references, dtype=np.int64)
     if np.any(ends[ref] == 1):
-        raise ValueError(f"a level cannot be both a reference and a target: references {ref.tolist()}, "
-                         f"targets {np.flatnonzero(ends == 1).tolist()}")
+        raise ValueError(
+            f"a level cannot be both a reference and a target: references {ref.tolist()}, "
+            f"targets {np.flatnonzero(ends == 1).tolist()}"
+        )
     ends[ref] = 0
     return ends
 
@@ -321,17 +323,14 @@ def round_trip_update(state: RoundTripState, level_trace, n_levels: int, ends=No
     restarts = np.zeros(R, dtype=np.int64) if state.restarts is None else np.asarray(state.restarts, dtype=np.int64)
     levels = np.asarray(level_trace)
     if levels.ndim != 2 or levels.shape[1] != R:
-        raise ValueError(
-            f"level_trace must have shape [T, R] with R = {R} replicas; got shape {levels.shape}"
-        )
+        raise ValueError(f"level_trace must have shape [T, R] with R = {R} replicas; got shape {levels.shape}")
     if levels.size and not np.issubdtype(levels.dtype, np.integer):
         if not np.all(np.isfinite(levels)) or np.any(levels != np.round(levels)):
             raise ValueError("level_trace must hold integer levels")
         levels = levels.astype(np.int64)
     if levels.size and (levels.min() < 0 or levels.max() > K - 1):
         raise ValueError(
-            f"level_trace values must lie in [0, n_levels-1] = [0, {K - 1}]; "
-            f"got range [{levels.min()}, {levels.max()}]"
+            f"level_trace values must lie in [0, n_levels-1] = [0, {K - 1}]; got range [{levels.min()}, {levels.max()}]"
         )
     if np.any((phase < 0) | (phase > 2)):
         raise ValueError("state.phase must hold values in {0, 1, 2}")

@@ -107,9 +107,18 @@ def initial_record(n_replicas: int) -> SwapRecord:
     """The record that starts a chain: replica r at level r."""
     K = n_replicas
     nan = np.full(K, np.nan)
-    return SwapRecord(scan=-1, levels=np.arange(K, dtype=np.int64), loglik=nan, energy=nan, abs_m=nan,
-                      local_accept=nan, accept_prob=np.full(K - 1, np.nan), proposed=np.zeros(K - 1, bool),
-                      accepted=np.zeros(K - 1, bool), replica_accept=nan)
+    return SwapRecord(
+        scan=-1,
+        levels=np.arange(K, dtype=np.int64),
+        loglik=nan,
+        energy=nan,
+        abs_m=nan,
+        local_accept=nan,
+        accept_prob=np.full(K - 1, np.nan),
+        proposed=np.zeros(K - 1, bool),
+        accepted=np.zeros(K - 1, bool),
+        replica_accept=nan,
+    )
 
 
 def init_block(target, replica_ids, params: ExploreParams) -> BlockState:
@@ -126,8 +135,16 @@ def init_block(target, replica_ids, params: ExploreParams) -> BlockState:
     return BlockState(replica_ids=ids, x=x)
 
 
-def explore_block(state: BlockState, prev: SwapRecord, betas: np.ndarray, step_sizes: np.ndarray,
-                  target, params: ExploreParams, scan: int, path=None):
+def explore_block(
+    state: BlockState,
+    prev: SwapRecord,
+    betas: np.ndarray,
+    step_sizes: np.ndarray,
+    target,
+    params: ExploreParams,
+    scan: int,
+    path=None,
+):
     """Local moves of one block for one scan, at the levels ``prev.levels`` assigned.
 
     betas: float64 [K] ladder; step_sizes: float64 [K] per-level step (continuous explorers).
@@ -138,24 +155,63 @@ def explore_block(state: BlockState, prev: SwapRecord, betas: np.ndarray, step_s
     lv = prev.levels[state.replica_ids]
     b = np.asarray(betas, dtype=np.float64)[lv]
     if path is not None:
-        x, info = _explorers.explore_continuous(target, state.x, b, np.asarray(step_sizes)[lv], state.replica_ids,
-                                                params.seed, params.chain, scan, params.n_steps, params.method,
-                                                params.n_leapfrog, path=path, leg=np.asarray(path.legs)[lv])
+        x, info = _explorers.explore_continuous(
+            target,
+            state.x,
+            b,
+            np.asarray(step_sizes)[lv],
+            state.replica_ids,
+            params.seed,
+            params.chain,
+            scan,
+            params.n_steps,
+            params.method,
+            params.n_leapfrog,
+            path=path,
+            leg=np.asarray(path.legs)[lv],
+        )
         at_target = b == 1.0
-        stats = BlockStats(replica_ids=state.replica_ids, loglik=info.loglik, energy=info.energy, abs_m=info.abs_m,
-                           accept=info.accept, loglik_legs=info.loglik_legs,
-                           target_ids=state.replica_ids[at_target], target_x=x[at_target])
+        stats = BlockStats(
+            replica_ids=state.replica_ids,
+            loglik=info.loglik,
+            energy=info.energy,
+            abs_m=info.abs_m,
+            accept=info.accept,
+            loglik_legs=info.loglik_legs,
+            target_ids=state.replica_ids[at_target],
+            target_x=x[at_target],
+        )
         return BlockState(replica_ids=state.replica_ids, x=x), stats
     if target.kind == "ising":
         sweep0 = int(scan) * params.n_steps
-        x, info = _explorers.explore_ising(target, state.x, b, state.replica_ids, params.philox_key,
-                                           params.chain, sweep0, params.n_steps, params.method)
+        x, info = _explorers.explore_ising(
+            target,
+            state.x,
+            b,
+            state.replica_ids,
+            params.philox_key,
+            params.chain,
+            sweep0,
+            params.n_steps,
+            params.method,
+        )
     else:
-        x, info = _explorers.explore_continuous(target, state.x, b, np.asarray(step_sizes)[lv], state.replica_ids,
-                                                params.seed, params.chain, scan, params.n_steps, params.method,
-                                                params.n_leapfrog)
-    stats = BlockStats(replica_ids=state.replica_ids, loglik=info.loglik, energy=info.energy, abs_m=info.abs_m,
-                       accept=info.accept)
+        x, info = _explorers.explore_continuous(
+            target,
+            state.x,
+            b,
+            np.asarray(step_sizes)[lv],
+            state.replica_ids,
+            params.seed,
+            params.chain,
+            scan,
+            params.n_steps,
+            params.method,
+            params.n_leapfrog,
+        )
+    stats = BlockStats(
+        replica_ids=state.replica_ids, loglik=info.loglik, energy=info.energy, abs_m=info.abs_m, accept=info.accept
+    )
     return BlockState(replica_ids=state.replica_ids, x=x), stats
 
 
@@ -168,8 +224,16 @@ def swap_parity(scheme: str, seed: int, chain: int, scan: int) -> int:
     raise ValueError(f"unknown swap scheme {scheme!r}; expected one of {SWAP_SCHEMES}")
 
 
-def communicate(prev: SwapRecord, betas: np.ndarray, scheme: str, seed: int, chain: int, scan: int,
-                *block_stats: BlockStats, legs=None) -> SwapRecord:
+def communicate(
+    prev: SwapRecord,
+    betas: np.ndarray,
+    scheme: str,
+    seed: int,
+    chain: int,
+    scan: int,
+    *block_stats: BlockStats,
+    legs=None,
+) -> SwapRecord:
     """The swap step of one scan, from the blocks' small statistics only.
 
     The swap of levels k and k+1 is accepted with probability
@@ -203,8 +267,10 @@ def communicate(prev: SwapRecord, betas: np.ndarray, scheme: str, seed: int, cha
             ll = np.where(np.isfinite(ll_legs).all(axis=1), ll, np.nan)
     if not np.all(np.isfinite(ll)):
         bad = int(np.flatnonzero(~np.isfinite(ll))[0])
-        raise FloatingPointError(f"non-finite log-likelihood {ll[bad]} at level {bad} (b={betas[bad]:.6g}), "
-                                 f"scan {scan}: the target's log-density returned NaN/inf")
+        raise FloatingPointError(
+            f"non-finite log-likelihood {ll[bad]} at level {bad} (b={betas[bad]:.6g}), "
+            f"scan {scan}: the target's log-density returned NaN/inf"
+        )
     log_alpha = (betas[1:] - betas[:-1]) * (ll_lo - ll_hi)
     accept_prob = np.minimum(1.0, np.exp(np.minimum(log_alpha, 0.0)))
     parity = swap_parity(scheme, seed, chain, scan)
@@ -214,10 +280,19 @@ def communicate(prev: SwapRecord, betas: np.ndarray, scheme: str, seed: int, cha
     for k in np.flatnonzero(accepted):
         r0, r1 = at_level[k], at_level[k + 1]
         levels[r0], levels[r1] = k + 1, k
-    return SwapRecord(scan=int(scan), levels=levels, loglik=ll, energy=by_replica("energy")[at_level],
-                      abs_m=by_replica("abs_m")[at_level], local_accept=by_replica("accept")[at_level],
-                      accept_prob=accept_prob, proposed=proposed, accepted=accepted,
-                      replica_accept=by_replica("accept"), target_x=_target_states(block_stats, at_level, betas))
+    return SwapRecord(
+        scan=int(scan),
+        levels=levels,
+        loglik=ll,
+        energy=by_replica("energy")[at_level],
+        abs_m=by_replica("abs_m")[at_level],
+        local_accept=by_replica("accept")[at_level],
+        accept_prob=accept_prob,
+        proposed=proposed,
+        accepted=accepted,
+        replica_accept=by_replica("accept"),
+        target_x=_target_states(block_stats, at_level, betas),
+    )
 
 
 def _target_states(block_stats, at_level, betas):
@@ -228,8 +303,18 @@ def _target_states(block_stats, at_level, betas):
     return np.stack([row[int(at_level[k])] for k in np.flatnonzero(betas == 1.0)])
 
 
-def run_scans(state: BlockState, prev: list, betas: np.ndarray, step_sizes: np.ndarray, target,
-              params: ExploreParams, scheme: str, scan0: int, n_scans: int, path=None):
+def run_scans(
+    state: BlockState,
+    prev: list,
+    betas: np.ndarray,
+    step_sizes: np.ndarray,
+    target,
+    params: ExploreParams,
+    scheme: str,
+    scan0: int,
+    n_scans: int,
+    path=None,
+):
     """Several scans of a whole chain in one task: explore all replicas, then swap, ``n_scans`` times.
 
     ``state`` holds *all* replicas of the chain; ``prev`` is the list of records returned by the
@@ -241,8 +326,9 @@ def run_scans(state: BlockState, prev: list, betas: np.ndarray, step_sizes: np.n
     records = []
     for s in range(int(scan0), int(scan0) + int(n_scans)):
         state, stats = explore_block(state, rec, betas, step_sizes, target, params, s, path)
-        rec = communicate(rec, betas, scheme, params.seed, params.chain, s, stats,
-                          legs=None if path is None else path.legs)
+        rec = communicate(
+            rec, betas, scheme, params.seed, params.chain, s, stats, legs=None if path is None else path.legs
+        )
         records.append(rec)
     return state, records
 

@@ -69,9 +69,7 @@ def _check_inputs(betas, loglik) -> tuple[np.ndarray, np.ndarray]:
     b = check_betas(betas)
     ll = np.asarray(loglik, dtype=np.float64)
     if ll.ndim != 2 or ll.shape[0] != b.shape[0]:
-        raise ValueError(
-            f"loglik must have shape [K, T] with K = len(betas) = {b.shape[0]}; got {ll.shape}"
-        )
+        raise ValueError(f"loglik must have shape [K, T] with K = len(betas) = {b.shape[0]}; got {ll.shape}")
     if ll.shape[1] < 2:
         raise ValueError(f"loglik needs at least 2 draws per level; got T = {ll.shape[1]}")
     if not np.all(np.isfinite(ll)):

@@ -54,13 +54,13 @@ _MAX_TM_WIDTH = 12
 # helpers
 # ----------------------------------------------------------------------------------------------
 
+
 def _lattice(bonds_h, bonds_v, h):
     """Validate and return float arrays ``bonds_h, bonds_v, h`` all of shape [m, n]."""
     bh = np.asarray(bonds_h, dtype=np.float64)
     bv = np.asarray(bonds_v, dtype=np.float64)
     if bh.ndim != 2 or bh.shape != bv.shape:
-        raise ValueError(f"bonds_h and bonds_v must be 2-D arrays of one shape [m, n]; "
-                         f"got {bh.shape} and {bv.shape}")
+        raise ValueError(f"bonds_h and bonds_v must be 2-D arrays of one shape [m, n]; got {bh.shape} and {bv.shape}")
     m, n = bh.shape
     if m < 1 or n < 1:
         raise ValueError(f"lattice shape must be at least 1 x 1; got {bh.shape}")
@@ -82,8 +82,8 @@ def ising_energy(spins, bonds_h, bonds_v, J_abs, h=0.0):
     """
     bh, bv, hf = _lattice(bonds_h, bonds_v, h)
     s = np.asarray(spins, dtype=np.float64)
-    right = np.roll(s, -1, axis=-1)   # s[i, (j+1) % n]
-    down = np.roll(s, -1, axis=-2)    # s[(i+1) % m, j]
+    right = np.roll(s, -1, axis=-1)  # s[i, (j+1) % n]
+    down = np.roll(s, -1, axis=-2)  # s[(i+1) % m, j]
     pair = (s * right * bh).sum(axis=(-2, -1)) + (s * down * bv).sum(axis=(-2, -1))
     return -float(J_abs) * pair - (s * hf).sum(axis=(-2, -1))
 
@@ -91,6 +91,7 @@ def ising_energy(spins, bonds_h, bonds_v, J_abs, h=0.0):
 # ----------------------------------------------------------------------------------------------
 # 1. brute-force enumeration
 # ----------------------------------------------------------------------------------------------
+
 
 def ising_log_z_enumeration(bonds_h, bonds_v, J_abs, h, beta, chunk_bits=16):
     """Exact log Z and moments by enumerating all ``2^N`` configurations (N = m n <= 24).
@@ -121,21 +122,23 @@ def ising_log_z_enumeration(bonds_h, bonds_v, J_abs, h, beta, chunk_bits=16):
     m, n = bh.shape
     N = m * n
     if N > _MAX_ENUM_SITES:
-        raise ValueError(f"enumeration needs N = m*n <= {_MAX_ENUM_SITES}; got {m}x{n} = {N}; "
-                         f"use ising_log_z_transfer_matrix instead")
+        raise ValueError(
+            f"enumeration needs N = m*n <= {_MAX_ENUM_SITES}; got {m}x{n} = {N}; "
+            f"use ising_log_z_transfer_matrix instead"
+        )
     beta = float(beta)
     total = 1 << N
     chunk = min(total, 1 << int(chunk_bits))
     shifts = np.arange(N, dtype=np.int64)
-    shift = -np.inf          # running max of -beta E
-    cE = cM = 0.0            # centres: E and M of the current most probable state
-    acc = np.zeros(6)        # sum w * [1, E-cE, (E-cE)^2, M-cM, (M-cM)^2, |M|]
+    shift = -np.inf  # running max of -beta E
+    cE = cM = 0.0  # centres: E and M of the current most probable state
+    acc = np.zeros(6)  # sum w * [1, E-cE, (E-cE)^2, M-cM, (M-cM)^2, |M|]
     for start in range(0, total, chunk):
         idx = np.arange(start, start + chunk, dtype=np.int64)
-        bits = (idx[:, None] >> shifts[None, :]) & 1                 # [chunk, N]
-        s = (2 * bits - 1).astype(np.float64).reshape(-1, m, n)     # [chunk, m, n]
-        E = ising_energy(s, bh, bv, J_abs, hf)                        # [chunk]
-        M = s.sum(axis=(1, 2))                                        # [chunk]
+        bits = (idx[:, None] >> shifts[None, :]) & 1  # [chunk, N]
+        s = (2 * bits - 1).astype(np.float64).reshape(-1, m, n)  # [chunk, m, n]
+        E = ising_energy(s, bh, bv, J_abs, hf)  # [chunk]
+        M = s.sum(axis=(1, 2))  # [chunk]
         logw = -beta * E
         k = int(np.argmax(logw))
         if logw[k] > shift:
@@ -168,10 +171,10 @@ def ising_log_z_enumeration(bonds_h, bonds_v, J_abs, h, beta, chunk_bits=16):
     )
 
 
-
 # ----------------------------------------------------------------------------------------------
 # 2. row-to-row transfer matrix
 # ----------------------------------------------------------------------------------------------
+
 
 def _tm_lattice(bonds_h, bonds_v, h):
     """Validated lattice with the shorter side as the row width n, and the row-state table.
@@ -181,14 +184,16 @@ def _tm_lattice(bonds_h, bonds_v, h):
     a [2^n, ...] array to [2]*n + [...] in C order).
     """
     bh, bv, hf = _lattice(bonds_h, bonds_v, h)
-    if bh.shape[1] > bh.shape[0]:                      # use the shorter side as the row width
+    if bh.shape[1] > bh.shape[0]:  # use the shorter side as the row width
         bh, bv, hf = bv.T.copy(), bh.T.copy(), hf.T.copy()
     n = bh.shape[1]
     if n > _MAX_TM_WIDTH:
-        raise ValueError(f"transfer matrix width min(m, n) = {n} exceeds {_MAX_TM_WIDTH} "
-                         f"(memory grows as 4^width); use a smaller lattice")
+        raise ValueError(
+            f"transfer matrix width min(m, n) = {n} exceeds {_MAX_TM_WIDTH} "
+            f"(memory grows as 4^width); use a smaller lattice"
+        )
     ns = 1 << n
-    sigma = np.stack(np.unravel_index(np.arange(ns), (2,) * n), axis=1) * 2.0 - 1.0   # [ns, n]
+    sigma = np.stack(np.unravel_index(np.arange(ns), (2,) * n), axis=1) * 2.0 - 1.0  # [ns, n]
     return bh, bv, hf, sigma
 
 
@@ -196,13 +201,13 @@ def _tm_linear(bh, bv, hf, J, beta, sigma, with_energy):
     """Linear-domain transfer matrix with per-column rescaling; returns (log Z, d log Z/dbeta)."""
     m, n = bh.shape
     ns = 1 << n
-    horiz = sigma * np.roll(sigma, -1, axis=1)                      # [ns, n]
-    P = np.eye(ns)                                                  # [ns (current), ns (start)]
-    Q = np.zeros((ns, ns)) if with_energy else None                 # dP/dbeta
-    log_scale = np.zeros(ns)                                        # [ns] per start state
+    horiz = sigma * np.roll(sigma, -1, axis=1)  # [ns, n]
+    P = np.eye(ns)  # [ns (current), ns (start)]
+    Q = np.zeros((ns, ns)) if with_energy else None  # dP/dbeta
+    log_scale = np.zeros(ns)  # [ns] per start state
     for i in range(m):
         # D_i: weight exp(beta r), r = -E_row_i (horizontal bonds + fields)
-        r = J * horiz @ bh[i] + sigma @ hf[i]                       # [ns]
+        r = J * horiz @ bh[i] + sigma @ hf[i]  # [ns]
         lw = beta * r
         lw_max = float(lw.max())
         w = np.exp(lw - lw_max)[:, None]
@@ -211,11 +216,11 @@ def _tm_linear(bh, bv, hf, J, beta, sigma, with_energy):
         P = w * P
         # V_i: per column j, new[s'] = sum_s exp(K s s') old[s], scaled by exp(-|K|)
         for j in range(n):
-            c = J * float(bv[i, j])                                 # dK/dbeta
+            c = J * float(bv[i, j])  # dK/dbeta
             K = beta * c
             a, b = math.exp(K - abs(K)), math.exp(-K - abs(K))
             P3 = P.reshape(1 << j, 2, -1)
-            p0, p1 = P3[:, 0, :], P3[:, 1, :]                       # spin -1 / +1 halves
+            p0, p1 = P3[:, 0, :], P3[:, 1, :]  # spin -1 / +1 halves
             newP = np.empty_like(P3)
             newP[:, 0, :] = a * p0 + b * p1
             newP[:, 1, :] = b * p0 + a * p1
@@ -227,13 +232,13 @@ def _tm_linear(bh, bv, hf, J, beta, sigma, with_energy):
                 newQ[:, 1, :] = b * (q0 - c * p0) + a * (q1 + c * p1)
                 Q = newQ.reshape(ns, ns)
             P = newP.reshape(ns, ns)
-        colmax = P.max(axis=0)                                       # [ns], entries are > 0
+        colmax = P.max(axis=0)  # [ns], entries are > 0
         P = P / colmax
         if with_energy:
             Q = Q / colmax
         log_scale += np.log(colmax) + lw_max + float(np.abs(beta * J * bv[i]).sum())
     lmax = float(log_scale.max())
-    e = np.exp(log_scale - lmax)                                     # [ns]
+    e = np.exp(log_scale - lmax)  # [ns]
     z0 = float(e @ np.diagonal(P))
     d1 = float(e @ np.diagonal(Q)) / z0 if with_energy else None
     return lmax + math.log(z0), d1
@@ -250,8 +255,8 @@ def _tm_log(bh, bv, hf, J, beta, sigma):
     ns = 1 << n
     horiz = sigma * np.roll(sigma, -1, axis=1)
     # rows 0 -> 1 in closed form: f[b, a] = r_0(a) + J sum_j bv[0, j] sigma_j(a) sigma_j(b)
-    r0 = J * horiz @ bh[0] + sigma @ hf[0]                         # [ns]
-    R = r0[None, :] + J * (sigma * bv[0]) @ sigma.T                 # [ns (b), ns (a)]
+    r0 = J * horiz @ bh[0] + sigma @ hf[0]  # [ns]
+    R = r0[None, :] + J * (sigma * bv[0]) @ sigma.T  # [ns (b), ns (a)]
     L = beta * R
     V = np.zeros((ns, ns))
     for i in range(1, m):
@@ -266,10 +271,12 @@ def _tm_log(bh, bv, hf, J, beta, sigma):
             newL, newR, newV = (np.empty_like(L3) for _ in range(3))
             # s' = -1 (index 0): same-spin term from l0 (weight e^K), flip term from l1 (e^-K)
             for out, same_l, same_r, same_v, fl_l, fl_r, fl_v in (
-                    (0, l0, r0_, v0, l1, r1, v1), (1, l1, r1, v1, l0, r0_, v0)):
+                (0, l0, r0_, v0, l1, r1, v1),
+                (1, l1, r1, v1, l0, r0_, v0),
+            ):
                 d = 2.0 * K + same_l - fl_l
-                wgt = special.expit(d)                                 # share of the same-spin term
-                cwgt = special.expit(-d)                               # 1 - wgt, no cancellation
+                wgt = special.expit(d)  # share of the same-spin term
+                cwgt = special.expit(-d)  # 1 - wgt, no cancellation
                 newL[:, out] = np.logaddexp(K + same_l, -K + fl_l)
                 rs, rf = same_r + c, fl_r - c
                 newR[:, out] = wgt * rs + cwgt * rf
@@ -277,7 +284,7 @@ def _tm_log(bh, bv, hf, J, beta, sigma):
             L, R, V = (x.reshape(ns, ns) for x in (newL, newR, newV))
     dl, dr, dv = np.diagonal(L), np.diagonal(R), np.diagonal(V)
     log_z = float(special.logsumexp(dl))
-    p = np.exp(dl - log_z)                                          # [ns] weights of start states
+    p = np.exp(dl - log_z)  # [ns] weights of start states
     d1 = float(p @ dr)
     var = float(p @ dv + p @ (dr - d1) ** 2)
     return log_z, d1, var
@@ -327,16 +334,18 @@ def ising_log_z_transfer_matrix(bonds_h, bonds_v, J_abs, h, beta, derivatives=1,
     if method not in ("auto", "linear", "log"):
         raise ValueError(f"method must be 'auto', 'linear' or 'log'; got {method!r}")
     if method == "linear" and derivatives == 2:
-        raise ValueError("derivatives=2 needs method='log' or 'auto' (the linear method would "
-                         "lose the variance to cancellation)")
+        raise ValueError(
+            "derivatives=2 needs method='log' or 'auto' (the linear method would lose the variance to cancellation)"
+        )
     bh, bv, hf, sigma = _tm_lattice(bonds_h, bonds_v, h)
     m, n = bh.shape
     beta, J = float(beta), float(J_abs)
     if method == "auto":
         horiz = sigma * np.roll(sigma, -1, axis=1)
-        r_all = J * horiz @ bh.T + sigma @ hf.T                     # [ns, m]
-        dyn = float((abs(beta) * (r_all.max(axis=0) - r_all.min(axis=0))).sum()
-                    + 2.0 * abs(beta) * J * np.abs(bv).sum())
+        r_all = J * horiz @ bh.T + sigma @ hf.T  # [ns, m]
+        dyn = float(
+            (abs(beta) * (r_all.max(axis=0) - r_all.min(axis=0))).sum() + 2.0 * abs(beta) * J * np.abs(bv).sum()
+        )
         method = "linear" if (derivatives <= 1 and dyn <= 700.0) else "log"
     N = m * n
     if method == "linear":
@@ -355,6 +364,7 @@ def ising_log_z_transfer_matrix(bonds_h, bonds_v, J_abs, h, beta, derivatives=1,
 # ----------------------------------------------------------------------------------------------
 # 3. Kaufman's finite torus
 # ----------------------------------------------------------------------------------------------
+
 
 def critical_temperature(J=1.0):
     """Onsager's critical temperature ``T_c = 2 J / ln(1 + sqrt 2)`` (k_B = 1), ~2.269185 J."""
@@ -402,15 +412,15 @@ def _kaufman_modes(n, K):
         dgam = 2.0 + 2.0 * q / (1.0 - q)
         e4 = math.exp(-4.0 * K)
         log_s = 2.0 * K - math.log(2.0) + math.log1p(-e4)
-        dlog_s = 2.0 * (1.0 + e4) / (1.0 - e4)                # 2 coth 2K
+        dlog_s = 2.0 * (1.0 + e4) / (1.0 - e4)  # 2 coth 2K
         g, dg = log_s + gam, dlog_s + dgam
     else:
         S, dS = math.sinh(2.0 * K), 2.0 * math.cosh(2.0 * K)
-        u = (S - 1.0) ** 2 + 2.0 * S * sin2                   # [2n]
+        u = (S - 1.0) ** 2 + 2.0 * S * sin2  # [2n]
         du = dS * (2.0 * (S - 1.0) + 2.0 * sin2)
         v = np.sqrt(u * (u + 2.0 * S))
         with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-            dv = (du * (u + 2.0 * S) + u * (du + 2.0 * dS)) / (2.0 * v)   # k = 0 replaced below
+            dv = (du * (u + 2.0 * S) + u * (du + 2.0 * dS)) / (2.0 * v)  # k = 0 replaced below
             y = u / S
             gam = np.log1p(y + np.sqrt(y * (y + 2.0)))
             gam = np.where(y > 1e8, math.log(2.0) + np.log1p(y), gam)
@@ -455,25 +465,28 @@ def _kaufman_remainder(x, dx):
     zero = x == 0.0
     sp = float(np.prod(np.sign(x)))
     if sp == 0.0:
-        log1pp = 0.0                       # p = 0 (a zero x_k)
+        log1pp = 0.0  # p = 0 (a zero x_k)
     elif sp > 0:
         log1pp = math.log1p(math.exp(L))
     else:
-        log1pp = float(_log1mexp(-L))     # log(1 - e^L), L <= 0; -inf if p == -1 in doubles
+        log1pp = float(_log1mexp(-L))  # log(1 - e^L), L <= 0; -inf if p == -1 in doubles
     if not np.isfinite(log1pp):
         return -math.inf, 0.0
     dp = 0.0
     if sp != 0.0:
         p = sp * math.exp(L)
         with np.errstate(over="ignore"):
-            inv_sinh2 = 2.0 * e2 / -np.expm1(-4.0 * ax)       # 1 / sinh(2|x|), no overflow
+            inv_sinh2 = 2.0 * e2 / -np.expm1(-4.0 * ax)  # 1 / sinh(2|x|), no overflow
         dp += p * float((2.0 * dx * sgn * inv_sinh2).sum())
     for k in np.flatnonzero(zero):
         others = np.delete(np.arange(x.size), k)
         if np.any(zero[others]) or dx[k] == 0.0:
             continue
-        dp += math.copysign(1.0, dx[k]) * float(np.prod(sgn[others])) * math.exp(
-            math.log(abs(dx[k])) + float(lt[others].sum()))     # sech^2(0) = 1
+        dp += (
+            math.copysign(1.0, dx[k])
+            * float(np.prod(sgn[others]))
+            * math.exp(math.log(abs(dx[k])) + float(lt[others].sum()))
+        )  # sech^2(0) = 1
     return R + log1pp, dR + dp / math.exp(log1pp)
 
 
@@ -483,8 +496,9 @@ def _check_kaufman(m, n, J, beta):
         raise ValueError(f"lattice must be at least 1 x 1; got m={m}, n={n}")
     K = float(beta) * float(J)
     if not (np.isfinite(K) and K >= 0):
-        raise ValueError(f"Kaufman's formula needs K = beta*J >= 0 and finite (ferromagnet, "
-                         f"beta >= 0); got beta={beta}, J={J}")
+        raise ValueError(
+            f"Kaufman's formula needs K = beta*J >= 0 and finite (ferromagnet, beta >= 0); got beta={beta}, J={J}"
+        )
     return m, n, K
 
 
@@ -493,11 +507,11 @@ def _kaufman(m, n, K):
     gam, dgam, g, dg = _kaufman_modes(n, K)
     half = 0.5 * m
     parts = []
-    for sl in (slice(1, None, 2), slice(0, None, 2)):          # odd k: Y_1, Y_2; even k: Y_3, Y_4
+    for sl in (slice(1, None, 2), slice(0, None, 2)):  # odd k: Y_1, Y_2; even k: Y_3, Y_4
         R, dR = _kaufman_remainder(half * gam[sl], half * dgam[sl])
         parts.append((R, half * float(dg[sl].sum()) + dR))
     (Ro, do), (Re, de) = parts
-    log_odd = half * float(g[1::2].sum()) + Ro                # log(prefactor * (Y_1 + Y_2)) + ...
+    log_odd = half * float(g[1::2].sum()) + Ro  # log(prefactor * (Y_1 + Y_2)) + ...
     # log(Y_1 + Y_2) - log(Y_3 + Y_4), with the large g_k differenced term by term so that the
     # weights of the two pairs stay accurate when log Z ~ 1e7 (weights normalised by expit).
     delta = half * float((g[1::2] - g[0::2]).sum()) + Ro - Re
@@ -588,6 +602,7 @@ def kaufman_specific_heat(m, n, J, beta, rel_step=1e-4):
 # 4. Onsager's infinite lattice
 # ----------------------------------------------------------------------------------------------
 
+
 def onsager_log_z_per_site(J, beta):
     """Infinite-lattice ``lim log Z / N`` of the zero-field ferromagnet (Onsager 1944).
 
@@ -602,7 +617,7 @@ def onsager_log_z_per_site(J, beta):
     Evaluated with ``scipy.integrate.quad``; 0.9296953983... at T_c (J = 1).
     """
     K = float(beta) * float(J)
-    K = abs(K)   # Z(K) = Z(-K) on the infinite bipartite lattice
+    K = abs(K)  # Z(K) = Z(-K) on the infinite bipartite lattice
     kappa = 2.0 * math.sinh(2 * K) / math.cosh(2 * K) ** 2 if K < 300 else 0.0
     kappa = min(kappa, 1.0)
 
@@ -610,7 +625,7 @@ def onsager_log_z_per_site(J, beta):
         return math.log(0.5 * (1.0 + math.sqrt(max(1.0 - (kappa * math.sin(phi)) ** 2, 0.0))))
 
     val, _ = integrate.quad(f, 0.0, 0.5 * math.pi, epsabs=1e-14, epsrel=1e-13, limit=200)
-    return float(2.0 * K + math.log1p(math.exp(-4.0 * K)) + val / math.pi)   # ln(2 cosh 2K) + ...
+    return float(2.0 * K + math.log1p(math.exp(-4.0 * K)) + val / math.pi)  # ln(2 cosh 2K) + ...
 
 
 def onsager_mean_energy_per_site(J, beta):
@@ -630,7 +645,7 @@ def onsager_mean_energy_per_site(J, beta):
     kappa = 2.0 * math.sinh(2 * K) / math.cosh(2 * K) ** 2 if abs(K) < 300 else 0.0
     kappa2 = min(kappa * kappa, 1.0)
     a = 2.0 * t * t - 1.0
-    if kappa2 >= 1.0:          # at T_c: a = 0 exactly in theory, K_1 diverges only logarithmically
+    if kappa2 >= 1.0:  # at T_c: a = 0 exactly in theory, K_1 diverges only logarithmically
         return float(-J / t)
     return float(-J / t * (1.0 + (2.0 / math.pi) * a * special.ellipk(kappa2)))
 
@@ -638,6 +653,7 @@ def onsager_mean_energy_per_site(J, beta):
 # ----------------------------------------------------------------------------------------------
 # 5. Gaussian mixture
 # ----------------------------------------------------------------------------------------------
+
 
 def gaussian_mixture_log_z(weights, sigmas, dim):
     """log of ``int gamma(x) dx`` for ``gamma(x) = sum_k w_k exp(-|x - mu_k|^2 / (2 sigma_k^2))``.
@@ -673,13 +689,13 @@ def reference_log_z(target) -> tuple[float | None, str]:
     report their own ``exact_log_z`` when they have one.
     """
     if target.kind == "ising":
-        uniform_bonds = bool(np.all(target.bonds_h == target.bonds_h.flat[0]) and
-                             np.all(target.bonds_v == target.bonds_h.flat[0]))
+        uniform_bonds = bool(
+            np.all(target.bonds_h == target.bonds_h.flat[0]) and np.all(target.bonds_v == target.bonds_h.flat[0])
+        )
         if uniform_bonds and target.h == 0.0:
             return float(kaufman_log_z(target.L, target.L, target.J_abs, target.beta_model)), "kaufman"
         if target.L <= 10:
-            res = ising_log_z_transfer_matrix(target.bonds_h, target.bonds_v, target.J_abs, target.h,
-                                              target.beta_model)
+            res = ising_log_z_transfer_matrix(target.bonds_h, target.bonds_v, target.J_abs, target.h, target.beta_model)
             return float(res["log_z"] if isinstance(res, dict) else res), "transfer_matrix"
         return None, "none"
     val = getattr(target, "exact_log_z", None)

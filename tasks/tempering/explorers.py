@@ -48,8 +48,7 @@ def ising_initial_spins(target, replica_ids, seed: int, chain: int) -> np.ndarra
     return out
 
 
-def explore_ising(target, spins, b, replica_ids, philox_key, chain: int, sweep0: int, n_sweeps: int,
-                  method: str):
+def explore_ising(target, spins, b, replica_ids, philox_key, chain: int, sweep0: int, n_sweeps: int, method: str):
     """``n_sweeps`` checkerboard sweeps of each replica at inverse temperature ``b * beta_model``.
 
     spins: int8 [R, L, L] (numpy or cupy; copied, not modified); b: float64 [R].
@@ -59,13 +58,25 @@ def explore_ising(target, spins, b, replica_ids, philox_key, chain: int, sweep0:
 
     new = spins.copy()
     thr = K.ising_thresholds(np.asarray(b, dtype=np.float64) * target.beta_model, target.J_abs, target.h, method)
-    n_changed = K.ising_sweep(new, target.bonds_h, target.bonds_v, thr, philox_key,
-                              np.asarray(replica_ids, dtype=np.int64), chain, sweep0, n_sweeps)
+    n_changed = K.ising_sweep(
+        new,
+        target.bonds_h,
+        target.bonds_v,
+        thr,
+        philox_key,
+        np.asarray(replica_ids, dtype=np.int64),
+        chain,
+        sweep0,
+        n_sweeps,
+    )
     energy, mag = K.ising_energy_magnetisation(new, target.bonds_h, target.bonds_v, target.J_abs, target.h)
     n = target.n_sites
-    info = ExploreInfo(loglik=-target.beta_model * energy, energy=energy,
-                       abs_m=np.abs(mag).astype(np.float64) / n,
-                       accept=to_numpy(n_changed).astype(np.float64) / (n * max(n_sweeps, 1)))
+    info = ExploreInfo(
+        loglik=-target.beta_model * energy,
+        energy=energy,
+        abs_m=np.abs(mag).astype(np.float64) / n,
+        accept=to_numpy(n_changed).astype(np.float64) / (n * max(n_sweeps, 1)),
+    )
     return new, info
 
 
@@ -105,8 +116,10 @@ def _path_functions(target, path, leg):
     """log pi_b and its gradient along the path(s): the target's own reference when ``path`` is None
     (the historical arithmetic), else each replica's leg reference ``path.references[leg]``."""
     if path is None:
-        return (lambda x, b: _targets.continuous_log_pi(target, x, b),
-                lambda x, b: _targets.continuous_grad_log_pi(target, x, b))
+        return (
+            lambda x, b: _targets.continuous_log_pi(target, x, b),
+            lambda x, b: _targets.continuous_grad_log_pi(target, x, b),
+        )
     refs = path.references
 
     def log_pi(x, b):
@@ -120,8 +133,21 @@ def _path_functions(target, path, leg):
     return log_pi, grad_log_pi
 
 
-def explore_continuous(target, x, b, step, replica_ids, seed: int, chain: int, scan: int, n_steps: int,
-                       method: str, n_leapfrog: int = 10, path=None, leg=None):
+def explore_continuous(
+    target,
+    x,
+    b,
+    step,
+    replica_ids,
+    seed: int,
+    chain: int,
+    scan: int,
+    n_steps: int,
+    method: str,
+    n_leapfrog: int = 10,
+    path=None,
+    leg=None,
+):
     """Random-walk Metropolis or HMC moves of each replica on ``pi_b``.
 
     x: float64 [R, d] (not modified); b: [R] levels' annealing parameters; step: [R] proposal
@@ -149,7 +175,7 @@ def explore_continuous(target, x, b, step, replica_ids, seed: int, chain: int, s
         elif method == "hmc":
             # The step size is jittered by +-20% per trajectory (Neal 2011), so that no fixed
             # trajectory length can resonate with a half-period of the target and stall the chain.
-            eps = step * (0.8 + 0.4 * jit[:, t:t + 1])
+            eps = step * (0.8 + 0.4 * jit[:, t : t + 1])
             p0 = z[:, t, :]
             q = x.copy()
             p = p0 + 0.5 * eps * grad_log_pi(q, b)
@@ -167,8 +193,10 @@ def explore_continuous(target, x, b, step, replica_ids, seed: int, chain: int, s
         logp_prop = np.where(diverged, -np.inf, logp_prop)
         if np.isnan(logp_prop).any():
             i = int(np.flatnonzero(np.isnan(logp_prop))[0])
-            raise FloatingPointError(f"the log-density returned NaN at x={np.array2string(prop[i], precision=4)} "
-                                     f"(replica {int(replica_ids[i])}, scan {scan}); return -inf outside the support")
+            raise FloatingPointError(
+                f"the log-density returned NaN at x={np.array2string(prop[i], precision=4)} "
+                f"(replica {int(replica_ids[i])}, scan {scan}); return -inf outside the support"
+            )
         log_ratio = np.where(np.isnan(log_ratio), -np.inf, log_ratio)  # -inf - (-inf): both outside
         acc = np.log(u[:, t]) < log_ratio
         x[acc] = prop[acc]
@@ -188,6 +216,11 @@ def explore_continuous(target, x, b, step, replica_ids, seed: int, chain: int, s
         lg = target.log_gamma(x)
         legs_ll = np.stack([lg - r.log_density(x) for r in path.references], axis=1)  # [R, G]
         ll = legs_ll[np.arange(R), leg]
-    info = ExploreInfo(loglik=ll, energy=np.full(R, np.nan), abs_m=np.linalg.norm(x, axis=1),
-                       accept=n_acc / max(n_steps, 1), loglik_legs=legs_ll)
+    info = ExploreInfo(
+        loglik=ll,
+        energy=np.full(R, np.nan),
+        abs_m=np.linalg.norm(x, axis=1),
+        accept=n_acc / max(n_steps, 1),
+        loglik_legs=legs_ll,
+    )
     return x, info

@@ -44,8 +44,9 @@ class CorrelatedGaussianTarget(NamedTuple):
         return -np.sum(self.chol_inv.T[None, :, :] * w[:, None, :], axis=-1)
 
 
-def make_correlated_gaussian(dim: int, shift: float, scale_min: float, scale_max: float, correlation: float,
-                             reference_scale: float) -> CorrelatedGaussianTarget:
+def make_correlated_gaussian(
+    dim: int, shift: float, scale_min: float, scale_max: float, correlation: float, reference_scale: float
+) -> CorrelatedGaussianTarget:
     d = int(dim)
     if not -1.0 / max(d - 1, 1) < correlation < 1.0:
         raise ValueError(f"correlation must lie in (-1/(d-1), 1) for a positive definite matrix; got {correlation}")
@@ -53,6 +54,9 @@ def make_correlated_gaussian(dim: int, shift: float, scale_min: float, scale_max
     R = (1.0 - correlation) * np.eye(d) + correlation * np.ones((d, d))
     cov = scales[:, None] * R * scales[None, :]
     L = np.linalg.cholesky(cov)
-    return CorrelatedGaussianTarget(mean=np.full(d, float(shift)), chol=L,
-                                    chol_inv=np.tril(np.linalg.solve(L, np.eye(d))),
-                                    reference=GaussianReference(dim=d, scale=float(reference_scale)))
+    return CorrelatedGaussianTarget(
+        mean=np.full(d, float(shift)),
+        chol=L,
+        chol_inv=np.tril(np.linalg.solve(L, np.eye(d))),
+        reference=GaussianReference(dim=d, scale=float(reference_scale)),
+    )

@@ -70,11 +70,17 @@ _philox = _philox_mod._philox4x32
 def kernels() -> dict:
     """Compile (lazily, once per process; numba's on-disk cache is shared between processes) the
     CPU kernels. Returns a dict of njit dispatchers."""
-    k = backend.compile_kernels(sys.modules[__name__], bind={"prange": backend.numba().prange,
-                                                             "_philox": _philox_mod.numba_philox4x32()})
-    return {"pack_planes": k["pack_planes"], "plane_bonds": k["plane_bonds"],
-            "unpack_planes": k["unpack_planes"], "sweep_by_replica": k["sweep_by_replica"],
-            "sweep_by_rows": k["sweep_by_rows"], "fill_planes": k["_fill_planes"]}
+    k = backend.compile_kernels(
+        sys.modules[__name__], bind={"prange": backend.numba().prange, "_philox": _philox_mod.numba_philox4x32()}
+    )
+    return {
+        "pack_planes": k["pack_planes"],
+        "plane_bonds": k["plane_bonds"],
+        "unpack_planes": k["unpack_planes"],
+        "sweep_by_replica": k["sweep_by_replica"],
+        "sweep_by_rows": k["sweep_by_rows"],
+        "fill_planes": k["_fill_planes"],
+    }
 
 
 @backend.kernel(cache=True, fastmath=False, nogil=True)
@@ -126,8 +132,8 @@ def pack_planes(spins, P):
         row = spins[r, i]
         nbad = 0
         ce = i & 1  # the colour of the sites at even j
-        pe = P[r, ce, (i + 1) * W:(i + 2) * W]
-        po = P[r, 1 - ce, (i + 1) * W:(i + 2) * W]
+        pe = P[r, ce, (i + 1) * W : (i + 2) * W]
+        po = P[r, 1 - ce, (i + 1) * W : (i + 2) * W]
         if (L & 7) == 0:
             row64 = row.view(np.uint64)
             n8 = L >> 3
@@ -180,8 +186,8 @@ def unpack_planes(P, spins, table):
         i = ri - r * L
         row = spins[r, i]
         ce = i & 1
-        pe = P[r, ce, (i + 1) * W:(i + 2) * W]
-        po = P[r, 1 - ce, (i + 1) * W:(i + 2) * W]
+        pe = P[r, ce, (i + 1) * W : (i + 2) * W]
+        po = P[r, 1 - ce, (i + 1) * W : (i + 2) * W]
         if (L & 7) == 0:
             row64 = row.view(np.uint64)
             for m in range(L >> 3):
@@ -235,6 +241,8 @@ def plane_bonds(PH, PV, BB):
             else:
                 BB[c, 2, f] = oth_h[o + w]
                 BB[c, 3, f] = own_h[o + w]
+
+
 @backend.kernel(cache=True, fastmath=False, nogil=True)
 def _fill_planes(IN, row0, f0, nf, nblk, ctr1, ctr2, ctr3, k0, k1):
     """The first ``nblk`` Philox blocks of the words f0 .. f0 + nf - 1 (flat word index ``i W + w``)
@@ -281,17 +289,35 @@ def _bit(t, k):
 def _tplane(cl, T, k):
     """Plane k of the sites' thresholds: the OR of the class masks ``cl`` whose threshold (``T``, a
     10-tuple of uint64) has bit ``31 - k`` set."""
-    return ((cl[0] & _bit(T[0], k)) | (cl[1] & _bit(T[1], k)) | (cl[2] & _bit(T[2], k))
-            | (cl[3] & _bit(T[3], k)) | (cl[4] & _bit(T[4], k)) | (cl[5] & _bit(T[5], k))
-            | (cl[6] & _bit(T[6], k)) | (cl[7] & _bit(T[7], k)) | (cl[8] & _bit(T[8], k))
-            | (cl[9] & _bit(T[9], k)))
+    return (
+        (cl[0] & _bit(T[0], k))
+        | (cl[1] & _bit(T[1], k))
+        | (cl[2] & _bit(T[2], k))
+        | (cl[3] & _bit(T[3], k))
+        | (cl[4] & _bit(T[4], k))
+        | (cl[5] & _bit(T[5], k))
+        | (cl[6] & _bit(T[6], k))
+        | (cl[7] & _bit(T[7], k))
+        | (cl[8] & _bit(T[8], k))
+        | (cl[9] & _bit(T[9], k))
+    )
 
 
 @backend.kernel(cache=True, fastmath=False, nogil=True, inline="always")
 def _select(cl, M):
     """The OR of the class masks ``cl`` where the 10-tuple ``M`` of all-ones/zero words is all ones."""
-    return ((cl[0] & M[0]) | (cl[1] & M[1]) | (cl[2] & M[2]) | (cl[3] & M[3]) | (cl[4] & M[4])
-            | (cl[5] & M[5]) | (cl[6] & M[6]) | (cl[7] & M[7]) | (cl[8] & M[8]) | (cl[9] & M[9]))
+    return (
+        (cl[0] & M[0])
+        | (cl[1] & M[1])
+        | (cl[2] & M[2])
+        | (cl[3] & M[3])
+        | (cl[4] & M[4])
+        | (cl[5] & M[5])
+        | (cl[6] & M[6])
+        | (cl[7] & M[7])
+        | (cl[8] & M[8])
+        | (cl[9] & M[9])
+    )
 
 
 @backend.kernel(cache=True, fastmath=False, nogil=True, inline="always")
@@ -327,15 +353,42 @@ def _sweep_chunk(Pm, Po, Bc, Tr, L, H, W, c, i0, i1, IN, OUT, G, IDX, ctr1, rid,
     """
     f0 = i0 * W
     nf = (i1 - i0) * W
-    T = (np.uint64(Tr[0]), np.uint64(Tr[1]), np.uint64(Tr[2]), np.uint64(Tr[3]), np.uint64(Tr[4]),
-         np.uint64(Tr[5]), np.uint64(Tr[6]), np.uint64(Tr[7]), np.uint64(Tr[8]), np.uint64(Tr[9]))
-    A = (_U0 - (T[0] >> _U32), _U0 - (T[1] >> _U32), _U0 - (T[2] >> _U32), _U0 - (T[3] >> _U32),
-         _U0 - (T[4] >> _U32), _U0 - (T[5] >> _U32), _U0 - (T[6] >> _U32), _U0 - (T[7] >> _U32),
-         _U0 - (T[8] >> _U32), _U0 - (T[9] >> _U32))  # T == 2**32: always +1
-    Z = (_U0 - np.uint64(T[0] == _U0), _U0 - np.uint64(T[1] == _U0), _U0 - np.uint64(T[2] == _U0),
-         _U0 - np.uint64(T[3] == _U0), _U0 - np.uint64(T[4] == _U0), _U0 - np.uint64(T[5] == _U0),
-         _U0 - np.uint64(T[6] == _U0), _U0 - np.uint64(T[7] == _U0), _U0 - np.uint64(T[8] == _U0),
-         _U0 - np.uint64(T[9] == _U0))  # T == 0: always -1
+    T = (
+        np.uint64(Tr[0]),
+        np.uint64(Tr[1]),
+        np.uint64(Tr[2]),
+        np.uint64(Tr[3]),
+        np.uint64(Tr[4]),
+        np.uint64(Tr[5]),
+        np.uint64(Tr[6]),
+        np.uint64(Tr[7]),
+        np.uint64(Tr[8]),
+        np.uint64(Tr[9]),
+    )
+    A = (
+        _U0 - (T[0] >> _U32),
+        _U0 - (T[1] >> _U32),
+        _U0 - (T[2] >> _U32),
+        _U0 - (T[3] >> _U32),
+        _U0 - (T[4] >> _U32),
+        _U0 - (T[5] >> _U32),
+        _U0 - (T[6] >> _U32),
+        _U0 - (T[7] >> _U32),
+        _U0 - (T[8] >> _U32),
+        _U0 - (T[9] >> _U32),
+    )  # T == 2**32: always +1
+    Z = (
+        _U0 - np.uint64(T[0] == _U0),
+        _U0 - np.uint64(T[1] == _U0),
+        _U0 - np.uint64(T[2] == _U0),
+        _U0 - np.uint64(T[3] == _U0),
+        _U0 - np.uint64(T[4] == _U0),
+        _U0 - np.uint64(T[5] == _U0),
+        _U0 - np.uint64(T[6] == _U0),
+        _U0 - np.uint64(T[7] == _U0),
+        _U0 - np.uint64(T[8] == _U0),
+        _U0 - np.uint64(T[9] == _U0),
+    )  # T == 0: always -1
     hb = np.uint64((H - 1) & 63)
     # the "side" neighbour words: q - 1 (p == 0) or q + 1 (p == 1) of the other colour, around the row
     SD = IN[4]
@@ -450,8 +503,28 @@ def sweep_by_replica(P, BB, T, L, k0, k1, rids, chain, sweep0, n_sweeps, rows_pe
                 ctr1 = (2 * (sweep0 + t) + c) & _MASK32
                 for i0 in range(0, L, rows_per_chunk):
                     i1 = min(i0 + rows_per_chunk, L)
-                    cnt += _sweep_chunk(P[r, c], P[r, 1 - c], BB[c], T[r], L, H, W, c, i0, i1, IN, OUT, G, IDX,
-                                        ctr1, rid, chain, k0, k1, nfast)
+                    cnt += _sweep_chunk(
+                        P[r, c],
+                        P[r, 1 - c],
+                        BB[c],
+                        T[r],
+                        L,
+                        H,
+                        W,
+                        c,
+                        i0,
+                        i1,
+                        IN,
+                        OUT,
+                        G,
+                        IDX,
+                        ctr1,
+                        rid,
+                        chain,
+                        k0,
+                        k1,
+                        nfast,
+                    )
                 _refresh_halos(P[r, c], L, W)
         changed[r] = cnt
 
@@ -476,8 +549,28 @@ def sweep_by_rows(P, BB, T, L, k0, k1, rids, chain, sweep0, n_sweeps, rows_per_c
                 OUT = np.empty((2, nw), np.uint64)
                 G = np.empty((11, nw), np.uint64)
                 IDX = np.empty(nw, np.int64)
-                changed_blk[b] += _sweep_chunk(P[r, c], P[r, 1 - c], BB[c], T[r], L, H, W, c, i0, i1, IN, OUT, G, IDX,
-                                               ctr1, rids[r], chain, k0, k1, nfast)
+                changed_blk[b] += _sweep_chunk(
+                    P[r, c],
+                    P[r, 1 - c],
+                    BB[c],
+                    T[r],
+                    L,
+                    H,
+                    W,
+                    c,
+                    i0,
+                    i1,
+                    IN,
+                    OUT,
+                    G,
+                    IDX,
+                    ctr1,
+                    rids[r],
+                    chain,
+                    k0,
+                    k1,
+                    nfast,
+                )
             for r in range(R):
                 _refresh_halos(P[r, c], L, W)
 
@@ -492,8 +585,9 @@ def _choose_by_replica(R: int, n_threads: int) -> bool:
     return (waves * n_threads - R) <= 0.25 * R
 
 
-def _sweep_numba(spins, bonds_h, bonds_v, thr, key, replica_ids, chain, sweep0, n_sweeps,
-                 mode=None, nfast=_FAST_BLOCKS):
+def _sweep_numba(
+    spins, bonds_h, bonds_v, thr, key, replica_ids, chain, sweep0, n_sweeps, mode=None, nfast=_FAST_BLOCKS
+):
     """numba path of :func:`ising_sweep` (arguments already validated, host arrays).
 
     ``mode`` ("replica" | "rows" | None = automatic) and ``nfast`` (Philox blocks per 64-site word
@@ -528,8 +622,9 @@ def _sweep_numba(spins, bonds_h, bonds_v, thr, key, replica_ids, chain, sweep0, 
         mode = "replica" if _choose_by_replica(R, nb.get_num_threads()) else "rows"
     if mode == "replica":
         changed = np.zeros(R, dtype=np.int64)
-        k["sweep_by_replica"](P, BB, T, L, k0, k1, rids, chain32, int(sweep0), int(n_sweeps),
-                              rows_per_chunk, int(nfast), changed)
+        k["sweep_by_replica"](
+            P, BB, T, L, k0, k1, rids, chain32, int(sweep0), int(n_sweeps), rows_per_chunk, int(nfast), changed
+        )
     elif mode == "rows":
         # enough chunks for every thread: at least ~4 per thread in total
         want = 4 * nb.get_num_threads()
@@ -537,8 +632,9 @@ def _sweep_numba(spins, bonds_h, bonds_v, thr, key, replica_ids, chain, sweep0, 
         rows_per_chunk = max(1, min(rows_per_chunk, L // per_rep if per_rep <= L else 1))
         nbpr = -(-L // rows_per_chunk)
         changed_blk = np.zeros(R * nbpr, dtype=np.int64)
-        k["sweep_by_rows"](P, BB, T, L, k0, k1, rids, chain32, int(sweep0), int(n_sweeps),
-                           rows_per_chunk, int(nfast), changed_blk)
+        k["sweep_by_rows"](
+            P, BB, T, L, k0, k1, rids, chain32, int(sweep0), int(n_sweeps), rows_per_chunk, int(nfast), changed_blk
+        )
         changed = changed_blk.reshape(R, nbpr).sum(axis=1)
     else:
         raise ValueError(f"unknown mode {mode!r}")

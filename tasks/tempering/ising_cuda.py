@@ -202,8 +202,11 @@ def _sweep_cuda(spins, bonds_h, bonds_v, thr, key, replica_ids, chain, sweep0, n
         for c in (0, 1):
             ctr1 = np.uint32((2 * t + c) & _MASK32)
             for r0, nr in batches:
-                launch((gx, nr), block, (work, bh, bv, thr_d, rid32, counts,
-                                         np.int32(r0), np.int32(L), np.int32(c), ctr1, chain32, k0, k1))
+                launch(
+                    (gx, nr),
+                    block,
+                    (work, bh, bv, thr_d, rid32, counts, np.int32(r0), np.int32(L), np.int32(c), ctr1, chain32, k0, k1),
+                )
         pending += 1
         if pending == _CUDA_MAX_SWEEPS_PER_FLUSH:
             changed += backend.to_numpy(counts.reshape(R, -1).sum(axis=1, dtype=xp.int64))
@@ -219,5 +222,4 @@ def _sweep_cupy(spins, bonds_h, bonds_v, thr, key, replica_ids, chain, sweep0, n
     """GPU path of :func:`ising_sweep` (``spins`` a CuPy array)."""
     cp = backend.cupy()
     with cp.cuda.Device(spins.device.id):
-        return _sweep_cuda(spins, bonds_h, bonds_v, thr, key, replica_ids, chain, sweep0,
-                           n_sweeps, cp, _cupy_kernel())
+        return _sweep_cuda(spins, bonds_h, bonds_v, thr, key, replica_ids, chain, sweep0, n_sweeps, cp, _cupy_kernel())

@@ -187,16 +187,19 @@ def ising_energy_magnetisation(spins, bonds_h, bonds_v, J_abs: float, h: float):
         raise ValueError(f"spins must have shape [R, L, L], got {spins.shape}")
     if xp is np:
         # numba: integer sums without [R, L, L] int64 temporaries (which cost more than the sweeps).
-        bond_sum, M = _energy_kernel()(np.ascontiguousarray(spins), np.ascontiguousarray(bonds_h, dtype=np.int8),
-                                       np.ascontiguousarray(bonds_v, dtype=np.int8))
+        bond_sum, M = _energy_kernel()(
+            np.ascontiguousarray(spins),
+            np.ascontiguousarray(bonds_h, dtype=np.int8),
+            np.ascontiguousarray(bonds_v, dtype=np.int8),
+        )
         E = -float(J_abs) * bond_sum.astype(np.float64) - float(h) * M.astype(np.float64)
         return E, M
     s = spins.astype(xp.int64)  # [R, L, L]
     bh = xp.asarray(bonds_h).astype(xp.int64)  # [L, L]
     bv = xp.asarray(bonds_v).astype(xp.int64)  # [L, L]
-    bond_sum = (bh[None] * s * xp.roll(s, -1, axis=2)).sum(axis=(1, 2)) + (
-        bv[None] * s * xp.roll(s, -1, axis=1)
-    ).sum(axis=(1, 2))  # [R] int64
+    bond_sum = (bh[None] * s * xp.roll(s, -1, axis=2)).sum(axis=(1, 2)) + (bv[None] * s * xp.roll(s, -1, axis=1)).sum(
+        axis=(1, 2)
+    )  # [R] int64
     M = s.sum(axis=(1, 2))  # [R] int64
     E = -float(J_abs) * bond_sum.astype(xp.float64) - float(h) * M.astype(xp.float64)
     return backend.to_numpy(E).astype(np.float64), backend.to_numpy(M).astype(np.int64)
@@ -349,9 +352,7 @@ def ising_sweep(spins, bonds_h, bonds_v, thr, key, replica_ids, chain: int, swee
     The result (spins and counts) depends only on the arguments, not on the backend, thread
     count or how replicas are batched: both kernels implement the module-level spec bit for bit.
     """
-    bh, bv, thr_h, key_h, rid_h = _validate_sweep_args(
-        spins, bonds_h, bonds_v, thr, key, replica_ids, sweep0, n_sweeps
-    )
+    bh, bv, thr_h, key_h, rid_h = _validate_sweep_args(spins, bonds_h, bonds_v, thr, key, replica_ids, sweep0, n_sweeps)
     if spins.shape[0] == 0 or int(n_sweeps) == 0:
         return np.zeros(spins.shape[0], dtype=np.int64)
     if type(spins).__module__.startswith("cupy"):

@@ -24,8 +24,12 @@ from typing import NamedTuple
 import numpy as np
 from scipy import special
 
-PRIORS = {"normal": ("loc", "scale"), "half_normal": ("scale",), "log_normal": ("loc", "scale"),
-          "uniform": ("low", "high")}
+PRIORS = {
+    "normal": ("loc", "scale"),
+    "half_normal": ("scale",),
+    "log_normal": ("loc", "scale"),
+    "uniform": ("low", "high"),
+}
 _HALF_LOG_2PI = 0.5 * math.log(2.0 * math.pi)
 
 

@@ -53,9 +53,7 @@ def check_betas(betas, name: str = "betas", endpoints: bool = False) -> np.ndarr
     if not np.all(np.diff(b) > 0):
         raise ValueError(f"{name} must be strictly increasing; got {b.tolist()}")
     if endpoints and (b[0] != 0.0 or b[-1] != 1.0):
-        raise ValueError(
-            f"{name} must start at exactly 0 and end at exactly 1; got {b[0]} .. {b[-1]}"
-        )
+        raise ValueError(f"{name} must start at exactly 0 and end at exactly 1; got {b[0]} .. {b[-1]}")
     return b
 
 
@@ -63,14 +61,12 @@ def _check_rejection(rejection, n_levels: int) -> np.ndarray:
     r = np.array(rejection, dtype=np.float64)
     if r.shape != (n_levels - 1,):
         raise ValueError(
-            f"rejection must have shape [K-1] = [{n_levels - 1}] (one rate per adjacent pair); "
-            f"got shape {r.shape}"
+            f"rejection must have shape [K-1] = [{n_levels - 1}] (one rate per adjacent pair); got shape {r.shape}"
         )
     if np.any(np.isnan(r)):
         bad = np.flatnonzero(np.isnan(r)).tolist()
         raise ValueError(
-            f"rejection is NaN for pairs {bad} (pairs never proposed?); estimate them before "
-            "adapting the schedule"
+            f"rejection is NaN for pairs {bad} (pairs never proposed?); estimate them before adapting the schedule"
         )
     if np.any((r < 0.0) | (r > 1.0)):
         raise ValueError(f"rejection rates must lie in [0, 1]; got {r.tolist()}")
@@ -171,7 +167,11 @@ def adapt_schedule(betas, rejection, n_levels: int | None = None) -> np.ndarray:
             continue
         lo, hi = b[j], b[j + 1]
         new[i] = scipy.optimize.brentq(
-            lambda x: float(barrier(x)) - y, lo, hi, xtol=1e-15, rtol=4 * np.finfo(float).eps,
+            lambda x: float(barrier(x)) - y,
+            lo,
+            hi,
+            xtol=1e-15,
+            rtol=4 * np.finfo(float).eps,
             maxiter=200,
         )
     if not np.all(np.diff(new) > 0):  # pragma: no cover - guarded by the floor above

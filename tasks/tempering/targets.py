@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import importlib
 import math
-from typing import Callable, NamedTuple
+from collections.abc import Callable
+from typing import NamedTuple
 
 import numpy as np
 
@@ -62,8 +63,9 @@ class IsingTarget(NamedTuple):
         return self.n_sites * math.log(2.0)
 
 
-def make_ising(L: int, T: float, J: float = 1.0, h: float = 0.0, couplings: str = "ferromagnetic",
-               disorder_seed: int = 0) -> IsingTarget:
+def make_ising(
+    L: int, T: float, J: float = 1.0, h: float = 0.0, couplings: str = "ferromagnetic", disorder_seed: int = 0
+) -> IsingTarget:
     """Build an :class:`IsingTarget`; ``J`` may be negative (antiferromagnet)."""
     L = int(L)
     if couplings == "ferromagnetic" or couplings == "antiferromagnetic":
@@ -78,8 +80,15 @@ def make_ising(L: int, T: float, J: float = 1.0, h: float = 0.0, couplings: str 
             bonds_h, bonds_v = -bonds_h, -bonds_v
     else:
         raise ValueError(f"unknown couplings {couplings!r}")
-    return IsingTarget(L=L, J_abs=abs(float(J)), h=float(h), beta_model=1.0 / float(T),
-                       bonds_h=bonds_h, bonds_v=bonds_v, couplings=couplings)
+    return IsingTarget(
+        L=L,
+        J_abs=abs(float(J)),
+        h=float(h),
+        beta_model=1.0 / float(T),
+        bonds_h=bonds_h,
+        bonds_v=bonds_v,
+        couplings=couplings,
+    )
 
 
 def continuous_target(cls):
@@ -160,17 +169,27 @@ class GaussianMixtureTarget(NamedTuple):
         return (w[:, :, None] * (self.means[None, :, :] - x[:, None, :])).sum(axis=1)
 
 
-def make_gaussian_mixture(dim: int, n_components: int, separation: float, sigma: float,
-                          reference_scale: float, target_seed: int = 0,
-                          weights: list | None = None) -> GaussianMixtureTarget:
+def make_gaussian_mixture(
+    dim: int,
+    n_components: int,
+    separation: float,
+    sigma: float,
+    reference_scale: float,
+    target_seed: int = 0,
+    weights: list | None = None,
+) -> GaussianMixtureTarget:
     """Mixture with means at random directions, ``separation`` from the origin (seeded)."""
     g = _rng.generator(target_seed, _rng.STAGE_TARGET)
     dirs = g.standard_normal((n_components, dim))
     dirs /= np.linalg.norm(dirs, axis=1, keepdims=True)
     means = separation * dirs
     w = np.ones(n_components) if weights is None else np.asarray(weights, dtype=float)
-    return GaussianMixtureTarget(means=means, sigmas=np.full(n_components, float(sigma)), weights=w,
-                                 reference=GaussianReference(dim=int(dim), scale=float(reference_scale)))
+    return GaussianMixtureTarget(
+        means=means,
+        sigmas=np.full(n_components, float(sigma)),
+        weights=w,
+        reference=GaussianReference(dim=int(dim), scale=float(reference_scale)),
+    )
 
 
 def load_callable(path: str) -> Callable:
@@ -208,8 +227,10 @@ class CustomTarget(NamedTuple):
     def log_gamma(self, x: np.ndarray) -> np.ndarray:
         out = np.asarray(load_callable(self.log_density)(x), dtype=np.float64).reshape(-1)
         if out.shape[0] != x.shape[0]:
-            raise ValueError(f"log-density {self.log_density} returned shape {out.shape} for input {x.shape}; "
-                             f"expected ({x.shape[0]},)")
+            raise ValueError(
+                f"log-density {self.log_density} returned shape {out.shape} for input {x.shape}; "
+                f"expected ({x.shape[0]},)"
+            )
         return out
 
     def grad_log_gamma(self, x: np.ndarray) -> np.ndarray:

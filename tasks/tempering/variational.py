@@ -296,12 +296,26 @@ def leg_estimates(betas, legs, loglik, rejection) -> dict:
         ss, phi_ss = estimators.stepping_stone_influence(betas[lv], ll[lv])
         ti, phi_ti = estimators.thermodynamic_integration_influence(betas[lv], ll[lv])
         lam, _ = communication_barrier(betas[lv], rej[pairs])
-        per.append({"log_z_ss": float(ss), "log_z_ss_se": estimators.series_se(phi_ss), "log_z_ti": float(ti),
-                    "log_z_ti_se": estimators.series_se(phi_ti), "barrier": float(lam),
-                    "swap_accept": float(1.0 - rej[pairs].mean())})
+        per.append(
+            {
+                "log_z_ss": float(ss),
+                "log_z_ss_se": estimators.series_se(phi_ss),
+                "log_z_ti": float(ti),
+                "log_z_ti_se": estimators.series_se(phi_ti),
+                "barrier": float(lam),
+                "swap_accept": float(1.0 - rej[pairs].mean()),
+            }
+        )
         phis_ss.append(phi_ss)
         phis_ti.append(phi_ti)
     ss, ss_se, w = combine_leg_estimates([p["log_z_ss"] for p in per], phis_ss)
     ti, ti_se, _ = combine_leg_estimates([p["log_z_ti"] for p in per], phis_ti)
-    return {"legs": per, "log_z_ss": ss, "log_z_ss_se": ss_se, "log_z_ti": ti, "log_z_ti_se": ti_se,
-            "barrier": float(sum(p["barrier"] for p in per)), "weights": w.tolist()}
+    return {
+        "legs": per,
+        "log_z_ss": ss,
+        "log_z_ss_se": ss_se,
+        "log_z_ti": ti,
+        "log_z_ti_se": ti_se,
+        "barrier": float(sum(p["barrier"] for p in per)),
+        "weights": w.tolist(),
+    }

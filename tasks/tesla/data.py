@@ -123,7 +123,7 @@ class BinaryTimeSeries(NamedTuple):
     def at(self, t: int) -> np.ndarray:
         """The samples of time point index ``t``: int8 [n_t, p] (a view)."""
         o = self.offsets
-        return self.X[o[t]:o[t + 1]]
+        return self.X[o[t] : o[t + 1]]
 
 
 def constant_nodes(data: BinaryTimeSeries) -> np.ndarray:
@@ -154,8 +154,11 @@ def _labels(path, values, n, what, unit) -> np.ndarray | None:
         return None
     arr = np.asarray(values)
     if arr.ndim != 1 or arr.shape[0] != n:
-        raise TeslaDataError(path, f"{what} has shape {arr.shape} but the data have {n} {unit}s",
-                             f"give {what} as a vector with one entry per {unit}")
+        raise TeslaDataError(
+            path,
+            f"{what} has shape {arr.shape} but the data have {n} {unit}s",
+            f"give {what} as a vector with one entry per {unit}",
+        )
     return arr
 
 
@@ -168,8 +171,9 @@ def _check_times(path, times, T):
     elif arr.dtype.kind == "f":
         if not np.all(np.isfinite(arr)):
             k = int(np.flatnonzero(~np.isfinite(arr))[0])
-            raise TeslaDataError(path, f"time label {_fmt(arr[k])} (time point {k}) is not finite",
-                                 "give finite numeric time labels")
+            raise TeslaDataError(
+                path, f"time label {_fmt(arr[k])} (time point {k}) is not finite", "give finite numeric time labels"
+            )
         arr = arr.astype(np.float64)
     elif arr.dtype.kind in "US":
         arr = arr.astype(str)
@@ -180,8 +184,11 @@ def _check_times(path, times, T):
     dup = np.flatnonzero(s[1:] == s[:-1])
     if dup.size:
         k = order[dup[0] + 1]
-        raise TeslaDataError(path, f"time label {_fmt(arr[k])} appears more than once (time point {int(k)})",
-                             "give each time point a unique label")
+        raise TeslaDataError(
+            path,
+            f"time label {_fmt(arr[k])} appears more than once (time point {int(k)})",
+            "give each time point a unique label",
+        )
     return s, order
 
 
@@ -193,8 +200,9 @@ def _check_node_names(path, names, p):
     seen = {}
     for j, name in enumerate(out):
         if name in seen:
-            raise TeslaDataError(path, f"node name {name!r} is used by nodes {seen[name]} and {j}",
-                                 "give every node a unique name")
+            raise TeslaDataError(
+                path, f"node name {name!r} is used by nodes {seen[name]} and {j}", "give every node a unique name"
+            )
         seen[name] = j
     return out
 
@@ -202,15 +210,19 @@ def _check_node_names(path, names, p):
 def _check_values(path, X, where):
     """Check that the numeric array X [N, p] is finite and binary; returns (int8 X, recoded)."""
     if X.dtype.kind not in "biuf":
-        raise TeslaDataError(path, f"values have dtype {X.dtype}, not a number type",
-                             "store the values as numbers -1/+1 (or 0/1)")
+        raise TeslaDataError(
+            path, f"values have dtype {X.dtype}, not a number type", "store the values as numbers -1/+1 (or 0/1)"
+        )
     if X.dtype.kind == "f":
         bad = ~np.isfinite(X)
         if bad.any():
             r, j = (int(v) for v in np.argwhere(bad)[0])
             what = "NaN" if np.isnan(X[r, j]) else f"infinite value {_fmt(X[r, j])}"
-            raise TeslaDataError(path, f"{what} at {where(r, j)}", "remove or impute missing values; TESLA needs every value "
-                                 "to be -1 or +1")
+            raise TeslaDataError(
+                path,
+                f"{what} at {where(r, j)}",
+                "remove or impute missing values; TESLA needs every value to be -1 or +1",
+            )
     is_pm = (X == 1) | (X == -1)
     if is_pm.all():
         return X.astype(np.int8), False
@@ -220,12 +232,16 @@ def _check_values(path, X, where):
     binary = is_pm | (X == 0)
     if not binary.all():
         r, j = (int(v) for v in np.argwhere(~binary)[0])
-        raise TeslaDataError(path, f"value {_fmt(X[r, j])} at {where(r, j)} is not binary",
-                             "code every value as -1/+1 (or 0/1)")
+        raise TeslaDataError(
+            path, f"value {_fmt(X[r, j])} at {where(r, j)} is not binary", "code every value as -1/+1 (or 0/1)"
+        )
     r0, j0 = (int(v) for v in np.argwhere(X == 0)[0])
     r1, j1 = (int(v) for v in np.argwhere(X == -1)[0])
-    raise TeslaDataError(path, f"values mix the codings -1/+1 and 0/1: value 0 at {where(r0, j0)} and value -1 at "
-                         f"{where(r1, j1)}", "code every value as -1/+1, or every value as 0/1")
+    raise TeslaDataError(
+        path,
+        f"values mix the codings -1/+1 and 0/1: value 0 at {where(r0, j0)} and value -1 at {where(r1, j1)}",
+        "code every value as -1/+1, or every value as 0/1",
+    )
 
 
 def _assemble(path, blocks, block_names, times, node_names, kind):
@@ -236,22 +252,32 @@ def _assemble(path, blocks, block_names, times, node_names, kind):
     p = blocks[0].shape[1]
     for k, b in enumerate(blocks):
         if b.shape[1] != p:
-            raise TeslaDataError(path, f"{block_names[k]} has {b.shape[1]} columns (nodes) while {block_names[0]} "
-                                 f"has {p}", "give every time point the same nodes, one column each")
+            raise TeslaDataError(
+                path,
+                f"{block_names[k]} has {b.shape[1]} columns (nodes) while {block_names[0]} has {p}",
+                "give every time point the same nodes, one column each",
+            )
     for k, b in enumerate(blocks):
         if b.shape[0] == 0:
-            raise TeslaDataError(path, f"{block_names[k]} has zero samples (shape {b.shape})",
-                                 "drop time points without samples")
+            raise TeslaDataError(
+                path, f"{block_names[k]} has zero samples (shape {b.shape})", "drop time points without samples"
+            )
     if p < 2:
-        raise TeslaDataError(path, f"the data have p={p} node{'s' if p != 1 else ''}; a network needs at least 2",
-                             "give at least two nodes")
+        raise TeslaDataError(
+            path,
+            f"the data have p={p} node{'s' if p != 1 else ''}; a network needs at least 2",
+            "give at least two nodes",
+        )
     times_sorted, order = _check_times(path, times, T)
     names = _check_node_names(path, node_names, p)
     n = np.array([b.shape[0] for b in blocks], dtype=np.int64)
     starts = np.concatenate([[0], np.cumsum(n)])
     dtypes = {b.dtype for b in blocks}
-    X = np.concatenate(blocks, axis=0) if len(dtypes) == 1 else np.concatenate(
-        [b.astype(np.result_type(*dtypes)) for b in blocks], axis=0)
+    X = (
+        np.concatenate(blocks, axis=0)
+        if len(dtypes) == 1
+        else np.concatenate([b.astype(np.result_type(*dtypes)) for b in blocks], axis=0)
+    )
 
     def where(r, j):
         t = int(np.searchsorted(starts, r, side="right") - 1)
@@ -262,11 +288,12 @@ def _assemble(path, blocks, block_names, times, node_names, kind):
 
     Xb, recoded = _check_values(path, X, where)
     if not np.array_equal(order, np.arange(T)):
-        Xb = np.concatenate([Xb[starts[t]:starts[t + 1]] for t in order], axis=0)
+        Xb = np.concatenate([Xb[starts[t] : starts[t + 1]] for t in order], axis=0)
         n = n[order]
     tix = np.repeat(np.arange(T, dtype=np.int64), n)
-    return BinaryTimeSeries(X=np.ascontiguousarray(Xb), tix=tix, n_per_time=n, times=times_sorted,
-                            node_names=names, recoded_from_01=recoded)
+    return BinaryTimeSeries(
+        X=np.ascontiguousarray(Xb), tix=tix, n_per_time=n, times=times_sorted, node_names=names, recoded_from_01=recoded
+    )
 
 
 def _as_numeric(path, a, name):
@@ -276,22 +303,35 @@ def _as_numeric(path, a, name):
     return a
 
 
-def from_array(X_tnp, node_names: Sequence[str] | None = None, times=None, *, path: str = ARRAY_PATH
-               ) -> BinaryTimeSeries:
+def from_array(
+    X_tnp, node_names: Sequence[str] | None = None, times=None, *, path: str = ARRAY_PATH
+) -> BinaryTimeSeries:
     """Validate an array [T, n, p] of -1/+1 (or 0/1) values; ``times`` [T] and ``node_names`` [p]
     are optional. ``path`` only names the source in error messages."""
     X = _as_numeric(path, X_tnp, "X")
     if X.ndim != 3:
-        raise TeslaDataError(path, f"X has shape {X.shape} ({X.ndim}-D); expected [T, n, p] (3-D)",
-                             "give an array [time points, samples, nodes], or a list of [n_t, p] arrays")
+        raise TeslaDataError(
+            path,
+            f"X has shape {X.shape} ({X.ndim}-D); expected [T, n, p] (3-D)",
+            "give an array [time points, samples, nodes], or a list of [n_t, p] arrays",
+        )
     if X.shape[1] == 0:
-        raise TeslaDataError(path, f"every time point has zero samples (X has shape {X.shape})",
-                             "give at least one sample per time point")
+        raise TeslaDataError(
+            path,
+            f"every time point has zero samples (X has shape {X.shape})",
+            "give at least one sample per time point",
+        )
     return _assemble(path, list(X), [f"X[{t}]" for t in range(X.shape[0])], times, node_names, "array")
 
 
-def from_arrays(xs: Sequence, node_names: Sequence[str] | None = None, times=None, *, path: str = ARRAY_PATH,
-                names: Sequence[str] | None = None) -> BinaryTimeSeries:
+def from_arrays(
+    xs: Sequence,
+    node_names: Sequence[str] | None = None,
+    times=None,
+    *,
+    path: str = ARRAY_PATH,
+    names: Sequence[str] | None = None,
+) -> BinaryTimeSeries:
     """Validate a list of T arrays [n_t, p] (n_t may vary). ``names`` name the arrays in error
     messages (default ``x_0, x_1, ...``)."""
     names = [f"x_{t}" for t in range(len(xs))] if names is None else list(names)
@@ -299,8 +339,11 @@ def from_arrays(xs: Sequence, node_names: Sequence[str] | None = None, times=Non
     for t, x in enumerate(xs):
         a = _as_numeric(path, x, names[t])
         if a.ndim != 2:
-            raise TeslaDataError(path, f"{names[t]} has shape {a.shape}; expected [n_t, p] (2-D)",
-                                 "give each time point as a 2-D array [samples, nodes]")
+            raise TeslaDataError(
+                path,
+                f"{names[t]} has shape {a.shape}; expected [n_t, p] (2-D)",
+                "give each time point as a 2-D array [samples, nodes]",
+            )
         blocks.append(a)
     return _assemble(path, blocks, names, times, node_names, "list")
 
@@ -327,8 +370,11 @@ def load(path) -> BinaryTimeSeries:
         return load_npz(path)
     if suffix in (".csv", ".txt"):
         return load_csv(path)
-    raise TeslaDataError(path, f"unknown file type {suffix or '(no extension)'!r}",
-                         "give a .npz file (key X or x_0, x_1, ...) or a long-format .csv file")
+    raise TeslaDataError(
+        path,
+        f"unknown file type {suffix or '(no extension)'!r}",
+        "give a .npz file (key X or x_0, x_1, ...) or a long-format .csv file",
+    )
 
 
 def load_npz(path) -> BinaryTimeSeries:
@@ -337,16 +383,22 @@ def load_npz(path) -> BinaryTimeSeries:
     path = Path(path)
     _check_file(path)
     if not zipfile.is_zipfile(path):
-        raise TeslaDataError(path, "is not an .npz file (not a zip archive)",
-                             "save the data with numpy.savez or pgmflow.tasks.tesla.data.save_npz")
+        raise TeslaDataError(
+            path,
+            "is not an .npz file (not a zip archive)",
+            "save the data with numpy.savez or pgmflow.tasks.tesla.data.save_npz",
+        )
     try:
         with np.load(path, allow_pickle=False) as z:
             keys = list(z.files)
             arrays = {k: z[k] for k in keys}
     except ValueError as exc:
         if "pickle" in str(exc):
-            raise TeslaDataError(path, "holds object arrays (pickled data), which are not loaded",
-                                 "save node_names and times as plain arrays, e.g. np.array(names, dtype=str)") from None
+            raise TeslaDataError(
+                path,
+                "holds object arrays (pickled data), which are not loaded",
+                "save node_names and times as plain arrays, e.g. np.array(names, dtype=str)",
+            ) from None
         raise TeslaDataError(path, f"cannot be read as .npz ({exc})", "write the file again") from None
     except (OSError, zipfile.BadZipFile, EOFError, KeyError, zlib.error) as exc:
         raise TeslaDataError(path, f"is corrupt ({type(exc).__name__}: {exc})", "write the file again") from None
@@ -355,22 +407,32 @@ def load_npz(path) -> BinaryTimeSeries:
     listed = {k for k in keys if k.startswith("x_") and k[2:].isdigit()}
     other = sorted(set(keys) - listed - {"X", *_NPZ_OPTIONAL})
     if other:
-        raise TeslaDataError(path, f"has unexpected keys {other}",
-                             "keep only X (or x_0, x_1, ...), times and node_names")
+        raise TeslaDataError(
+            path, f"has unexpected keys {other}", "keep only X (or x_0, x_1, ...), times and node_names"
+        )
     if "X" in arrays and listed:
-        raise TeslaDataError(path, f"has both key X and keys {sorted(listed, key=lambda k: int(k[2:]))[:3]}...",
-                             "keep one layout: X [T, n, p] or x_0, x_1, ... [n_t, p]")
+        raise TeslaDataError(
+            path,
+            f"has both key X and keys {sorted(listed, key=lambda k: int(k[2:]))[:3]}...",
+            "keep one layout: X [T, n, p] or x_0, x_1, ... [n_t, p]",
+        )
     if "X" in arrays:
         return from_array(arrays["X"], node_names=node_names, times=times, path=str(path))
     if not listed:
-        raise TeslaDataError(path, f"has no data keys (found {sorted(keys)})",
-                             "store the samples under X [T, n, p] or x_0, x_1, ... [n_t, p]")
+        raise TeslaDataError(
+            path,
+            f"has no data keys (found {sorted(keys)})",
+            "store the samples under X [T, n, p] or x_0, x_1, ... [n_t, p]",
+        )
     idx = sorted(int(k[2:]) for k in listed)
     expected = list(range(len(idx)))
     if idx != expected or any(k != f"x_{int(k[2:])}" for k in listed):
         missing = sorted(set(range(max(idx) + 1)) - set(idx))
-        problem = (f"key x_{missing[0]} is missing (found {len(idx)} keys up to x_{max(idx)})" if missing
-                   else f"keys {sorted(listed)} are not numbered x_0, x_1, ... without leading zeros")
+        problem = (
+            f"key x_{missing[0]} is missing (found {len(idx)} keys up to x_{max(idx)})"
+            if missing
+            else f"keys {sorted(listed)} are not numbered x_0, x_1, ... without leading zeros"
+        )
         raise TeslaDataError(path, problem, "number the time points x_0, x_1, ..., x_{T-1} without gaps")
     names = [f"x_{t}" for t in expected]
     return from_arrays([arrays[k] for k in names], node_names=node_names, times=times, path=str(path), names=names)
@@ -391,8 +453,9 @@ def load_csv(path) -> BinaryTimeSeries:
         with open(path, newline="", encoding="utf-8-sig") as f:
             rows = list(csv.reader(f))
     except UnicodeDecodeError as exc:
-        raise TeslaDataError(path, f"is not a UTF-8 text file (byte {exc.start})",
-                             "give a plain-text CSV file") from None
+        raise TeslaDataError(
+            path, f"is not a UTF-8 text file (byte {exc.start})", "give a plain-text CSV file"
+        ) from None
     except csv.Error as exc:
         raise TeslaDataError(path, f"is not a valid CSV file ({exc})", "give a plain-text CSV file") from None
     # (line number, fields) of the non-blank lines
@@ -403,16 +466,23 @@ def load_csv(path) -> BinaryTimeSeries:
     header = [c.strip().lower() for c in header]
     dup = sorted({c for c in header if header.count(c) > 1})
     if dup:
-        raise TeslaDataError(path, f"header (line {hline}) repeats columns {dup}",
-                             "name each of time, sample, node, value once")
+        raise TeslaDataError(
+            path, f"header (line {hline}) repeats columns {dup}", "name each of time, sample, node, value once"
+        )
     missing = [c for c in CSV_COLUMNS if c not in header]
     extra = [c for c in header if c not in CSV_COLUMNS]
     if extra:
-        raise TeslaDataError(path, f"header (line {hline}) has unexpected columns {extra}",
-                             "keep exactly the columns time, sample, node, value")
+        raise TeslaDataError(
+            path,
+            f"header (line {hline}) has unexpected columns {extra}",
+            "keep exactly the columns time, sample, node, value",
+        )
     if missing:
-        raise TeslaDataError(path, f"header (line {hline}) lacks columns {missing} (found {header})",
-                             "write a header row naming the columns time, sample, node, value")
+        raise TeslaDataError(
+            path,
+            f"header (line {hline}) lacks columns {missing} (found {header})",
+            "write a header row naming the columns time, sample, node, value",
+        )
     col = [header.index(c) for c in CSV_COLUMNS]
     data = lines[1:]
     if not data:
@@ -422,8 +492,11 @@ def load_csv(path) -> BinaryTimeSeries:
     tcol, scol, ncol, vcol = [], [], [], []
     for k, (ln, r) in enumerate(data):
         if len(r) != len(header):
-            raise TeslaDataError(path, f"line {ln} has {len(r)} fields, the header has {len(header)}",
-                                 "give every row a time, sample, node and value")
+            raise TeslaDataError(
+                path,
+                f"line {ln} has {len(r)} fields, the header has {len(header)}",
+                "give every row a time, sample, node and value",
+            )
         lineno[k] = ln
         tcol.append(r[col[0]].strip())
         scol.append(r[col[1]].strip())
@@ -443,8 +516,9 @@ def load_csv(path) -> BinaryTimeSeries:
         vals = np.array(vcol, dtype=np.float64)
     except ValueError:
         k = next(i for i, s in enumerate(vcol) if _parse_float(s) is None)
-        raise TeslaDataError(path, f"value {vcol[k]!r} at {at(k)} is not a number",
-                             "code every value as -1/+1 (or 0/1)") from None
+        raise TeslaDataError(
+            path, f"value {vcol[k]!r} at {at(k)} is not a number", "code every value as -1/+1 (or 0/1)"
+        ) from None
     Xv, recoded = _check_values(path, vals[:, None], lambda r, j: at(r))
     Xv = Xv[:, 0]
 
@@ -483,31 +557,41 @@ def load_csv(path) -> BinaryTimeSeries:
     n_per_time = np.bincount(g_time, minlength=T).astype(np.int64)
 
     if p < 2:
-        raise TeslaDataError(path, f"the data have p={p} node (node {node_names[0]!r}); a network needs at least 2",
-                             "give at least two nodes")
+        raise TeslaDataError(
+            path,
+            f"the data have p={p} node (node {node_names[0]!r}); a network needs at least 2",
+            "give at least two nodes",
+        )
     cell = gid * p + nid
     counts = np.bincount(cell, minlength=G * p)
     if np.any(counts > 1):
         c = int(np.flatnonzero(counts > 1)[0])
         ks = np.flatnonzero(cell == c)
-        raise TeslaDataError(path, f"time {tcol[ks[0]]!r}, sample {scol[ks[0]]!r} has {ks.size} values for node "
-                             f"{ncol[ks[0]]!r} (lines {', '.join(str(lineno[k]) for k in ks[:5])})",
-                             "give exactly one value per (time, sample, node)")
+        raise TeslaDataError(
+            path,
+            f"time {tcol[ks[0]]!r}, sample {scol[ks[0]]!r} has {ks.size} values for node "
+            f"{ncol[ks[0]]!r} (lines {', '.join(str(lineno[k]) for k in ks[:5])})",
+            "give exactly one value per (time, sample, node)",
+        )
     if np.any(counts == 0):
         c = int(np.flatnonzero(counts == 0)[0])
         g = c // p
         k = int(np.flatnonzero(gid == g)[0])
         absent = [node_names[m] for m in range(p) if counts[g * p + m] == 0]
         more = f" (and {len(absent) - 5} more)" if len(absent) > 5 else ""
-        raise TeslaDataError(path, f"time {tcol[k]!r}, sample {scol[k]!r} (first at line {lineno[k]}) has no value "
-                             f"for node{'s' if len(absent) > 1 else ''} {', '.join(map(repr, absent[:5]))}{more}",
-                             "give every (time, sample) one value for every node")
+        raise TeslaDataError(
+            path,
+            f"time {tcol[k]!r}, sample {scol[k]!r} (first at line {lineno[k]}) has no value "
+            f"for node{'s' if len(absent) > 1 else ''} {', '.join(map(repr, absent[:5]))}{more}",
+            "give every (time, sample) one value for every node",
+        )
     X = np.empty(G * p, dtype=np.int8)
     X[cell] = Xv
     X = X.reshape(G, p)
     tix = np.repeat(np.arange(T, dtype=np.int64), n_per_time)
-    return BinaryTimeSeries(X=X, tix=tix, n_per_time=n_per_time, times=times, node_names=node_names,
-                            recoded_from_01=recoded)
+    return BinaryTimeSeries(
+        X=X, tix=tix, n_per_time=n_per_time, times=times, node_names=node_names, recoded_from_01=recoded
+    )
 
 
 # ------------------------------------------------------------------------------------------------

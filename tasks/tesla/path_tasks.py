@@ -69,9 +69,21 @@ def heldout_rows(n_rows: int, seed: int, fraction: float) -> np.ndarray:
     return u < fraction
 
 
-def fit_node(design: _solver.Design, node: int, lam1s, lam2: float = 0.0, *, method: str = "tesla", q: int = 1,
-             train=None, bandwidth: float = 0.0, isolated: bool = False, max_iter: int = 5000,
-             tol: float = 1e-6, screen: bool = True) -> NodeFit:
+def fit_node(
+    design: _solver.Design,
+    node: int,
+    lam1s,
+    lam2: float = 0.0,
+    *,
+    method: str = "tesla",
+    q: int = 1,
+    train=None,
+    bandwidth: float = 0.0,
+    isolated: bool = False,
+    max_iter: int = 5000,
+    tol: float = 1e-6,
+    screen: bool = True,
+) -> NodeFit:
     """Solve node ``node``'s path for every lambda1 in ``lam1s`` at one lambda2, warm-starting downwards.
 
     ``train`` (bool [N]) marks the samples the design was built from; the others are scored as
@@ -93,8 +105,9 @@ def fit_node(design: _solver.Design, node: int, lam1s, lam2: float = 0.0, *, met
     if not isolated:
         theta = None
         for k in np.argsort(-lam1s, kind="stable"):  # largest lambda1 first: a warm-started path
-            res = _solver.solve_path(design, node, float(lam1s[k]), float(lam2), q, theta0=theta,
-                                     max_iter=max_iter, tol=tol, screen=screen)
+            res = _solver.solve_path(
+                design, node, float(lam1s[k]), float(lam2), q, theta0=theta, max_iter=max_iter, tol=tol, screen=screen
+            )
             theta = res.theta
             thetas[k] = theta
             ll = _solver.row_loglik(design.X, design.tix, node, theta)
@@ -105,12 +118,36 @@ def fit_node(design: _solver.Design, node: int, lam1s, lam2: float = 0.0, *, met
             n_iter[k] = res.n_iter
             converged[k] = res.converged
             flops[k] = res.flops
-    return NodeFit(int(node), method, lam1s, float(lam2), float(bandwidth), thetas, loglik, held, df, n_iter,
-                   converged, bool(isolated), int(train.sum()), time.perf_counter() - t0, flops)
+    return NodeFit(
+        int(node),
+        method,
+        lam1s,
+        float(lam2),
+        float(bandwidth),
+        thetas,
+        loglik,
+        held,
+        df,
+        n_iter,
+        converged,
+        bool(isolated),
+        int(train.sum()),
+        time.perf_counter() - t0,
+        flops,
+    )
 
 
-def select_node(fits, criterion: str = "bic", *, refit_designs=None, q: int = 1,
-                max_iter: int = 5000, tol: float = 1e-6, gamma: float = 0.5, screen: bool = True) -> NodeChoice:
+def select_node(
+    fits,
+    criterion: str = "bic",
+    *,
+    refit_designs=None,
+    q: int = 1,
+    max_iter: int = 5000,
+    tol: float = 1e-6,
+    gamma: float = 0.5,
+    screen: bool = True,
+) -> NodeChoice:
     """Choose one grid point for a node from its fits (one per lambda2 / bandwidth, in grid order).
 
     ``bic``: smallest ``-2 loglik + log(N_train) df``. ``ebic``: the extended BIC with
@@ -127,8 +164,22 @@ def select_node(fits, criterion: str = "bic", *, refit_designs=None, q: int = 1,
     n2, n1 = len(fits), first.lam1.size
     if first.isolated:
         T, p = first.thetas.shape[1:]
-        return NodeChoice(first.node, first.method, criterion, 0, 0, float(first.lam1[0]), first.lam2,
-                          first.bandwidth, np.zeros((T, p)), np.full((n2, n1), np.nan), 0, True, True, 0)
+        return NodeChoice(
+            first.node,
+            first.method,
+            criterion,
+            0,
+            0,
+            float(first.lam1[0]),
+            first.lam2,
+            first.bandwidth,
+            np.zeros((T, p)),
+            np.full((n2, n1), np.nan),
+            0,
+            True,
+            True,
+            0,
+        )
     scores = np.empty((n2, n1))
     for a, f in enumerate(fits):
         if criterion == "bic":
@@ -150,12 +201,34 @@ def select_node(fits, criterion: str = "bic", *, refit_designs=None, q: int = 1,
     if criterion == "heldout":
         if refit_designs is None or len(refit_designs) != n2:
             raise ValueError("criterion 'heldout' needs refit_designs: one all-samples design per fit")
-        res = _solver.solve_path(refit_designs[a], chosen.node, float(chosen.lam1[k]), chosen.lam2, q, theta0=theta,
-                                 max_iter=max_iter, tol=tol, screen=screen)
+        res = _solver.solve_path(
+            refit_designs[a],
+            chosen.node,
+            float(chosen.lam1[k]),
+            chosen.lam2,
+            q,
+            theta0=theta,
+            max_iter=max_iter,
+            tol=tol,
+            screen=screen,
+        )
         theta = res.theta
         n_iter += res.n_iter
         flops += res.flops
         all_conv = all_conv and res.converged
-    return NodeChoice(chosen.node, chosen.method, criterion, a, k, float(chosen.lam1[k]), chosen.lam2,
-                      chosen.bandwidth, theta, scores, n_iter, all_conv, False, flops)
-
+    return NodeChoice(
+        chosen.node,
+        chosen.method,
+        criterion,
+        a,
+        k,
+        float(chosen.lam1[k]),
+        chosen.lam2,
+        chosen.bandwidth,
+        theta,
+        scores,
+        n_iter,
+        all_conv,
+        False,
+        flops,
+    )

@@ -120,7 +120,7 @@ def _output(out: np.ndarray | None, y: np.ndarray) -> tuple[np.ndarray, np.ndarr
         raise ValueError(f"out must be a float64 array of shape {y.shape}")
     if not out.flags.writeable:
         raise ValueError("out must be writeable")
-    same = (out.__array_interface__["data"][0] == y.__array_interface__["data"][0] and out.strides == y.strides)
+    same = out.__array_interface__["data"][0] == y.__array_interface__["data"][0] and out.strides == y.strides
     if not same and np.may_share_memory(out, y):
         return np.empty(y.shape), out
     return out, out
@@ -144,8 +144,9 @@ def tv_denoise_1d(y: np.ndarray, lam: float, out: np.ndarray | None = None) -> n
     return res
 
 
-def prox_fused_lasso(Y: np.ndarray, lam1: float, lam2: float, penalized: np.ndarray,
-                     out: np.ndarray | None = None) -> np.ndarray:
+def prox_fused_lasso(
+    Y: np.ndarray, lam1: float, lam2: float, penalized: np.ndarray, out: np.ndarray | None = None
+) -> np.ndarray:
     """The prox of ``lam1 * ||.||_1 + lam2 * TV`` applied to each column of Y [T, p].
 
     Column j becomes ``tv(Y[:, j], lam2)``, soft-thresholded at ``lam1`` if ``penalized[j]``

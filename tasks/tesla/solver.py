@@ -22,8 +22,9 @@ Candes 2015). ``L = max_t lambda_max(sum_d w_{t,d} a_d a_d^T)`` over ``a_d = [1,
 gradient's Lipschitz constant (the node's design is a column subset of it, so one bound serves every
 node; ``l'' <= 1``). The reference solver (``screen=False``) updates every coefficient with the fixed
 step ``1/L``; the default (``screen=True``, :func:`_solve_block`) works on active sets of columns with
-backtracked local steps ``1/L_k >= 1/L`` and certifies its result with one full step of the reference. For ``q = 1`` the proximal step of L1 plus fused differences is exact: 1-D total
-variation denoising of each coefficient path followed by soft-thresholding (``pgmflow.tasks.tesla.prox``).
+backtracked local steps ``1/L_k >= 1/L`` and certifies its result with one full step of the reference.
+For ``q = 1`` the proximal step of L1 plus fused differences is exact: 1-D total variation denoising of each
+coefficient path followed by soft-thresholding (``pgmflow.tasks.tesla.prox``).
 For ``q = 2`` the smoothing term is differentiable and joins the gradient (``L += 8 lambda2``).
 The node's field is smoothed but never L1-penalised (eq. 13 penalises ``theta_{-i}`` only).
 
@@ -48,7 +49,6 @@ import numpy as np
 from pgmflow.tasks import backend
 from pgmflow.tasks import fastexp as _fastexp
 from pgmflow.tasks.tesla import prox as _prox
-
 
 FIELD_CAP = 10.0  # |field| reported where its optimum is infinite (P(x_i = observed) = 1 - 2e-9)
 
@@ -112,7 +112,7 @@ def _lipschitz(X, lo, hi, woff, w) -> np.ndarray:
     out = np.zeros(T)
     for t in range(T):
         rows = slice(int(lo[t]), int(hi[t]))
-        wt = w[int(woff[t]): int(woff[t]) + int(hi[t] - lo[t])]
+        wt = w[int(woff[t]) : int(woff[t]) + int(hi[t] - lo[t])]
         if wt.size == 0 or not np.any(wt > 0):
             continue
         A = np.concatenate([np.ones((wt.size, 1)), X[rows].astype(np.float64)], axis=1)  # [n, p+1]
@@ -155,8 +155,8 @@ def keller_design(X, tix, T: int, bandwidth: float, truncate: float = 3.0, train
     for t in range(T):
         a, b = max(0, t - reach), min(T - 1, t + reach)
         lo[t], hi[t] = lo_t[a], hi_t[b]
-        dt = (tix[lo[t]:hi[t]] - t).astype(np.float64)
-        k = np.exp(-0.5 * (dt / bandwidth) ** 2) * keep[lo[t]:hi[t]]
+        dt = (tix[lo[t] : hi[t]] - t).astype(np.float64)
+        k = np.exp(-0.5 * (dt / bandwidth) ** 2) * keep[lo[t] : hi[t]]
         s = k.sum()
         chunks.append(k / s if s > 0 else k)
         woff[t] = off
@@ -267,10 +267,58 @@ def _loss_terms(lo, hi, woff, w, u, ex, buf):
         x = ex[e]
         sv = x / (2.0 + x)
         s2 = sv * sv
-        q = ((((((((((((((((1.0 / 33.0) * s2 + 1.0 / 31.0) * s2 + 1.0 / 29.0) * s2 + 1.0 / 27.0) * s2
-                        + 1.0 / 25.0) * s2 + 1.0 / 23.0) * s2 + 1.0 / 21.0) * s2 + 1.0 / 19.0) * s2
-                    + 1.0 / 17.0) * s2 + 1.0 / 15.0) * s2 + 1.0 / 13.0) * s2 + 1.0 / 11.0) * s2
-                + 1.0 / 9.0) * s2 + 1.0 / 7.0) * s2 + 1.0 / 5.0) * s2 + 1.0 / 3.0) * s2 + 1.0
+        q = (
+            (
+                (
+                    (
+                        (
+                            (
+                                (
+                                    (
+                                        (
+                                            (
+                                                (
+                                                    (
+                                                        (
+                                                            (((1.0 / 33.0) * s2 + 1.0 / 31.0) * s2 + 1.0 / 29.0) * s2
+                                                            + 1.0 / 27.0
+                                                        )
+                                                        * s2
+                                                        + 1.0 / 25.0
+                                                    )
+                                                    * s2
+                                                    + 1.0 / 23.0
+                                                )
+                                                * s2
+                                                + 1.0 / 21.0
+                                            )
+                                            * s2
+                                            + 1.0 / 19.0
+                                        )
+                                        * s2
+                                        + 1.0 / 17.0
+                                    )
+                                    * s2
+                                    + 1.0 / 15.0
+                                )
+                                * s2
+                                + 1.0 / 13.0
+                            )
+                            * s2
+                            + 1.0 / 11.0
+                        )
+                        * s2
+                        + 1.0 / 9.0
+                    )
+                    * s2
+                    + 1.0 / 7.0
+                )
+                * s2
+                + 1.0 / 5.0
+            )
+            * s2
+            + 1.0 / 3.0
+        ) * s2 + 1.0
         buf[e] = w[e] * (2.0 * sv * q + max(-u[e], 0.0))
     total = 0.0
     for e in range(a, b):
@@ -414,8 +462,18 @@ def _certify(X, node, lo, hi, woff, w, lam1, lam2, q, L, penalized, theta, activ
     if q == 2 and lam2 > 0.0:
         _smooth_grad(theta, lam2, g)
     step = 1.0 / L
-    _prox_step(theta, g, step, step * lam1, step * lam2 if q == 1 else 0.0, penalized, xn,
-               np.zeros((p, T), np.int8), np.empty(T), np.empty(T))
+    _prox_step(
+        theta,
+        g,
+        step,
+        step * lam1,
+        step * lam2 if q == 1 else 0.0,
+        penalized,
+        xn,
+        np.zeros((p, T), np.int8),
+        np.empty(T),
+        np.empty(T),
+    )
     gmax = 0.0
     for j in range(p):
         hit = False
@@ -558,8 +616,7 @@ def _kernels():
     the ones they call from ``fastexp`` and ``prox``, which are bound to this module's names. Returns
     the FISTA dispatcher."""
     k = _prox._kernels()
-    bind = {"_cexp": _fastexp._kernels()["_capped_exp_nb"],
-            "_tv": k.tv1d, "_fz": k.fused_zero, "_tvw": k.tv1d_warm}
+    bind = {"_cexp": _fastexp._kernels()["_capped_exp_nb"], "_tv": k.tv1d, "_fz": k.fused_zero, "_tvw": k.tv1d_warm}
     return backend.compile_kernels(sys.modules[__name__], bind=bind)["_fista"]
 
 
@@ -576,12 +633,25 @@ def penalty(theta, node: int, lam1: float, lam2: float, q: int) -> float:
 def _weighted_rows(design: Design, sl: slice) -> int:
     """Rows with a non-zero weight, summed over the windows of the time points ``sl`` (the R of the
     FLOP count)."""
-    return sum(int(np.count_nonzero(design.w[int(design.woff[t]): int(design.woff[t]) + int(design.hi[t] - design.lo[t])]))
-               for t in range(*sl.indices(design.T)))
+    return sum(
+        int(np.count_nonzero(design.w[int(design.woff[t]) : int(design.woff[t]) + int(design.hi[t] - design.lo[t])]))
+        for t in range(*sl.indices(design.T))
+    )
 
 
-def _solve_block(design: Design, sl: slice, node: int, lam1: float, lam2: float, q: int, L: float, theta,
-                 max_iter: int, tol: float, screen: bool):
+def _solve_block(
+    design: Design,
+    sl: slice,
+    node: int,
+    lam1: float,
+    lam2: float,
+    q: int,
+    L: float,
+    theta,
+    max_iter: int,
+    tol: float,
+    screen: bool,
+):
     """FISTA on the time points ``sl`` of ``theta`` [T', p] (overwritten): the full solver or the screened one.
 
     Without screening (the reference) every coefficient is updated at every iteration with the fixed
@@ -618,8 +688,9 @@ def _solve_block(design: Design, sl: slice, node: int, lam1: float, lam2: float,
     penalized = np.ones(p, np.bool_)
     penalized[node] = False
     if not screen:
-        n_iter, conv, _ = fista(X, node, lo, hi, woff, design.w, lam1, lam2, q, L, penalized, theta, max_iter, tol,
-                                False)
+        n_iter, conv, _ = fista(
+            X, node, lo, hi, woff, design.w, lam1, lam2, q, L, penalized, theta, max_iter, tol, False
+        )
         return n_iter, conv, 4 * R * p * n_iter, 1
     active = ~penalized | np.any(theta != 0.0, axis=0)  # [p]
     violators = np.zeros(p, np.bool_)
@@ -632,8 +703,23 @@ def _solve_block(design: Design, sl: slice, node: int, lam1: float, lam2: float,
         A = np.flatnonzero(active)  # [k] active columns, increasing (the node among them)
         XA = np.ascontiguousarray(X[:, A])  # int8 [N, k]
         th = np.ascontiguousarray(theta[:, A])  # [T', k]
-        k, conv, n_loss = fista(XA, int(np.searchsorted(A, node)), lo, hi, woff, design.w, lam1, lam2, q, L,
-                                penalized[A], th, max_iter - n_iter, tol_a, True)
+        k, conv, n_loss = fista(
+            XA,
+            int(np.searchsorted(A, node)),
+            lo,
+            hi,
+            woff,
+            design.w,
+            lam1,
+            lam2,
+            q,
+            L,
+            penalized[A],
+            th,
+            max_iter - n_iter,
+            tol_a,
+            True,
+        )
         theta[:, A] = th
         n_iter, n_solves, flops = n_iter + k, n_solves + 1, flops + 4 * R * A.size * k + 2 * R * A.size * n_loss
         if not conv:
@@ -646,8 +732,17 @@ def _solve_block(design: Design, sl: slice, node: int, lam1: float, lam2: float,
     return n_iter, conv, flops, n_solves
 
 
-def solve_path(design: Design, node: int, lam1: float, lam2: float = 0.0, q: int = 1, theta0=None,
-               max_iter: int = 5000, tol: float = 1e-6, screen: bool = True) -> PathResult:
+def solve_path(
+    design: Design,
+    node: int,
+    lam1: float,
+    lam2: float = 0.0,
+    q: int = 1,
+    theta0=None,
+    max_iter: int = 5000,
+    tol: float = 1e-6,
+    screen: bool = True,
+) -> PathResult:
     """Solve node ``node``'s whole path over time for one (lambda1, lambda2) (DESIGN.md's TESLA contract).
 
     ``theta0`` ([T, p], optional) warm-starts the solver (e.g. the solution at the previous,
@@ -678,7 +773,7 @@ def solve_path(design: Design, node: int, lam1: float, lam2: float = 0.0, q: int
                 theta[t] = 0.0
                 continue
             lo_t, hi_t = int(design.lo[t]), int(design.hi[t])
-            wt = design.w[int(design.woff[t]): int(design.woff[t]) + hi_t - lo_t]
+            wt = design.w[int(design.woff[t]) : int(design.woff[t]) + hi_t - lo_t]
             y_t = design.X[lo_t:hi_t, node][wt > 0]
             if np.all(y_t == y_t[0]):
                 # the node takes one value in every weighted sample (always so with one sample per
@@ -687,9 +782,10 @@ def solve_path(design: Design, node: int, lam1: float, lam2: float = 0.0, q: int
                 theta[t] = 0.0
                 theta[t, node] = FIELD_CAP * float(y_t[0])
                 continue
-            th_t = theta[t:t + 1].copy()
-            k, c, f, s = _solve_block(design, slice(t, t + 1), int(node), float(lam1), 0.0, int(q),
-                                      float(design.L[t]), th_t, *opts)
+            th_t = theta[t : t + 1].copy()
+            k, c, f, s = _solve_block(
+                design, slice(t, t + 1), int(node), float(lam1), 0.0, int(q), float(design.L[t]), th_t, *opts
+            )
             theta[t] = th_t[0]
             n_iter, converged, flops, n_solves = n_iter + k, converged and c, flops + f, n_solves + s
     else:
@@ -698,11 +794,13 @@ def solve_path(design: Design, node: int, lam1: float, lam2: float = 0.0, q: int
             L += 8.0 * lam2
         if L <= 0.0:  # no data anywhere: the penalties alone are minimised by zero
             return PathResult(np.zeros((T, p)), 0, True, 0.0, 0.0, 0, 0)
-        n_iter, converged, flops, n_solves = _solve_block(design, slice(0, T), int(node), float(lam1), float(lam2),
-                                                          int(q), L, theta, *opts)
+        n_iter, converged, flops, n_solves = _solve_block(
+            design, slice(0, T), int(node), float(lam1), float(lam2), int(q), L, theta, *opts
+        )
     loss = float(_loss_value(design.X, int(node), design.lo, design.hi, design.woff, design.w, theta))
-    return PathResult(theta, int(n_iter), bool(converged), loss, loss + penalty(theta, node, lam1, lam2, q),
-                      int(flops), int(n_solves))
+    return PathResult(
+        theta, int(n_iter), bool(converged), loss, loss + penalty(theta, node, lam1, lam2, q), int(flops), int(n_solves)
+    )
 
 
 def objective(design: Design, node: int, theta, lam1: float, lam2: float = 0.0, q: int = 1) -> float:

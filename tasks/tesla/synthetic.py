@@ -14,7 +14,8 @@ Ground truth (:func:`ground_truth`; randomness ``rng.generator(seed, STAGE_TESLA
 3. At every *rewiring point* ``t0 = k * rewire_every`` (k = 1, 2, ...; ``t0 < T``), ``n_rewire``
    current edges (uniformly at random) are scheduled to disappear and ``n_rewire`` current
    non-edges (pairs in random order, taken while both ends have room, counting the disappearing
-   edges as still present unless ``ramp = 1``; never a pair that disappears there) to appear, each with a fresh random weight ``w``. Weights change
+   edges as still present unless ``ramp = 1``; never a pair that disappears there) to appear, each
+   with a fresh random weight ``w``. Weights change
    linearly over ``ramp`` time points: an appearing edge has weight ``w * min(1, (t - t0 + 1) /
    ramp)`` for ``t >= t0`` (0 before), a disappearing one ``w * max(0, 1 - (t - t0 + 1) / ramp)``
    for ``t >= t0`` (exactly 0 from ``t0 + ramp - 1`` on). ``ramp = 1`` is an abrupt switch at
@@ -129,14 +130,27 @@ def _add_edges(g, p, count, deg, forbidden, max_degree, what):
             if len(out) == count:
                 break
     if len(out) < count:
-        raise ValueError(f"could not place {count} {what} edges with max_degree={max_degree} "
-                         f"(placed {len(out)}); lower n_edges or n_rewire, or raise max_degree")
+        raise ValueError(
+            f"could not place {count} {what} edges with max_degree={max_degree} "
+            f"(placed {len(out)}); lower n_edges or n_rewire, or raise max_degree"
+        )
     return np.asarray(out, dtype=np.int64).reshape(-1, 2)
 
 
-def ground_truth(seed: int, p: int = 20, T: int = 100, *, n_edges: int | None = None, rewire_every: int = 10,
-                 n_rewire: int = 2, max_degree: int = 4, weight_low: float = 0.5, weight_high: float = 1.0,
-                 ramp: int = 5, field=0.0) -> GroundTruth:
+def ground_truth(
+    seed: int,
+    p: int = 20,
+    T: int = 100,
+    *,
+    n_edges: int | None = None,
+    rewire_every: int = 10,
+    n_rewire: int = 2,
+    max_degree: int = 4,
+    weight_low: float = 0.5,
+    weight_high: float = 1.0,
+    ramp: int = 5,
+    field=0.0,
+) -> GroundTruth:
     """The couplings ``J`` [T, p, p] and fields ``h`` [T, p] of a time-varying network (module
     docstring, "Ground truth"). Depends only on ``seed`` and the parameters."""
     p, T = int(p), int(T)
@@ -217,7 +231,9 @@ def _locate(blocks, rid):
     raise IndexError(rid)
 
 
-def sample_time_point(seed: int, t: int, h_t, J_t, n: int, *, burn_in: int = 200, thin: int | None = None) -> np.ndarray:
+def sample_time_point(
+    seed: int, t: int, h_t, J_t, n: int, *, burn_in: int = 200, thin: int | None = None
+) -> np.ndarray:
     """The ``n`` samples of time point ``t``: int8 [n, p] (module docstring, "Samples").
 
     Uses only ``rng.generator(seed, STAGE_TESLA_GIBBS, t)``, so any time point can be generated
@@ -248,10 +264,23 @@ def sample_time_point(seed: int, t: int, h_t, J_t, n: int, *, burn_in: int = 200
     return out
 
 
-def time_varying_ising(seed: int, p: int = 20, T: int = 100, samples_per_time: int = 1, *,
-                       n_edges: int | None = None, rewire_every: int = 10, n_rewire: int = 2,
-                       max_degree: int = 4, weight_low: float = 0.5, weight_high: float = 1.0,
-                       ramp: int = 5, field=0.0, burn_in: int = 200, thin: int | None = None) -> SyntheticNetwork:
+def time_varying_ising(
+    seed: int,
+    p: int = 20,
+    T: int = 100,
+    samples_per_time: int = 1,
+    *,
+    n_edges: int | None = None,
+    rewire_every: int = 10,
+    n_rewire: int = 2,
+    max_degree: int = 4,
+    weight_low: float = 0.5,
+    weight_high: float = 1.0,
+    ramp: int = 5,
+    field=0.0,
+    burn_in: int = 200,
+    thin: int | None = None,
+) -> SyntheticNetwork:
     """A synthetic time-varying Ising network and ``samples_per_time`` samples at each of ``T``
     time points (see the module docstring for every parameter).
 
@@ -263,9 +292,19 @@ def time_varying_ising(seed: int, p: int = 20, T: int = 100, samples_per_time: i
     abrupt; at most rewire_every). field: node field h (scalar or [p]). burn_in: Gibbs sweeps per
     sample. thin: None for independent chains per sample, else sweeps between samples of one chain.
     """
-    truth = ground_truth(seed, p, T, n_edges=n_edges, rewire_every=rewire_every, n_rewire=n_rewire,
-                         max_degree=max_degree, weight_low=weight_low, weight_high=weight_high, ramp=ramp,
-                         field=field)
+    truth = ground_truth(
+        seed,
+        p,
+        T,
+        n_edges=n_edges,
+        rewire_every=rewire_every,
+        n_rewire=n_rewire,
+        max_degree=max_degree,
+        weight_low=weight_low,
+        weight_high=weight_high,
+        ramp=ramp,
+        field=field,
+    )
     X = np.empty((int(T), int(samples_per_time), int(p)), dtype=np.int8)
     for t in range(int(T)):
         X[t] = sample_time_point(seed, t, truth.h[t], truth.J[t], samples_per_time, burn_in=burn_in, thin=thin)

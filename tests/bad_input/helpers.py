@@ -47,8 +47,14 @@ class Result:
 def pgmflow_subprocess(args, cwd, timeout=120) -> Result:
     env = {k: v for k, v in os.environ.items() if k not in _DROP_ENV}
     env["PYTHONPATH"] = str(REPO)
-    r = subprocess.run([sys.executable, "-m", "pgmflow", *map(str, args)], cwd=cwd, env=env, capture_output=True,
-                       text=True, timeout=timeout)
+    r = subprocess.run(
+        [sys.executable, "-m", "pgmflow", *map(str, args)],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
     return Result(r.returncode, r.stdout, r.stderr)
 
 
@@ -143,7 +149,7 @@ def assert_refused(r, needles, tmp_path, uri, pipeline):
     assert f"{pipeline} run " not in r.stdout  # refused before a run (and any task) started
     for status, error in run_statuses(tmp_path, uri):
         assert status not in ("RUNNING", "FINISHED"), status
-        assert status != "FAILED" or error == line[len("pgmflow: error: "):], (error, line)
+        assert status != "FAILED" or error == line[len("pgmflow: error: ") :], (error, line)
     for name in ("results.json", "final_state.npz"):
         assert not list(Path(tmp_path).rglob(name)), f"{name} written for a refused run"
 
@@ -164,18 +170,29 @@ def make_certificates(folder, prefix: str = "") -> dict:
     valid = dict(not_valid_before=now - datetime.timedelta(minutes=5), not_valid_after=now + datetime.timedelta(days=1))
     ca_key = ec.generate_private_key(ec.SECP256R1())
     ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, f"pgmflow test CA {prefix}")])
-    ca = (x509.CertificateBuilder().subject_name(ca_name).issuer_name(ca_name).public_key(ca_key.public_key())
-          .serial_number(x509.random_serial_number()).not_valid_before(valid["not_valid_before"])
-          .not_valid_after(valid["not_valid_after"])
-          .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-          .sign(ca_key, hashes.SHA256()))
+    ca = (
+        x509.CertificateBuilder()
+        .subject_name(ca_name)
+        .issuer_name(ca_name)
+        .public_key(ca_key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(valid["not_valid_before"])
+        .not_valid_after(valid["not_valid_after"])
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(ca_key, hashes.SHA256())
+    )
     key = ec.generate_private_key(ec.SECP256R1())
-    cert = (x509.CertificateBuilder().subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")]))
-            .issuer_name(ca_name).public_key(key.public_key()).serial_number(x509.random_serial_number())
-            .not_valid_before(valid["not_valid_before"]).not_valid_after(valid["not_valid_after"])
-            .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
-                           critical=False)
-            .sign(ca_key, hashes.SHA256()))
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")]))
+        .issuer_name(ca_name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(valid["not_valid_before"])
+        .not_valid_after(valid["not_valid_after"])
+        .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), critical=False)
+        .sign(ca_key, hashes.SHA256())
+    )
     pem = serialization.Encoding.PEM
     no_pw = serialization.NoEncryption()
     paths = {n: folder / f"{prefix}{n}.pem" for n in ("ca", "cert", "key", "ca-key")}
@@ -185,8 +202,12 @@ def make_certificates(folder, prefix: str = "") -> dict:
     paths["ca-key"].write_bytes(ca_key.private_bytes(pem, serialization.PrivateFormat.PKCS8, no_pw))
     for p in paths.values():
         p.chmod(0o600)
-    return {"ca_file": str(paths["ca"]), "cert": str(paths["cert"]), "key": str(paths["key"]),
-            "ca_key": str(paths["ca-key"])}
+    return {
+        "ca_file": str(paths["ca"]),
+        "cert": str(paths["cert"]),
+        "key": str(paths["key"]),
+        "ca_key": str(paths["ca-key"]),
+    }
 
 
 def closed_port() -> int:

@@ -62,12 +62,16 @@ CASES = {
     "rho_does_not_sum_to_n_minus_1": _rho_sum,
     "rho_zero_and_above_1": _rho_zero,
     "coupling_matrix_not_square": _not_square,
-    "missing_file": lambda p: (["pipeline=bounds", "model=mrf", "model.path=nope.npz"], ["model.path='nope.npz'",
-                                                                                          "no such file"]),
+    "missing_file": lambda p: (
+        ["pipeline=bounds", "model=mrf", "model.path=nope.npz"],
+        ["model.path='nope.npz'", "no such file"],
+    ),
     "damping_above_1": lambda p: (["pipeline=bounds", "variational.damping=1.5"], ["variational.damping=1.5"]),
     "bounds_with_continuous_target": lambda p: (["model=gaussian_mixture", "bounds=true"], ["bounds=True"]),
-    "negative_temperature": lambda p: (["pipeline=bounds", "variational.temperatures=[2.0,-1]"],
-                                       ["variational.temperatures=-1"]),
+    "negative_temperature": lambda p: (
+        ["pipeline=bounds", "variational.temperatures=[2.0,-1]"],
+        ["variational.temperatures=-1"],
+    ),
 }
 
 

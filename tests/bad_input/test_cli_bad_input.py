@@ -21,8 +21,10 @@ BAD = [
     (["tempering.swap=sideways"], "tempering.swap='sideways'"),
     (["model.couplings=random"], "model.couplings='random'"),
     (["model=custom", "model.log_density=tests.pipelines.densities:nope"], "model.log_density"),
-    (["model=custom", "model.log_density=pgmflow.tasks.tempering.examples:returns_nan", "tempering.explorer=rwm"],
-     "model.log_density"),
+    (
+        ["model=custom", "model.log_density=pgmflow.tasks.tempering.examples:returns_nan", "tempering.explorer=rwm"],
+        "model.log_density",
+    ),
     (["seed=-4"], "seed=-4"),
     (["resume=0123456789abcdef"], "resume"),
     (["model=potts"], "model='potts'"),

@@ -74,8 +74,11 @@ def _key_of_another_certificate(p):
 def _cert_of_another_ca(p):
     args, _ = _tls_file(p, cert="other_cert.pem", key="other_key.pem")
     make_certificates(p, prefix="other_")  # a certificate and key that the CA in ca.pem did not sign
-    return args, [f"{FILE}:profiles.p.tls.cert='other_cert.pem'", "is refused by a peer that trusts tls.ca_file",
-                  "CERTIFICATE_VERIFY_FAILED"]
+    return args, [
+        f"{FILE}:profiles.p.tls.cert='other_cert.pem'",
+        "is refused by a peer that trusts tls.ca_file",
+        "CERTIFICATE_VERIFY_FAILED",
+    ]
 
 
 def _tls_unknown_key(p):
@@ -89,14 +92,18 @@ def _tls_with_tcp_address(p):
 
 
 def _tls_address_without_certificates(p):
-    return (_file(p, {"type": "address", "address": "tls://127.0.0.1:8786"}),
-            [f"{FILE}:profiles.p.address='tls://127.0.0.1:8786'", "needs certificates", "add a tls: block"])
+    return (
+        _file(p, {"type": "address", "address": "tls://127.0.0.1:8786"}),
+        [f"{FILE}:profiles.p.address='tls://127.0.0.1:8786'", "needs certificates", "add a tls: block"],
+    )
 
 
 def _tls_on_a_synchronous_profile(p):
     make_certificates(p)
-    return (_file(p, {"type": "synchronous", "tls": {"ca_file": "ca.pem", "cert": "cert.pem"}}),
-            [f"{FILE}:profiles.p.tls", "for the local, address types only"])
+    return (
+        _file(p, {"type": "synchronous", "tls": {"ca_file": "ca.pem", "cert": "cert.pem"}}),
+        [f"{FILE}:profiles.p.tls", "for the local, address types only"],
+    )
 
 
 def _tls_require_encryption_not_bool(p):
@@ -115,44 +122,69 @@ def _needs_extra(profile, module, extra):
         if importlib.util.find_spec(module) is not None:
             pytest.skip(f"{module} is installed: cluster.profile={profile} is valid here")
         return [f"cluster.profile={profile}"], [f"cluster.profile='{profile}'", f"pip install 'pgmflow[{extra}]'"]
+
     return case
 
 
 CASES = {
     # the file itself
-    "malformed_yaml": lambda p: (_file(p, "profiles:\n  local:\n    type: local\n   oops: [\n"),
-                                 [f"cluster.file='{p / FILE}'", "is not valid YAML at line"]),
+    "malformed_yaml": lambda p: (
+        _file(p, "profiles:\n  local:\n    type: local\n   oops: [\n"),
+        [f"cluster.file='{p / FILE}'", "is not valid YAML at line"],
+    ),
     "empty_file": lambda p: (_file(p, ""), [f"cluster.file='{p / FILE}'", "has no 'profiles:' mapping"]),
     "profiles_is_a_list": lambda p: (_file(p, "profiles:\n  - local\n"), ["has no 'profiles:' mapping"]),
     "file_not_found": lambda p: (["cluster.file=nowhere.yaml"], ["cluster.file='nowhere.yaml'", "file not found"]),
-    "unknown_type": lambda p: (_file(p, {"type": "spark"}), [f"{FILE}:profiles.p.type='spark'", "unknown cluster type",
-                                                              "use one of local, address"]),
+    "unknown_type": lambda p: (
+        _file(p, {"type": "spark"}),
+        [f"{FILE}:profiles.p.type='spark'", "unknown cluster type", "use one of local, address"],
+    ),
     "profile_without_type": lambda p: (_file(p, {"n_workers": 2}), [f"{FILE}:profiles.p.type=None"]),
     # the profile's keys
     "unknown_profile_name": lambda p: (["cluster.profile=moon"], ["cluster.profile='moon'", "no such profile"]),
-    "n_workers_wrong_type_in_file": lambda p: (_file(p, {"type": "local", "n_workers": "four"}),
-                                               [f"{FILE}:profiles.p.n_workers='four'", "positive integer or null"]),
-    "n_workers_zero_in_file": lambda p: (_file(p, {"type": "local", "n_workers": 0}),
-                                         [f"{FILE}:profiles.p.n_workers=0"]),
-    "threads_per_worker_negative": lambda p: (_file(p, {"type": "local", "threads_per_worker": -1}),
-                                              [f"{FILE}:profiles.p.threads_per_worker=-1"]),
-    "memory_limit_not_a_size": lambda p: (_file(p, {"type": "local", "memory_limit": "lots"}),
-                                          [f"{FILE}:profiles.p.memory_limit='lots'", "e.g. 4GB"]),
-    "local_profile_unknown_key": lambda p: (_file(p, {"type": "local", "n_worker": 2}),
-                                            [f"{FILE}:profiles.p.n_worker=2", "did you mean n_workers?"]),
-    "address_profile_unknown_key": lambda p: (_file(p, {"type": "address", "adress": "tcp://127.0.0.1:8786"}),
-                                              [f"{FILE}:profiles.p.adress", "did you mean address?"]),
-    "processes_false": lambda p: (_file(p, {"type": "local", "processes": False}),
-                                  [f"{FILE}:profiles.p.processes=False", "cluster.profile=synchronous"]),
-    "timeout_negative": lambda p: (_file(p, {"type": "address", "address": "tcp://127.0.0.1:8786", "timeout": -5}),
-                                   [f"{FILE}:profiles.p.timeout=-5", "positive number of seconds"]),
+    "n_workers_wrong_type_in_file": lambda p: (
+        _file(p, {"type": "local", "n_workers": "four"}),
+        [f"{FILE}:profiles.p.n_workers='four'", "positive integer or null"],
+    ),
+    "n_workers_zero_in_file": lambda p: (
+        _file(p, {"type": "local", "n_workers": 0}),
+        [f"{FILE}:profiles.p.n_workers=0"],
+    ),
+    "threads_per_worker_negative": lambda p: (
+        _file(p, {"type": "local", "threads_per_worker": -1}),
+        [f"{FILE}:profiles.p.threads_per_worker=-1"],
+    ),
+    "memory_limit_not_a_size": lambda p: (
+        _file(p, {"type": "local", "memory_limit": "lots"}),
+        [f"{FILE}:profiles.p.memory_limit='lots'", "e.g. 4GB"],
+    ),
+    "local_profile_unknown_key": lambda p: (
+        _file(p, {"type": "local", "n_worker": 2}),
+        [f"{FILE}:profiles.p.n_worker=2", "did you mean n_workers?"],
+    ),
+    "address_profile_unknown_key": lambda p: (
+        _file(p, {"type": "address", "adress": "tcp://127.0.0.1:8786"}),
+        [f"{FILE}:profiles.p.adress", "did you mean address?"],
+    ),
+    "processes_false": lambda p: (
+        _file(p, {"type": "local", "processes": False}),
+        [f"{FILE}:profiles.p.processes=False", "cluster.profile=synchronous"],
+    ),
+    "timeout_negative": lambda p: (
+        _file(p, {"type": "address", "address": "tcp://127.0.0.1:8786", "timeout": -5}),
+        [f"{FILE}:profiles.p.timeout=-5", "positive number of seconds"],
+    ),
     # cluster.* overrides
     "n_workers_wrong_type": lambda p: (["cluster.n_workers=two"], ["cluster.n_workers='two'"]),
     "unknown_cluster_key": lambda p: (["+cluster.workers=4"], ["cluster.workers=4", "did you mean cluster.n_workers?"]),
-    "address_without_port": lambda p: (["cluster.profile=address", "cluster.address=tcp://127.0.0.1"],
-                                       ["cluster.address='tcp://127.0.0.1'", ":PORT"]),
-    "address_unknown_protocol": lambda p: (["cluster.profile=address", "cluster.address=http://127.0.0.1:8786"],
-                                           ["cluster.address='http://127.0.0.1:8786'", "unknown protocol"]),
+    "address_without_port": lambda p: (
+        ["cluster.profile=address", "cluster.address=tcp://127.0.0.1"],
+        ["cluster.address='tcp://127.0.0.1'", ":PORT"],
+    ),
+    "address_unknown_protocol": lambda p: (
+        ["cluster.profile=address", "cluster.address=http://127.0.0.1:8786"],
+        ["cluster.address='http://127.0.0.1:8786'", "unknown protocol"],
+    ),
     "unreachable_scheduler": _unreachable,
     # optional extras
     "slurm_without_dask_jobqueue": _needs_extra("slurm", "dask_jobqueue", "slurm"),

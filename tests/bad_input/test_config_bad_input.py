@@ -18,6 +18,7 @@ def _no_gpu(args, needles):
         if gpu_available():
             pytest.skip("a GPU with CuPy is present: backend=cupy is valid here")
         return args, needles
+
     return case
 
 
@@ -31,13 +32,18 @@ CASES = {
     # unknown keys
     "unknown_top_level_key": lambda: (["+foo=1"], ["foo=1", "unknown top-level key", "pgmflow --cfg job"]),
     "misspelt_top_level_key": lambda: (["+sed=3"], ["sed=3", "did you mean seed?"]),
-    "allow_list_from_the_config": lambda: (["+allowed_modules=evil_mod"],
-                                           ["allowed_modules='evil_mod'", "never read from the config",
-                                            "export PGMFLOW_ALLOWED_MODULES="]),
-    "unknown_tracking_key": lambda: (["+tracking.url=http://127.0.0.1:5000"],
-                                     ["tracking.url='http://127.0.0.1:5000'", "did you mean tracking.uri?"]),
-    "override_of_a_key_that_does_not_exist": lambda: (["tempering.n_round=3"],
-                                                      ["tempering.n_round", "did you mean tempering.n_rounds?"]),
+    "allow_list_from_the_config": lambda: (
+        ["+allowed_modules=evil_mod"],
+        ["allowed_modules='evil_mod'", "never read from the config", "export PGMFLOW_ALLOWED_MODULES="],
+    ),
+    "unknown_tracking_key": lambda: (
+        ["+tracking.url=http://127.0.0.1:5000"],
+        ["tracking.url='http://127.0.0.1:5000'", "did you mean tracking.uri?"],
+    ),
+    "override_of_a_key_that_does_not_exist": lambda: (
+        ["tempering.n_round=3"],
+        ["tempering.n_round", "did you mean tempering.n_rounds?"],
+    ),
     # wrong types and values at the top level
     "seed_not_a_number": lambda: (["seed=abc"], ["seed='abc'", "must be an integer"]),
     "seed_fractional": lambda: (["seed=1.5"], ["seed=1.5", "must be an integer"]),
@@ -48,8 +54,10 @@ CASES = {
     "tracking_uri_not_a_string": lambda: (["tracking.uri=5"], ["tracking.uri=5", "must be a string or null"]),
     "model_field_wrong_type": lambda: (["model.L=abc"], ["model.L='abc'", "must be an integer"]),
     # malformed command lines
-    "unknown_pipeline": lambda: (["pipeline=nope"], ["pipeline='nope'", "unknown option of config group 'pipeline'",
-                                                 "use one of bounds, "]),
+    "unknown_pipeline": lambda: (
+        ["pipeline=nope"],
+        ["pipeline='nope'", "unknown option of config group 'pipeline'", "use one of bounds, "],
+    ),
     "malformed_override": lambda: (["model.L=[1,2"], ["model.L=[1,2", "check the override syntax"]),
     # a GPU asked for without one
     "backend_cupy_without_gpu": _no_gpu(["backend=cupy"], ["backend='cupy'", "no usable GPU", "backend=numpy"]),

@@ -51,8 +51,10 @@ def _csv_inf(tmp_path):
 
 
 def _csv_no_target(tmp_path):
-    return (_csv(tmp_path, _csv_rows()) + ["gp_data.target=y"],
-            ["gp_data.target='y'", "no such column in data.csv", "columns: a, b, c, target"])
+    return (
+        _csv(tmp_path, _csv_rows()) + ["gp_data.target=y"],
+        ["gp_data.target='y'", "no such column in data.csv", "columns: a, b, c, target"],
+    )
 
 
 def _csv_not_a_number(tmp_path):
@@ -105,8 +107,10 @@ CASES = {
     "unknown_kernel": lambda p: (["sparse_gp.kernel=rbff"], ["sparse_gp.kernel='rbff'", "matern52"]),
     "unknown_method": lambda p: (["sparse_gp.method=vfe"], ["sparse_gp.method='vfe'", "svgp"]),
     "unknown_evaluate": lambda p: (["sparse_gp.evaluate=tasks"], ["sparse_gp.evaluate='tasks'", "direct", "graph"]),
-    "exact_on_too_many_rows": lambda p: (["gp_data.n=30000", "sparse_gp.method=exact"],
-                                         ["sparse_gp.method='exact'", "more than 20000"]),
+    "exact_on_too_many_rows": lambda p: (
+        ["gp_data.n=30000", "sparse_gp.method=exact"],
+        ["sparse_gp.method='exact'", "more than 20000"],
+    ),
     "model_for_another_pipeline": lambda p: (["model=ising"], ["model=", "takes no model group"]),
 }
 
@@ -115,6 +119,9 @@ CASES = {
 def test_sparse_gp_bad_input(tmp_path, case):
     args, needles = CASES[case](tmp_path)
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    r = pgmflow(["pipeline=sparse_gp", *args, f"tracking.uri={uri}", "progress=false", "cluster.n_workers=1"],
-                tmp_path, timeout=120)
+    r = pgmflow(
+        ["pipeline=sparse_gp", *args, f"tracking.uri={uri}", "progress=false", "cluster.n_workers=1"],
+        tmp_path,
+        timeout=120,
+    )
     assert_refused(r, needles, tmp_path, uri, "sparse_gp")

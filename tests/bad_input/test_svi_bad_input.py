@@ -64,8 +64,11 @@ def _shard_vocab_mismatch(tmp_path):
 def _gz_garbage(tmp_path):
     (tmp_path / "docword.txt.gz").write_bytes(gzip.compress(b"3\n4\nfive\n1 1 1\n"))
     (tmp_path / "vocab.txt").write_text("a\nb\nc\nd\n")
-    return ["corpus=uci", f"corpus.docword={tmp_path / 'docword.txt.gz'}",
-            f"corpus.vocab={tmp_path / 'vocab.txt'}"], "corpus.docword"
+    return [
+        "corpus=uci",
+        f"corpus.docword={tmp_path / 'docword.txt.gz'}",
+        f"corpus.vocab={tmp_path / 'vocab.txt'}",
+    ], "corpus.docword"
 
 
 def _no_training_documents(tmp_path):
@@ -86,8 +89,10 @@ CASES = {
     "kappa_1.2": lambda p: (["svi.kappa=1.2"], "svi.kappa=1.2"),
     "seed_mass_above_1": lambda p: (["pr.seed_words={0: [matrix]}", "pr.seed_mass=1.5"], "pr.seed_mass=1.5"),
     "topic_cap_below_1": lambda p: (["pr.topic_cap=0.5"], "pr.topic_cap=0.5"),
-    "one_word_two_topics": lambda p: (["pr.seed_words={0: [matrix], 1: [matrix]}", "pr.seed_mass=0.7"],
-                                      "no distribution"),
+    "one_word_two_topics": lambda p: (
+        ["pr.seed_words={0: [matrix], 1: [matrix]}", "pr.seed_mass=0.7"],
+        "no distribution",
+    ),
     "seed_word_not_in_vocabulary": lambda p: (["pr.seed_words={0: [matrx]}"], "matrx"),
     "seed_topic_out_of_range": lambda p: (["pr.seed_words={40: [matrix]}"], "pr.seed_words"),
     "model_for_another_pipeline": lambda p: (["model=ising"], "model='ising'"),
@@ -102,6 +107,7 @@ CASES = {
 def test_svi_bad_input(tmp_path, case):
     args, needle = CASES[case](tmp_path)
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    r = pgmflow(["pipeline=svi", *args, f"tracking.uri={uri}", "progress=false", "cluster.n_workers=1"], tmp_path,
-                timeout=120)
+    r = pgmflow(
+        ["pipeline=svi", *args, f"tracking.uri={uri}", "progress=false", "cluster.n_workers=1"], tmp_path, timeout=120
+    )
     assert_refused(r, [needle], tmp_path, uri, "svi")

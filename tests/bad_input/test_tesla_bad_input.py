@@ -49,8 +49,10 @@ def _single_time_point(tmp_path):
 
 
 def _npz_p_mismatch(tmp_path):
-    return (_npz(tmp_path, x_0=_pm1((3, 5)), x_1=_pm1((3, 4), seed=1)),
-            ["network.path='data.npz'", "x_1 has 4 columns", "x_0 has 5"])
+    return (
+        _npz(tmp_path, x_0=_pm1((3, 5)), x_1=_pm1((3, 4), seed=1)),
+        ["network.path='data.npz'", "x_1 has 4 columns", "x_0 has 5"],
+    )
 
 
 def _csv_node_missing(tmp_path):
@@ -100,8 +102,11 @@ def test_tesla_bad_input(tmp_path, case):
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     # debug=default shrinks the synthetic network; with a file network its network.p/T are unknown keys
     small = [] if any(a.startswith("network=") for a in args) else ["debug=default"]
-    r = pgmflow(["pipeline=tesla", *small, *args, f"tracking.uri={uri}", "progress=false", "cluster.n_workers=1"],
-                tmp_path, timeout=120)
+    r = pgmflow(
+        ["pipeline=tesla", *small, *args, f"tracking.uri={uri}", "progress=false", "cluster.n_workers=1"],
+        tmp_path,
+        timeout=120,
+    )
     assert_refused(r, needles, tmp_path, uri, "tesla")
 
 
@@ -111,9 +116,21 @@ def test_tesla_constant_node_is_isolated_with_a_warning(tmp_path):
     X[:, :, 2] = 1
     args = _npz(tmp_path, X=X, node_names=np.array(["a", "b", "steady", "d", "e"]))
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    r = pgmflow(["pipeline=tesla", *args, f"tracking.uri={uri}", "progress=false", "cluster.n_workers=1",
-                 "tesla.lambda1=[0.2]", "tesla.lambda2=[0.5]", "tesla.bandwidth=[2.0]", "tesla.figures=false"],
-                tmp_path, timeout=180)
+    r = pgmflow(
+        [
+            "pipeline=tesla",
+            *args,
+            f"tracking.uri={uri}",
+            "progress=false",
+            "cluster.n_workers=1",
+            "tesla.lambda1=[0.2]",
+            "tesla.lambda2=[0.5]",
+            "tesla.bandwidth=[2.0]",
+            "tesla.figures=false",
+        ],
+        tmp_path,
+        timeout=180,
+    )
     assert r.returncode == 0, (r.stdout[-2000:], r.stderr[-3000:])
     assert "Traceback" not in r.stderr
     warn = [ln for ln in r.stdout.splitlines() if "never change value" in ln]

@@ -48,8 +48,14 @@ def killing_cluster(when, finished, timeout: float = 180.0, n_workers: int = 2):
 
     env = {"NUMBA_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "PYTHONPATH": REPO}
     kill = Kill()
-    with LocalCluster(n_workers=n_workers, threads_per_worker=1, processes=True, silence_logs=logging.ERROR,
-                      dashboard_address=":0", env=env) as cl:
+    with LocalCluster(
+        n_workers=n_workers,
+        threads_per_worker=1,
+        processes=True,
+        silence_logs=logging.ERROR,
+        dashboard_address=":0",
+        env=env,
+    ) as cl:
         stop = threading.Event()
 
         def killer():

@@ -27,14 +27,40 @@ from tests.pipelines.helpers import assert_one_value_per_step, assert_same_metri
 
 CASES = {
     # 30 nodes, one selection task per node over a 5 x 3 grid: about 4 s of work on 2 workers
-    "tesla": (["pipeline=tesla", "network.p=30", "network.samples_per_time=3", "tesla.methods=[tesla]",
-               "tesla.lambda2=[1.0,0.25,0.0625]", "tesla.figures=false", "tesla.checkpoint_seconds=0",
-               "progress=false"], "estimates.npz", "tesla-select-", "tesla-fit-", 30, 3),
+    "tesla": (
+        [
+            "pipeline=tesla",
+            "network.p=30",
+            "network.samples_per_time=3",
+            "tesla.methods=[tesla]",
+            "tesla.lambda2=[1.0,0.25,0.0625]",
+            "tesla.figures=false",
+            "tesla.checkpoint_seconds=0",
+            "progress=false",
+        ],
+        "estimates.npz",
+        "tesla-select-",
+        "tesla-fit-",
+        30,
+        3,
+    ),
     # 8 temperatures of a 48 x 48 lattice: about 3 s of work on 2 workers
-    "bounds": (["pipeline=bounds", "model=ising", "model.L=48",
-                "variational.temperatures=[1.8,2.0,2.1,2.2,2.269185314213022,2.35,2.5,2.8]",
-                "variational.figures=false", "variational.checkpoint_seconds=0", "progress=false"],
-               "tables/bounds.csv", "bounds-", None, 8, 0),
+    "bounds": (
+        [
+            "pipeline=bounds",
+            "model=ising",
+            "model.L=48",
+            "variational.temperatures=[1.8,2.0,2.1,2.2,2.269185314213022,2.35,2.5,2.8]",
+            "variational.figures=false",
+            "variational.checkpoint_seconds=0",
+            "progress=false",
+        ],
+        "tables/bounds.csv",
+        "bounds-",
+        None,
+        8,
+        0,
+    ),
 }
 
 
@@ -54,8 +80,9 @@ def _kill_after_saves(args, tmp_path, uri, name, min_files=2, subdir="partial", 
     log_path = tmp_path / f"{name}.txt"
     run_id = None
     with open(log_path, "w") as log:
-        proc = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=log, stderr=subprocess.STDOUT,
-                                start_new_session=True)
+        proc = subprocess.Popen(
+            cmd, cwd=tmp_path, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
         try:
             deadline = time.monotonic() + 180
             while time.monotonic() < deadline and proc.poll() is None:
@@ -116,8 +143,9 @@ def test_killed_driver_resumes_running_only_unsaved_work(tmp_path, name):
 
     counter = type("Counter", (_TaskCounter, SchedulerPlugin), {})([unit_prefix, sub_prefix])
     env = {"NUMBA_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0",
-                      silence_logs=logging.ERROR, env=env) as cl:
+    with LocalCluster(
+        n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0", silence_logs=logging.ERROR, env=env
+    ) as cl:
         cl.scheduler.add_plugin(counter)
         resumed, tr_resumed = run(args + [f"resume={run_id}"], uri, cl)
         ran = dict(counter.counts)
@@ -155,10 +183,22 @@ def test_killed_driver_resumes_stabilized_tempering(tmp_path):
     removed by hand) resumes the two-leg state."""
     from pgmflow.pipelines.core.tracking import Tracker
 
-    args = ["pipeline=tempering", "model=gaussian", "model.dim=4", "tempering.n_replicas=6", "tempering.n_rounds=8",
-            "tempering.n_chains=1", "tempering.explorer=hmc", "tempering.sweeps_per_scan=1", "tempering.n_leapfrog=4",
-            "tempering.reference=stabilized", "tempering.variational_from_round=3", "tempering.variational_family=full",
-            "tempering.figures=false", "progress=false"]
+    args = [
+        "pipeline=tempering",
+        "model=gaussian",
+        "model.dim=4",
+        "tempering.n_replicas=6",
+        "tempering.n_rounds=8",
+        "tempering.n_chains=1",
+        "tempering.explorer=hmc",
+        "tempering.sweeps_per_scan=1",
+        "tempering.n_leapfrog=4",
+        "tempering.reference=stabilized",
+        "tempering.variational_from_round=3",
+        "tempering.variational_family=full",
+        "tempering.figures=false",
+        "progress=false",
+    ]
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     run_id = _kill_after_saves(args, tmp_path, uri, "tempering", min_files=4, subdir="checkpoints")
     tr = Tracker(uri, "pgmflow")

@@ -13,9 +13,16 @@ from tests.conftest import REPO
 from tests.faults.test_driver_kill import _kill_after_saves, _TaskCounter
 from tests.pipelines.helpers import assert_one_value_per_step, assert_same_metric_histories, run
 
-ARGS = ["pipeline=sparse_gp", "gp_data=diabetes", "sparse_gp.m=16", "sparse_gp.max_iter=40", "sparse_gp.chunk_size=100",
-        "sparse_gp.in_process=false",
-        "sparse_gp.figures=false", "progress=false"]
+ARGS = [
+    "pipeline=sparse_gp",
+    "gp_data=diabetes",
+    "sparse_gp.m=16",
+    "sparse_gp.max_iter=40",
+    "sparse_gp.chunk_size=100",
+    "sparse_gp.in_process=false",
+    "sparse_gp.figures=false",
+    "progress=false",
+]
 N_CHUNKS = 5  # 442 rows in chunks of 100
 
 
@@ -46,8 +53,9 @@ def test_killed_sparse_gp_fit_continues_from_its_last_iteration(tmp_path):
 
     counter = type("Counter", (_TaskCounter, SchedulerPlugin), {})(["gp-stats-", "gp-objgrad-"])
     env = {"NUMBA_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0",
-                      silence_logs=logging.ERROR, env=env) as cl:
+    with LocalCluster(
+        n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0", silence_logs=logging.ERROR, env=env
+    ) as cl:
         cl.scheduler.add_plugin(counter)
         resumed, tr_resumed = run(args + [f"resume={run_id}"], uri, cl)
         stats_tasks, objectives = counter.counts["gp-stats-"], counter.counts["gp-objgrad-"]

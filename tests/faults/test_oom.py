@@ -16,8 +16,15 @@ import pytest
 from tests.bad_input.helpers import pgmflow, run_statuses
 from tests.conftest import REPO
 
-OVERSIZED = ["model=gaussian_mixture", "model.dim=10000", "tempering.n_replicas=2048", "tempering.n_rounds=1",
-             "tempering.sweeps_per_scan=1", "tempering.figures=false", "progress=false"]
+OVERSIZED = [
+    "model=gaussian_mixture",
+    "model.dim=10000",
+    "tempering.n_replicas=2048",
+    "tempering.n_rounds=1",
+    "tempering.sweeps_per_scan=1",
+    "tempering.figures=false",
+    "progress=false",
+]
 
 
 @pytest.mark.slow
@@ -27,11 +34,25 @@ def test_a_worker_out_of_memory_names_the_setting_to_change(tmp_path):
     env = {"PYTHONPATH": str(REPO), "NUMBA_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}
     # one retry instead of Dask's three keeps the test short; the report does not depend on the count
     with dask.config.set({"distributed.scheduler.allowed-failures": 1}):
-        with LocalCluster(n_workers=1, threads_per_worker=1, processes=True, memory_limit="400MB", env=env,
-                          dashboard_address="127.0.0.1:0", silence_logs=logging.ERROR) as cl:
+        with LocalCluster(
+            n_workers=1,
+            threads_per_worker=1,
+            processes=True,
+            memory_limit="400MB",
+            env=env,
+            dashboard_address="127.0.0.1:0",
+            silence_logs=logging.ERROR,
+        ) as cl:
             uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-            r = pgmflow([*OVERSIZED, "cluster.profile=address", f"cluster.address={cl.scheduler_address}",
-                         f"tracking.uri={uri}"], tmp_path)
+            r = pgmflow(
+                [
+                    *OVERSIZED,
+                    "cluster.profile=address",
+                    f"cluster.address={cl.scheduler_address}",
+                    f"tracking.uri={uri}",
+                ],
+                tmp_path,
+            )
             with Client(cl) as c:
                 restarts = [e for _, e in c.get_events("worker-restart-memory")]
 
@@ -42,9 +63,12 @@ def test_a_worker_out_of_memory_names_the_setting_to_change(tmp_path):
     assert len(lines) == 1, r.stderr
     line = lines[0]
     assert "Traceback" not in r.stderr
-    assert re.match(r"pgmflow: error: WorkerMemoryError: task 'pt-(init|scans|explore)-\S+' ran its worker out of "
-                    r"memory: the worker reached \d[\d.]* MiB of its memory_limit 381\.47 MiB and was restarted; "
-                    r"all 2 workers that tried the task died; fix: ", line), line
+    assert re.match(
+        r"pgmflow: error: WorkerMemoryError: task 'pt-(init|scans|explore)-\S+' ran its worker out of "
+        r"memory: the worker reached \d[\d.]* MiB of its memory_limit 381\.47 MiB and was restarted; "
+        r"all 2 workers that tried the task died; fix: ",
+        line,
+    ), line
     fix = line.split("; fix: ", 1)[1]
     for setting in ("tempering.n_blocks", "memory_limit", "dask_cluster.yaml", "cluster.n_workers"):
         assert setting in fix, (setting, line)

@@ -34,8 +34,8 @@ import psutil
 import pytest
 
 from tests.conftest import REPO
-from tests.pipelines.helpers import assert_one_value_per_step
 from tests.pipelines.core.test_sweeps import runs, summary_rows
+from tests.pipelines.helpers import assert_one_value_per_step
 
 JOB = ["debug=default", "model.L=12", "tempering.n_rounds=8", "tempering.figures=false", "progress=false"]
 SEEDS = "seed=0,1,2"
@@ -54,11 +54,21 @@ def cluster():
     from distributed import LocalCluster
 
     env = {"NUMBA_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0",
-                      silence_logs=logging.CRITICAL, env=env) as cl:
+    with LocalCluster(
+        n_workers=2,
+        threads_per_worker=1,
+        processes=True,
+        dashboard_address=":0",
+        silence_logs=logging.CRITICAL,
+        env=env,
+    ) as cl:
         yield cl
-        runners = [r for n in list(cl.workers.values()) if n.process is not None and n.process.pid
-                   for r in _job_runners_of(n.process.pid)]
+        runners = [
+            r
+            for n in list(cl.workers.values())
+            if n.process is not None and n.process.pid
+            for r in _job_runners_of(n.process.pid)
+        ]
     _assert_no_orphaned_runner(runners)
 
 
@@ -99,8 +109,11 @@ def _wait_for_workers(cl, n=2, timeout=60):
 
 def _job_runners_of(pid: int) -> list:
     try:
-        return [p for p in psutil.Process(pid).children(recursive=True)
-                if "pgmflow_dask_launcher._job" in " ".join(p.cmdline())]
+        return [
+            p
+            for p in psutil.Process(pid).children(recursive=True)
+            if "pgmflow_dask_launcher._job" in " ".join(p.cmdline())
+        ]
     except psutil.Error:
         return []
 
@@ -142,8 +155,11 @@ def _kill_mid_job(cl, proc, uri, watch, log_path, timeout=150):
         for token, (idx, run_id) in jobs_of_token.items():
             if sum(token in k for k in done) < MIN_DONE:
                 continue  # the job's pipeline (its task keys carry the run's token) is not under way yet
-            on = [ts.processing_on for ts in jobs if str(ts.key).split("-")[-2] == idx and ts.state == "processing"
-                  and ts.processing_on is not None]
+            on = [
+                ts.processing_on
+                for ts in jobs
+                if str(ts.key).split("-")[-2] == idx and ts.state == "processing" and ts.processing_on is not None
+            ]
             if not on:
                 continue
             address = on[0].address
@@ -153,14 +169,30 @@ def _kill_mid_job(cl, proc, uri, watch, log_path, timeout=150):
             assert runners, f"no job-runner process under the worker that runs job {idx}"
             kill_ms = int(time.time() * 1000)
             os.kill(pid, signal.SIGKILL)
-            return {"job": idx, "run_id": run_id, "address": address, "pid": pid, "runners": runners,
-                    "kill_ms": kill_ms}
+            return {
+                "job": idx,
+                "run_id": run_id,
+                "address": address,
+                "pid": pid,
+                "runners": runners,
+                "kill_ms": kill_ms,
+            }
     pytest.fail(f"no sweep job was seen under way within {timeout} s\n{log_path.read_text()[-3000:]}")
 
 
 def _start_sweep(tmp_path, uri, address, extra=(), name="first"):
-    cmd = [sys.executable, "-m", "pgmflow", "-m", *JOB, SEEDS, f"tracking.uri={uri}", "cluster.profile=address",
-           f"cluster.address={address}", *extra]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pgmflow",
+        "-m",
+        *JOB,
+        SEEDS,
+        f"tracking.uri={uri}",
+        "cluster.profile=address",
+        f"cluster.address={address}",
+        *extra,
+    ]
     log_path = tmp_path / f"{name}.log"
     with open(log_path, "w") as log:
         proc = subprocess.Popen(cmd, cwd=tmp_path, env=_env(), stdout=log, stderr=subprocess.STDOUT)
@@ -189,14 +221,18 @@ def undisturbed(tmp_path_factory, mlflow_template):
     started now, beside the sweeps (most of a sweep's first seconds are one process importing), and
     read when a test first needs it; json keeps the floats' bits."""
     import json
-
     import shutil
 
     d = tmp_path_factory.mktemp("undisturbed")
     shutil.copyfile(mlflow_template, d / "mlflow.db")  # a migrated empty store (tests/conftest.py)
-    proc = subprocess.Popen([sys.executable, "-c", _UNDISTURBED, json.dumps(JOB), SEEDS.split("=")[1],
-                             f"sqlite:///{d / 'mlflow.db'}"], cwd=d, env=_env(), stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _UNDISTURBED, json.dumps(JOB), SEEDS.split("=")[1], f"sqlite:///{d / 'mlflow.db'}"],
+        cwd=d,
+        env=_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     got = {}
 
     def get():
@@ -263,8 +299,9 @@ def test_worker_killed_past_its_retries_fails_the_job_then_a_rerun_completes(und
     allowed = cluster.scheduler.allowed_failures
     cluster.scheduler.allowed_failures = 0  # the first worker death under a task is a KilledWorker
     try:
-        cmd, proc, log_path = _start_sweep(tmp_path, uri, cluster.scheduler_address,
-                                           ["hydra.launcher.max_concurrent_jobs=1"])
+        cmd, proc, log_path = _start_sweep(
+            tmp_path, uri, cluster.scheduler_address, ["hydra.launcher.max_concurrent_jobs=1"]
+        )
         try:
             hit = _kill_mid_job(cluster, proc, uri, watch, log_path)
             proc.wait(timeout=240)

@@ -19,15 +19,29 @@ import pytest
 from tests.conftest import REPO
 
 N_ROUNDS = 10
-RUN = ["pipeline=tempering", "debug=default", "model.L=8", "tempering.n_replicas=6",
-       f"tempering.n_rounds={N_ROUNDS}", "tempering.figures=false", "progress=false", "cluster.profile=synchronous",
-       "tracking.experiment=outage"]
+RUN = [
+    "pipeline=tempering",
+    "debug=default",
+    "model.L=8",
+    "tempering.n_replicas=6",
+    f"tempering.n_rounds={N_ROUNDS}",
+    "tempering.figures=false",
+    "progress=false",
+    "cluster.profile=synchronous",
+    "tracking.experiment=outage",
+]
 
 
 def _start(args, cwd):
     env = {"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin", "HOME": str(cwd), "PGMFLOW_ALLOWED_MODULES": "tests"}
-    return subprocess.Popen([sys.executable, "-m", "pgmflow", *args], cwd=cwd, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [sys.executable, "-m", "pgmflow", *args],
+        cwd=cwd,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def _wait_for_run_id(proc) -> str:

@@ -5,12 +5,19 @@ is one Dask graph (``sparse_gp.evaluate`` direct, the default, and graph are the
 
 import pytest
 
-from tests.faults.helpers import (artifact_exists, assert_killed_mid_run, assert_same_npz, killing_cluster,
-                                  tasks_done)
+from tests.faults.helpers import artifact_exists, assert_killed_mid_run, assert_same_npz, killing_cluster, tasks_done
 from tests.pipelines.helpers import run
 
-OVERRIDES = ["pipeline=sparse_gp", "gp_data=diabetes", "sparse_gp.m=16", "sparse_gp.max_iter=15", "sparse_gp.in_process=false",
-             "sparse_gp.chunk_size=100", "sparse_gp.figures=false", "progress=false"]
+OVERRIDES = [
+    "pipeline=sparse_gp",
+    "gp_data=diabetes",
+    "sparse_gp.m=16",
+    "sparse_gp.max_iter=15",
+    "sparse_gp.in_process=false",
+    "sparse_gp.chunk_size=100",
+    "sparse_gp.figures=false",
+    "progress=false",
+]
 
 
 @pytest.mark.slow

@@ -9,10 +9,23 @@ import numpy as np
 
 from tests.conftest import compose
 
-SMALL_ISING = ["model.L=8", "model.T=2.5", "tempering.n_replicas=6", "tempering.n_rounds=5",
-               "tempering.sweeps_per_scan=2", "progress=false"]
-SMALL_GMM = ["model=gaussian_mixture", "tempering.n_replicas=5", "tempering.n_rounds=5", "tempering.explorer=hmc",
-             "tempering.sweeps_per_scan=1", "tempering.n_leapfrog=5", "progress=false"]
+SMALL_ISING = [
+    "model.L=8",
+    "model.T=2.5",
+    "tempering.n_replicas=6",
+    "tempering.n_rounds=5",
+    "tempering.sweeps_per_scan=2",
+    "progress=false",
+]
+SMALL_GMM = [
+    "model=gaussian_mixture",
+    "tempering.n_replicas=5",
+    "tempering.n_rounds=5",
+    "tempering.explorer=hmc",
+    "tempering.sweeps_per_scan=1",
+    "tempering.n_leapfrog=5",
+    "progress=false",
+]
 
 
 def run(overrides, mlflow_uri, cluster=None, n_workers=None):

@@ -24,15 +24,26 @@ TEMPERING = ["debug=default", "tempering.figures=false", "progress=false"]
 PIPELINES = {
     "tempering": TEMPERING,
     "svi": ["pipeline=svi", "debug=default", "svi.figures=false", "progress=false"],
-    "sparse_gp": ["pipeline=sparse_gp", "debug=default", "sparse_gp.in_process=false", "sparse_gp.figures=false",
-                  "progress=false"],
+    "sparse_gp": [
+        "pipeline=sparse_gp",
+        "debug=default",
+        "sparse_gp.in_process=false",
+        "sparse_gp.figures=false",
+        "progress=false",
+    ],
 }
 
 
 def on_slurm(tmp_path, *more):
     """Overrides for the shipped slurm profile, sized for this node from the command line."""
-    return ["cluster.profile=slurm", "cluster.options.cores=1", "cluster.options.memory=2GB",
-            "cluster.options.walltime=00:20:00", f"cluster.options.log_directory={tmp_path / 'slurm-logs'}", *more]
+    return [
+        "cluster.profile=slurm",
+        "cluster.options.cores=1",
+        "cluster.options.memory=2GB",
+        "cluster.options.walltime=00:20:00",
+        f"cluster.options.log_directory={tmp_path / 'slurm-logs'}",
+        *more,
+    ]
 
 
 def execute(overrides, uri):
@@ -68,8 +79,15 @@ def assert_same_bits(tr_a, tr_b):
 
 def pgmflow_cli(args, cwd, timeout=600, **kw):
     env = {**os.environ, "PYTHONPATH": str(REPO), "PGMFLOW_ORIG_CWD": str(cwd)}
-    return subprocess.Popen([sys.executable, "-m", "pgmflow", *args], cwd=cwd, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, **kw)
+    return subprocess.Popen(
+        [sys.executable, "-m", "pgmflow", *args],
+        cwd=cwd,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        **kw,
+    )
 
 
 @pytest.mark.parametrize("pipeline", sorted(PIPELINES))
@@ -101,9 +119,22 @@ def test_sweep_of_six_jobs_on_slurm(slurm_idle, tmp_path):
 
     uri = f"sqlite:///{tmp_path}/mlflow.db"
     before = slurm_idle.submitted()
-    p = pgmflow_cli(["-m", *on_slurm(tmp_path, "debug=default", "model.L=6", "tempering.n_rounds=3",
-                                     "tempering.figures=false", "progress=false", "seed=0,1,2,3,4,5"),
-                     f"tracking.uri={uri}"], tmp_path)
+    p = pgmflow_cli(
+        [
+            "-m",
+            *on_slurm(
+                tmp_path,
+                "debug=default",
+                "model.L=6",
+                "tempering.n_rounds=3",
+                "tempering.figures=false",
+                "progress=false",
+                "seed=0,1,2,3,4,5",
+            ),
+            f"tracking.uri={uri}",
+        ],
+        tmp_path,
+    )
     out, err = p.communicate(timeout=600)
     assert p.returncode == 0, (out[-3000:], err[-3000:])
     _, parents, children = runs(uri)
@@ -114,8 +145,15 @@ def test_sweep_of_six_jobs_on_slurm(slurm_idle, tmp_path):
 
 
 # as tests/faults/test_worker_loss_tempering.py: long enough that a job can be cancelled mid-run
-LONG = ["model.L=32", "model.T=2.3", "tempering.n_replicas=16", "tempering.sweeps_per_scan=4",
-        "tempering.scans_per_task=64", "progress=false", "tempering.figures=false"]
+LONG = [
+    "model.L=32",
+    "model.T=2.3",
+    "tempering.n_replicas=16",
+    "tempering.sweeps_per_scan=4",
+    "tempering.scans_per_task=64",
+    "progress=false",
+    "tempering.figures=false",
+]
 
 
 def test_a_worker_job_cancelled_mid_run_gives_the_same_bits(slurm_idle, tmp_path):
@@ -154,8 +192,10 @@ def test_every_worker_job_cancelled_stops_the_run_with_one_line(slurm_idle, tmp_
     """Done 1: scancel of every worker job mid-run: the run stops with one line that says so (no
     wait for ever), exit code 1, and the MLflow run ends FAILED with the same line."""
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    p = pgmflow_cli([*on_slurm(tmp_path, *LONG, "tempering.n_rounds=24", "tempering.sweeps_per_scan=32"),
-                     f"tracking.uri={uri}"], tmp_path)
+    p = pgmflow_cli(
+        [*on_slurm(tmp_path, *LONG, "tempering.n_rounds=24", "tempering.sweeps_per_scan=32"), f"tracking.uri={uri}"],
+        tmp_path,
+    )
     started = None
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline:
@@ -190,15 +230,31 @@ def test_timeout_names_slurms_reason_and_cancels_every_job(slurm_idle, tmp_path)
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     before = slurm_idle.submitted()
     t0 = time.monotonic()
-    r = pgmflow([*on_slurm(tmp_path, *TEMPERING, "cluster.options.queue=closed", "cluster.options.wait_timeout=8"),
-                 f"tracking.uri={uri}"], tmp_path)
+    r = pgmflow(
+        [
+            *on_slurm(tmp_path, *TEMPERING, "cluster.options.queue=closed", "cluster.options.wait_timeout=8"),
+            f"tracking.uri={uri}",
+        ],
+        tmp_path,
+    )
     waited = time.monotonic() - t0
     assert slurm_idle.submitted() - before == 2
     waiting = [ln for ln in r.stderr.splitlines() if ln.startswith("pgmflow: waiting for SLURM workers")]
     assert waiting and "PENDING (PartitionDown)" in waiting[0], r.stderr
     r.stderr = "\n".join(ln for ln in r.stderr.splitlines() if not ln.startswith("pgmflow: waiting"))
-    assert_refused(r, ["cluster.profile='slurm'", "0 of 1 worker joined within 8 s", "PENDING (PartitionDown)",
-                       "every job was cancelled", "choose a partition that is up"], tmp_path, uri, "tempering")
+    assert_refused(
+        r,
+        [
+            "cluster.profile='slurm'",
+            "0 of 1 worker joined within 8 s",
+            "PENDING (PartitionDown)",
+            "every job was cancelled",
+            "choose a partition that is up",
+        ],
+        tmp_path,
+        uri,
+        "tempering",
+    )
     assert 8 <= waited < 40
     assert slurm_idle.wait_drained(20), slurm_idle.live_jobs()
     ids = sorted(slurm_idle.jobs())[-2:]
@@ -214,13 +270,28 @@ def test_adaptive_sweep_takes_a_worker_that_joins_late(slurm_idle, tmp_path):
 
     uri = f"sqlite:///{tmp_path}/mlflow.db"
     before = slurm_idle.submitted()
-    p = pgmflow_cli(["-m", *on_slurm(tmp_path, "debug=default", "model.L=8", "tempering.figures=false", "progress=false",
-                                     "cluster.options.adapt={minimum:1,maximum:2}", "seed=0,1,2,3,4,5"),
-                     f"tracking.uri={uri}"], tmp_path)
+    p = pgmflow_cli(
+        [
+            "-m",
+            *on_slurm(
+                tmp_path,
+                "debug=default",
+                "model.L=8",
+                "tempering.figures=false",
+                "progress=false",
+                "cluster.options.adapt={minimum:1,maximum:2}",
+                "seed=0,1,2,3,4,5",
+            ),
+            f"tracking.uri={uri}",
+        ],
+        tmp_path,
+    )
     out, err = p.communicate(timeout=600)
     assert p.returncode == 0, (out[-3000:], err[-3000:])
     log = out + err
-    assert "at most 1 at once (one per joined worker)" in log and "at most 2 at once (one per joined worker)" in log, log
+    assert "at most 1 at once (one per joined worker)" in log and "at most 2 at once (one per joined worker)" in log, (
+        log
+    )
     tr, parents, children = runs(uri)
     assert len(children) == 6 and all(c.info.status == "FINISHED" for c in children)
     rows = summary_rows(tr, parents[0].info.run_id)
@@ -233,7 +304,11 @@ def test_adaptive_run_from_zero_jobs(slurm_idle, tmp_path):
     """``adapt: {minimum: 0, maximum: 2}``: a run still starts (the minimum is raised to the one job
     that wait_for_workers needs) and gives the local profile's bits."""
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    res_s, tr_s = execute(on_slurm(tmp_path, *TEMPERING, "cluster.options.adapt={minimum:0,maximum:2}",
-                                   "cluster.options.wait_timeout=120"), uri)
+    res_s, tr_s = execute(
+        on_slurm(
+            tmp_path, *TEMPERING, "cluster.options.adapt={minimum:0,maximum:2}", "cluster.options.wait_timeout=120"
+        ),
+        uri,
+    )
     res_l, tr_l = execute([*TEMPERING, "cluster.profile=local", "cluster.n_workers=2"], uri)
     assert_same_bits(tr_s, tr_l)

@@ -28,8 +28,11 @@ PACKAGES = ("slurm-wlm", "munge")
 
 
 def _missing() -> list[str]:
-    return [d for d in (*DAEMONS, "sbatch", "squeue", "scancel", "sinfo") if shutil.which(d) is None
-            and not Path("/usr/sbin", d).exists()]
+    return [
+        d
+        for d in (*DAEMONS, "sbatch", "squeue", "scancel", "sinfo")
+        if shutil.which(d) is None and not Path("/usr/sbin", d).exists()
+    ]
 
 
 def why_not() -> str | None:
@@ -106,37 +109,68 @@ class TestSlurm:
         os.chmod(key, 0o600)
         self.munge_socket = r / "munge" / "munge.sock"
         lines = [
-            "ClusterName=pgmflowtest", f"SlurmctldHost={self.hostname}(127.0.0.1)",
-            f"SlurmctldPort={_free_port()}", f"SlurmdPort={_free_port()}", "SlurmUser=root", "SlurmdUser=root",
-            "AuthType=auth/munge", "CredType=cred/munge", f"AuthInfo=socket={self.munge_socket}",
-            f"StateSaveLocation={r / 'state'}", f"SlurmdSpoolDir={r / 'spool'}",
-            f"SlurmctldPidFile={r / 'slurmctld.pid'}", f"SlurmdPidFile={r / 'slurmd.pid'}",
-            f"SlurmctldLogFile={r / 'log' / 'slurmctld.log'}", f"SlurmdLogFile={r / 'log' / 'slurmd.log'}",
-            "ProctrackType=proctrack/linuxproc", "TaskPlugin=task/none", "SelectType=select/cons_tres",
-            "SelectTypeParameters=CR_Core_Memory", "JobAcctGatherType=jobacct_gather/none",
-            "AccountingStorageType=accounting_storage/none", "MpiDefault=none", "ReturnToService=2",
-            "SchedulerType=sched/backfill", "SchedulerParameters=sched_interval=2", "SlurmctldTimeout=30",
-            "SlurmdTimeout=30", "InactiveLimit=0", "KillWait=5", "MinJobAge=36000",
+            "ClusterName=pgmflowtest",
+            f"SlurmctldHost={self.hostname}(127.0.0.1)",
+            f"SlurmctldPort={_free_port()}",
+            f"SlurmdPort={_free_port()}",
+            "SlurmUser=root",
+            "SlurmdUser=root",
+            "AuthType=auth/munge",
+            "CredType=cred/munge",
+            f"AuthInfo=socket={self.munge_socket}",
+            f"StateSaveLocation={r / 'state'}",
+            f"SlurmdSpoolDir={r / 'spool'}",
+            f"SlurmctldPidFile={r / 'slurmctld.pid'}",
+            f"SlurmdPidFile={r / 'slurmd.pid'}",
+            f"SlurmctldLogFile={r / 'log' / 'slurmctld.log'}",
+            f"SlurmdLogFile={r / 'log' / 'slurmd.log'}",
+            "ProctrackType=proctrack/linuxproc",
+            "TaskPlugin=task/none",
+            "SelectType=select/cons_tres",
+            "SelectTypeParameters=CR_Core_Memory",
+            "JobAcctGatherType=jobacct_gather/none",
+            "AccountingStorageType=accounting_storage/none",
+            "MpiDefault=none",
+            "ReturnToService=2",
+            "SchedulerType=sched/backfill",
+            "SchedulerParameters=sched_interval=2",
+            "SlurmctldTimeout=30",
+            "SlurmdTimeout=30",
+            "InactiveLimit=0",
+            "KillWait=5",
+            "MinJobAge=36000",
             self.node,
             "PartitionName=debug Nodes=ALL Default=YES MaxTime=04:00:00 State=UP",
             "PartitionName=closed Nodes=ALL Default=NO MaxTime=INFINITE State=DOWN",
         ]
         self.conf.write_text("\n".join(lines) + "\n")
 
-    def start(self, timeout: float = 90.0) -> "TestSlurm":
+    def start(self, timeout: float = 90.0) -> TestSlurm:
         problem = install()
         if problem:
             raise RuntimeError(problem)
         self._write_conf()
         r = self.root
-        subprocess.run([_sbin("munged"), "--force", f"--socket={self.munge_socket}",
-                        f"--key-file={r / 'munge' / 'munge.key'}", f"--log-file={r / 'log' / 'munged.log'}",
-                        f"--pid-file={r / 'munge' / 'munged.pid'}", f"--seed-file={r / 'munge' / 'seed'}"],
-                       check=True, capture_output=True, timeout=30)
-        subprocess.run([_sbin("slurmctld"), "-f", str(self.conf)], check=True, env=self.env, capture_output=True,
-                       timeout=30)
-        subprocess.run([_sbin("slurmd"), "-f", str(self.conf)], check=True, env=self.env, capture_output=True,
-                       timeout=30)
+        subprocess.run(
+            [
+                _sbin("munged"),
+                "--force",
+                f"--socket={self.munge_socket}",
+                f"--key-file={r / 'munge' / 'munge.key'}",
+                f"--log-file={r / 'log' / 'munged.log'}",
+                f"--pid-file={r / 'munge' / 'munged.pid'}",
+                f"--seed-file={r / 'munge' / 'seed'}",
+            ],
+            check=True,
+            capture_output=True,
+            timeout=30,
+        )
+        subprocess.run(
+            [_sbin("slurmctld"), "-f", str(self.conf)], check=True, env=self.env, capture_output=True, timeout=30
+        )
+        subprocess.run(
+            [_sbin("slurmd"), "-f", str(self.conf)], check=True, env=self.env, capture_output=True, timeout=30
+        )
         deadline = time.monotonic() + timeout
         state = ""
         while time.monotonic() < deadline:
@@ -165,8 +199,11 @@ class TestSlurm:
         return {i: (s, why) for i, s, why in (ln.split("|", 2) for ln in out.splitlines() if ln.count("|") == 2)}
 
     def live_jobs(self) -> dict[str, tuple[str, str]]:
-        return {i: v for i, v in self.jobs().items()
-                if v[0] in ("PENDING", "RUNNING", "CONFIGURING", "COMPLETING", "SUSPENDED")}
+        return {
+            i: v
+            for i, v in self.jobs().items()
+            if v[0] in ("PENDING", "RUNNING", "CONFIGURING", "COMPLETING", "SUSPENDED")
+        }
 
     def submitted(self) -> int:
         """How many jobs this SLURM has been given so far (finished jobs stay listed: MinJobAge is 10 h;

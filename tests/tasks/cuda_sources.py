@@ -39,27 +39,88 @@ import numpy as np
 KERNEL_DEF = re.compile(
     r"(?P<externc>extern\s+\"C\"\s+)?(?P<template>template\s*<[^>]*>\s*)?__global__\s+"
     r"(?:__launch_bounds__\s*\([^)]*\)\s*)?void\s+(?:__launch_bounds__\s*\([^)]*\)\s*)?"
-    r"(?P<name>[A-Za-z_]\w*)\s*\((?P<params>[^)]*)\)")
+    r"(?P<name>[A-Za-z_]\w*)\s*\((?P<params>[^)]*)\)"
+)
 KERNEL_SITE_CALLS = {"RawKernel", "RawModule"}
-NUMPY_SCALARS = {"int8", "uint8", "int16", "uint16", "int32", "uint32", "int64", "uint64", "float16", "float32",
-                 "float64", "bool_", "intc", "uintc", "longlong", "ulonglong", "complex64", "complex128", "half",
-                 "single", "double", "short", "ushort", "byte", "ubyte"}
+NUMPY_SCALARS = {
+    "int8",
+    "uint8",
+    "int16",
+    "uint16",
+    "int32",
+    "uint32",
+    "int64",
+    "uint64",
+    "float16",
+    "float32",
+    "float64",
+    "bool_",
+    "intc",
+    "uintc",
+    "longlong",
+    "ulonglong",
+    "complex64",
+    "complex128",
+    "half",
+    "single",
+    "double",
+    "short",
+    "ushort",
+    "byte",
+    "ubyte",
+}
 ARRAY_CTORS = {  # function -> position of its dtype argument (None: keyword only); dtype-less default
-    "asarray": (1, "like"), "ascontiguousarray": (1, "like"), "array": (1, "like"), "asfortranarray": (1, "like"),
-    "zeros": (1, "float64"), "empty": (1, "float64"), "ones": (1, "float64"), "full": (2, None),
-    "arange": (None, None), "zeros_like": (1, "like"), "empty_like": (1, "like"), "ones_like": (1, "like"),
-    "full_like": (2, "like"), "frombuffer": (1, "float64"),
+    "asarray": (1, "like"),
+    "ascontiguousarray": (1, "like"),
+    "array": (1, "like"),
+    "asfortranarray": (1, "like"),
+    "zeros": (1, "float64"),
+    "empty": (1, "float64"),
+    "ones": (1, "float64"),
+    "full": (2, None),
+    "arange": (None, None),
+    "zeros_like": (1, "like"),
+    "empty_like": (1, "like"),
+    "ones_like": (1, "like"),
+    "full_like": (2, "like"),
+    "frombuffer": (1, "float64"),
 }
 ARRAY_KEEP = {"reshape", "ravel", "copy", "flatten", "transpose", "view", "squeeze", "__getitem__"}
 C_TYPES = {
-    "char": "int8", "signed char": "int8", "unsigned char": "uint8", "int8_t": "int8", "uint8_t": "uint8",
-    "short": "int16", "short int": "int16", "signed short": "int16", "unsigned short": "uint16",
-    "int16_t": "int16", "uint16_t": "uint16", "int": "int32", "signed": "int32", "signed int": "int32",
-    "unsigned": "uint32", "unsigned int": "uint32", "int32_t": "int32", "uint32_t": "uint32",
-    "long": "int64", "long int": "int64", "unsigned long": "uint64", "long long": "int64",
-    "long long int": "int64", "signed long long": "int64", "unsigned long long": "uint64",
-    "unsigned long long int": "uint64", "int64_t": "int64", "uint64_t": "uint64", "size_t": "uint64",
-    "ptrdiff_t": "int64", "float": "float32", "double": "float64", "bool": "bool", "__half": "float16",
+    "char": "int8",
+    "signed char": "int8",
+    "unsigned char": "uint8",
+    "int8_t": "int8",
+    "uint8_t": "uint8",
+    "short": "int16",
+    "short int": "int16",
+    "signed short": "int16",
+    "unsigned short": "uint16",
+    "int16_t": "int16",
+    "uint16_t": "uint16",
+    "int": "int32",
+    "signed": "int32",
+    "signed int": "int32",
+    "unsigned": "uint32",
+    "unsigned int": "uint32",
+    "int32_t": "int32",
+    "uint32_t": "uint32",
+    "long": "int64",
+    "long int": "int64",
+    "unsigned long": "uint64",
+    "long long": "int64",
+    "long long int": "int64",
+    "signed long long": "int64",
+    "unsigned long long": "uint64",
+    "unsigned long long int": "uint64",
+    "int64_t": "int64",
+    "uint64_t": "uint64",
+    "size_t": "uint64",
+    "ptrdiff_t": "int64",
+    "float": "float32",
+    "double": "float64",
+    "bool": "bool",
+    "__half": "float16",
     "half": "float16",
 }
 QUALIFIERS = {"const", "volatile", "__restrict__", "__restrict", "restrict", "struct", "__grid_constant__"}
@@ -68,6 +129,7 @@ QUALIFIERS = {"const", "volatile", "__restrict__", "__restrict", "restrict", "st
 # --------------------------------------------------------------------------------------------
 # CUDA C side: kernels, their parameters, and what NVRTC writes in the PTX
 # --------------------------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class Param:
@@ -125,14 +187,20 @@ def parse_kernels(src: str) -> list[Kernel]:
     out = []
     for m in KERNEL_DEF.finditer(code):
         params = [p for p in m.group("params").split(",") if p.strip() and p.strip() != "void"]
-        out.append(Kernel(m.group("name"), tuple(_parse_param(p, typedefs) for p in params),
-                          bool(m.group("externc")) or _in_extern_c_block(code, m.start()), bool(m.group("template"))))
+        out.append(
+            Kernel(
+                m.group("name"),
+                tuple(_parse_param(p, typedefs) for p in params),
+                bool(m.group("externc")) or _in_extern_c_block(code, m.start()),
+                bool(m.group("template")),
+            )
+        )
     return out
 
 
 def _in_extern_c_block(code: str, pos: int) -> bool:
     for m in re.finditer(r"extern\s+\"C\"\s*\{", code[:pos]):
-        depth = code[m.end():pos].count("{") - code[m.end():pos].count("}")
+        depth = code[m.end() : pos].count("{") - code[m.end() : pos].count("}")
         if depth >= 0:
             return True
     return False
@@ -167,6 +235,7 @@ def ptx_size_agrees(param: Param, ptx_type: str) -> bool:
 # --------------------------------------------------------------------------------------------
 # NVRTC
 # --------------------------------------------------------------------------------------------
+
 
 def load_nvrtc():
     """The NVRTC bindings of ``cuda-bindings`` (``cuda.bindings.nvrtc``, or ``cuda.nvrtc`` of older
@@ -231,6 +300,7 @@ def nvrtc_compile(nvrtc, source: str, arch: str, options=(), name: str = "pgmflo
 # --------------------------------------------------------------------------------------------
 # Python side: modules, names, values
 # --------------------------------------------------------------------------------------------
+
 
 @dataclass
 class Module:
@@ -407,18 +477,30 @@ class Index:
         if isinstance(expr, ast.BinOp) and isinstance(expr.op, ast.Add):
             a, b = self.string(mod, expr.left, depth + 1), self.string(mod, expr.right, depth + 1)
             return a + b if a is not None and b is not None else None
-        if isinstance(expr, ast.Call) and _call_name(expr) in ("read_text", "read") \
-                and isinstance(expr.func, ast.Attribute):  # a source kept in a file beside the module
+        if (
+            isinstance(expr, ast.Call)
+            and _call_name(expr) in ("read_text", "read")
+            and isinstance(expr.func, ast.Attribute)
+        ):  # a source kept in a file beside the module
             target = expr.func.value
-            if _call_name(expr) == "read" and isinstance(target, ast.Call) and _call_name(target) == "open" \
-                    and target.args:
+            if (
+                _call_name(expr) == "read"
+                and isinstance(target, ast.Call)
+                and _call_name(target) == "open"
+                and target.args
+            ):
                 target = target.args[0]
             path = self.path(mod, target, depth + 1)
             if path is not None and path.is_file():
                 return path.read_text()
             return None
-        if isinstance(expr, ast.Call) and isinstance(expr.func, ast.Attribute) and expr.func.attr == "join" \
-                and len(expr.args) == 1 and isinstance(expr.args[0], (ast.List, ast.Tuple)):
+        if (
+            isinstance(expr, ast.Call)
+            and isinstance(expr.func, ast.Attribute)
+            and expr.func.attr == "join"
+            and len(expr.args) == 1
+            and isinstance(expr.args[0], (ast.List, ast.Tuple))
+        ):
             sep = self.string(mod, expr.func.value, depth + 1)
             items = [self.string(mod, e, depth + 1) for e in expr.args[0].elts]
             return sep.join(items) if sep is not None and None not in items else None
@@ -441,9 +523,12 @@ class Index:
             return mod.path
         if isinstance(expr, ast.Call) and _call_name(expr) in ("Path", "PurePath") and len(expr.args) == 1:
             return self.path(mod, expr.args[0], depth + 1)
-        if isinstance(expr, ast.Call) and _call_name(expr) in ("dirname", "abspath", "realpath", "resolve") :
-            inner = self.path(mod, expr.args[0] if expr.args else expr.func.value, depth + 1) \
-                if (expr.args or isinstance(expr.func, ast.Attribute)) else None
+        if isinstance(expr, ast.Call) and _call_name(expr) in ("dirname", "abspath", "realpath", "resolve"):
+            inner = (
+                self.path(mod, expr.args[0] if expr.args else expr.func.value, depth + 1)
+                if (expr.args or isinstance(expr.func, ast.Attribute))
+                else None
+            )
             if inner is None:
                 return None
             return inner.parent if _call_name(expr) == "dirname" else inner
@@ -453,8 +538,11 @@ class Index:
         if isinstance(expr, ast.BinOp) and isinstance(expr.op, ast.Div):
             base, part = self.path(mod, expr.left, depth + 1), self.string(mod, expr.right, depth + 1)
             return base / part if base is not None and part is not None else None
-        if isinstance(expr, ast.Call) and _call_name(expr) in ("join", "joinpath", "with_name") and (
-                _call_name(expr) != "join" or expr.args):
+        if (
+            isinstance(expr, ast.Call)
+            and _call_name(expr) in ("join", "joinpath", "with_name")
+            and (_call_name(expr) != "join" or expr.args)
+        ):
             if _call_name(expr) == "join":
                 base, parts = self.path(mod, expr.args[0], depth + 1), expr.args[1:]
             else:
@@ -516,6 +604,7 @@ def _docstring_nodes(tree: ast.Module) -> set[int]:
 # Following a kernel object from its construction to its launches
 # --------------------------------------------------------------------------------------------
 
+
 def _func_of(mod: Module, node: ast.AST):
     return mod.parent_func.get(id(node))
 
@@ -553,7 +642,8 @@ def follow(index: Index, mod: Module, origin: ast.expr, limit: int = 200):
             for t in targets:
                 if isinstance(t, ast.Name):
                     declared_global = fn is not None and any(
-                        isinstance(g, ast.Global) and t.id in g.names for g in ast.walk(fn))
+                        isinstance(g, ast.Global) and t.id in g.names for g in ast.walk(fn)
+                    )
                     scope = m.tree if fn is None or declared_global else fn
                     todo += [(m, n) for n in _loads_in(scope, t.id)]
         # return <object>: every call of the enclosing function, from any module
@@ -582,6 +672,7 @@ def follow(index: Index, mod: Module, origin: ast.expr, limit: int = 200):
 # --------------------------------------------------------------------------------------------
 # Types of launch arguments, as the Python code states them
 # --------------------------------------------------------------------------------------------
+
 
 def _dtype_of(index: Index, mod: Module, expr: ast.expr | None) -> str | None:
     if expr is None:
@@ -652,23 +743,35 @@ def infer(index: Index, mod: Module, fn: ast.FunctionDef | None, expr: ast.expr,
                     if isinstance(t, ast.Name) and t.id == expr.id:
                         values.append(node.value)
                     elif isinstance(t, (ast.Tuple, ast.List)) and any(
-                            isinstance(x, ast.Name) and x.id == expr.id for x in t.elts):
+                        isinstance(x, ast.Name) and x.id == expr.id for x in t.elts
+                    ):
                         # a, b = x, y: pairwise; a, b = f(): unknown
                         pos = [i for i, x in enumerate(t.elts) if isinstance(x, ast.Name) and x.id == expr.id][0]
-                        if isinstance(node.value, (ast.Tuple, ast.List)) and len(node.value.elts) == len(t.elts) \
-                                and not any(isinstance(x, ast.Starred) for x in t.elts):
+                        if (
+                            isinstance(node.value, (ast.Tuple, ast.List))
+                            and len(node.value.elts) == len(t.elts)
+                            and not any(isinstance(x, ast.Starred) for x in t.elts)
+                        ):
                             values.append(node.value.elts[pos])
                         else:
                             return UNKNOWN
-            elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) \
-                    and node.target.id == expr.id and node.value is not None:
+            elif (
+                isinstance(node, ast.AnnAssign)
+                and isinstance(node.target, ast.Name)
+                and node.target.id == expr.id
+                and node.value is not None
+            ):
                 values.append(node.value)
-            elif isinstance(node, (ast.AugAssign, ast.For)) and isinstance(node.target, ast.Name) \
-                    and node.target.id == expr.id:
+            elif (
+                isinstance(node, (ast.AugAssign, ast.For))
+                and isinstance(node.target, ast.Name)
+                and node.target.id == expr.id
+            ):
                 return UNKNOWN
         if fn is not None and expr.id in _params(fn) + [a.arg for a in fn.args.kwonlyargs]:
-            return UNKNOWN if not values else _merge_all([infer(index, mod, fn, v, depth + 1) for v in values]
-                                                        + [UNKNOWN])
+            return (
+                UNKNOWN if not values else _merge_all([infer(index, mod, fn, v, depth + 1) for v in values] + [UNKNOWN])
+            )
         if values:
             return _merge_all([infer(index, mod, fn, v, depth + 1) for v in values])
         r = index.lookup(mod, expr.id)
@@ -703,8 +806,11 @@ def _launch_args(index: Index, mod: Module, call: ast.Call):
         return None, "no argument tuple: expected k(grid, block, args)"
     if isinstance(args, ast.Name):
         scope = fn if fn is not None else mod.tree
-        vals = [n.value for n in ast.walk(scope) if isinstance(n, ast.Assign)
-                and any(isinstance(t, ast.Name) and t.id == args.id for t in n.targets)]
+        vals = [
+            n.value
+            for n in ast.walk(scope)
+            if isinstance(n, ast.Assign) and any(isinstance(t, ast.Name) and t.id == args.id for t in n.targets)
+        ]
         if len(vals) == 1:
             args = vals[0]
     if not isinstance(args, (ast.Tuple, ast.List)) or any(isinstance(e, ast.Starred) for e in args.elts):
@@ -715,6 +821,7 @@ def _launch_args(index: Index, mod: Module, call: ast.Call):
 # --------------------------------------------------------------------------------------------
 # Discovery
 # --------------------------------------------------------------------------------------------
+
 
 def discover(root: Path, package: str = "tasks") -> Discovery:
     """Scan ``root/package`` (``tasks/``) for CUDA sources, kernel sites and launches."""
@@ -739,8 +846,13 @@ def discover(root: Path, package: str = "tasks") -> Discovery:
             if text is not None and KERNEL_DEF.search(strip_comments(text)):
                 candidates.append((text, index.where(mod, value), f"{mod.name}.{name}"))
         for node in ast.walk(mod.tree):
-            if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in covered \
-                    and id(node) not in docs and KERNEL_DEF.search(strip_comments(node.value)):
+            if (
+                isinstance(node, ast.Constant)
+                and isinstance(node.value, str)
+                and id(node) not in covered
+                and id(node) not in docs
+                and KERNEL_DEF.search(strip_comments(node.value))
+            ):
                 candidates.append((node.value, index.where(mod, node), f"{mod.name}:{node.lineno}"))
 
         for node in ast.walk(mod.tree):
@@ -755,9 +867,11 @@ def discover(root: Path, package: str = "tasks") -> Discovery:
                 opt_expr = node.args[1]
             options = index.strings(mod, opt_expr)
             if code is None:
-                problems.append(f"{where}: the CUDA source of this {_call_name(node)} cannot be read statically "
-                                f"({ast.unparse(code_expr) if code_expr is not None else 'no code argument'}); "
-                                "keep CUDA sources as module-level string constants (or + of them)")
+                problems.append(
+                    f"{where}: the CUDA source of this {_call_name(node)} cannot be read statically "
+                    f"({ast.unparse(code_expr) if code_expr is not None else 'no code argument'}); "
+                    "keep CUDA sources as module-level string constants (or + of them)"
+                )
                 continue
             if options is None:
                 problems.append(f"{where}: the options of this {_call_name(node)} cannot be read statically")
@@ -809,9 +923,11 @@ def discover(root: Path, package: str = "tasks") -> Discovery:
         s.option_sets = sorted({site.options for site in s.sites}) or [()]
     for site in sites:
         if not site.launches:
-            problems.append(f"{site.where}: no launch of kernel {site.kernel_name!r} was found: expected a call "
-                            "k(grid, block, (args...)) of the object this site builds (directly, through a "
-                            "name, a returning builder function, or a parameter of a tasks/ function)")
+            problems.append(
+                f"{site.where}: no launch of kernel {site.kernel_name!r} was found: expected a call "
+                "k(grid, block, (args...)) of the object this site builds (directly, through a "
+                "name, a returning builder function, or a parameter of a tasks/ function)"
+            )
     return Discovery(root, sources, pieces, sites, problems)
 
 
@@ -838,8 +954,10 @@ def raw_kernel_definitions(package_dir: Path) -> list[tuple[str, str]]:
     out = []
     for path in sorted(package_dir.rglob("*.cu")):
         text = strip_comments(path.read_text())
-        out += [(f"{path.relative_to(package_dir.parent)}:{text.count(chr(10), 0, m.start()) + 1}", m.group("name"))
-                for m in KERNEL_DEF.finditer(text)]
+        out += [
+            (f"{path.relative_to(package_dir.parent)}:{text.count(chr(10), 0, m.start()) + 1}", m.group("name"))
+            for m in KERNEL_DEF.finditer(text)
+        ]
     for path in sorted(package_dir.rglob("*.py")):
         text = path.read_text()
         tree = ast.parse(text)
@@ -860,14 +978,16 @@ def raw_kernel_definitions(package_dir: Path) -> list[tuple[str, str]]:
 # Checks
 # --------------------------------------------------------------------------------------------
 
+
 def check_launch(kernel: Kernel, launch: Launch) -> list[str]:
     """What is wrong with one launch of ``kernel`` (an empty list when nothing is)."""
     if launch.args is None:
         return [f"{launch.where}: cannot read the launch arguments of {kernel.name}: {launch.problem}"]
     errs = []
     if len(launch.args) != len(kernel.params):
-        errs.append(f"{launch.where}: {kernel.name} takes {len(kernel.params)} arguments, the launch passes "
-                    f"{len(launch.args)}")
+        errs.append(
+            f"{launch.where}: {kernel.name} takes {len(kernel.params)} arguments, the launch passes {len(launch.args)}"
+        )
     for i, (p, (text, (kind, dtype, _))) in enumerate(zip(kernel.params, launch.args)):
         where = f"{launch.where}: {kernel.name} argument {i} ({p.decl}) gets `{text}`"
         if p.pointer:

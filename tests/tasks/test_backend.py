@@ -31,9 +31,17 @@ def _fake_cupy(n_devices=2, fail_count=None):
         return n_devices
 
     runtime = types.SimpleNamespace(
-        runtimeGetVersion=lambda: 13000, driverGetVersion=lambda: 13000, getDeviceCount=count,
-        getDeviceProperties=lambda i: {"name": b"NVIDIA H100 80GB HBM3", "major": 9, "minor": 0,
-                                       "totalGlobalMem": 85_045_379_072, "multiProcessorCount": 132})
+        runtimeGetVersion=lambda: 13000,
+        driverGetVersion=lambda: 13000,
+        getDeviceCount=count,
+        getDeviceProperties=lambda i: {
+            "name": b"NVIDIA H100 80GB HBM3",
+            "major": 9,
+            "minor": 0,
+            "totalGlobalMem": 85_045_379_072,
+            "multiProcessorCount": 132,
+        },
+    )
     nvrtc = types.SimpleNamespace(getVersion=lambda: (13, 0))
     return types.SimpleNamespace(__version__="13.6.0", cuda=types.SimpleNamespace(runtime=runtime, nvrtc=nvrtc))
 
@@ -43,14 +51,26 @@ def test_device_runtime_driver_and_cupy_are_reported(monkeypatch):
     monkeypatch.setattr(backend, "cupy", lambda: _fake_cupy())
     monkeypatch.setattr(backend, "_kernel_driver_version", lambda: "580.65.06")
     info = backend.gpu_info()
-    assert info == {"available": True, "reason": None, "cupy": "13.6.0", "cuda_runtime": "13.0",
-                    "cuda_driver": "13.0", "nvrtc": "13.0", "driver": "580.65.06", "device_count": 2,
-                    "device": "NVIDIA H100 80GB HBM3", "compute_capability": "9.0", "memory_gib": 79.2,
-                    "multiprocessors": 132}
+    assert info == {
+        "available": True,
+        "reason": None,
+        "cupy": "13.6.0",
+        "cuda_runtime": "13.0",
+        "cuda_driver": "13.0",
+        "nvrtc": "13.0",
+        "driver": "580.65.06",
+        "device_count": 2,
+        "device": "NVIDIA H100 80GB HBM3",
+        "compute_capability": "9.0",
+        "memory_gib": 79.2,
+        "multiprocessors": 132,
+    }
     ok, line = backend.gpu_status()
     assert ok
-    assert line == ("NVIDIA H100 80GB HBM3 (sm_90, 79.2 GiB, 1 of 2 devices; CUDA runtime 13.0, "
-                    "driver 580.65.06 (CUDA 13.0), CuPy 13.6.0)")
+    assert line == (
+        "NVIDIA H100 80GB HBM3 (sm_90, 79.2 GiB, 1 of 2 devices; CUDA runtime 13.0, "
+        "driver 580.65.06 (CUDA 13.0), CuPy 13.6.0)"
+    )
     assert backend.resolve_backend("auto") == "cupy"
 
 

@@ -30,8 +30,10 @@ except Exception as exc:  # reported by the tests, not at collection
 def _counts() -> str:
     if FOUND is None:
         return "discovery_failed"
-    return (f"{len(FOUND.sources)}_sources-{len(FOUND.kernels)}_kernels-{len(FOUND.sites)}_sites-"
-            f"{len(FOUND.launches)}_launches")
+    return (
+        f"{len(FOUND.sources)}_sources-{len(FOUND.kernels)}_kernels-{len(FOUND.sites)}_sites-"
+        f"{len(FOUND.launches)}_launches"
+    )
 
 
 @pytest.fixture(scope="module")
@@ -49,8 +51,10 @@ def nvrtc():
         mod = cs.load_nvrtc()
         cs.nvrtc_version(mod)
     except Exception as exc:
-        pytest.fail(f"NVRTC is not usable here ({type(exc).__name__}: {exc}); it comes with the dev extra: "
-                    "pip install -e '.[dev]' (cuda-bindings and nvidia-cuda-nvrtc from PyPI; no GPU or driver needed)")
+        pytest.fail(
+            f"NVRTC is not usable here ({type(exc).__name__}: {exc}); it comes with the dev extra: "
+            "pip install -e '.[dev]' (cuda-bindings and nvidia-cuda-nvrtc from PyPI; no GPU or driver needed)"
+        )
     return mod
 
 
@@ -62,8 +66,9 @@ def compiled(nvrtc, found):
     def get(source, options, target):
         key = (source.label, options, target)
         if key not in cache:
-            cache[key] = cs.nvrtc_compile(nvrtc, source.text, target, options,
-                                          name=source.label.replace(":", "_") + ".cu")
+            cache[key] = cs.nvrtc_compile(
+                nvrtc, source.text, target, options, name=source.label.replace(":", "_") + ".cu"
+            )
         return cache[key]
 
     return get
@@ -78,13 +83,21 @@ def test_discovery_finds_every_cuda_source(found, capsys):
     assert not found.problems, "the scan of tasks/ could not follow:\n" + "\n".join(found.problems)
     assert found.sources, "no CUDA source found in tasks/ (the Ising sweep has one)"
     names = {k.name for _, k in found.kernels}
-    missed = [f"{where} defines kernel {name}" for where, name in cs.raw_kernel_definitions(REPO / "tasks")
-              if name not in names]
-    assert not missed, ("kernels written in tasks/ that the scan did not resolve to a source (keep CUDA sources "
-                        "as module-level string constants):\n" + "\n".join(missed))
-    _say(capsys, f"CUDA sources in tasks/: {len(found.sources)} source(s), {len(found.kernels)} kernel(s), "
-                 f"{len(found.sites)} kernel site(s), {len(found.launches)} launch(es): "
-                 + "; ".join(f"{s.label} ({', '.join(k.name for k in s.kernels)})" for s in found.sources))
+    missed = [
+        f"{where} defines kernel {name}"
+        for where, name in cs.raw_kernel_definitions(REPO / "tasks")
+        if name not in names
+    ]
+    assert not missed, (
+        "kernels written in tasks/ that the scan did not resolve to a source (keep CUDA sources "
+        "as module-level string constants):\n" + "\n".join(missed)
+    )
+    _say(
+        capsys,
+        f"CUDA sources in tasks/: {len(found.sources)} source(s), {len(found.kernels)} kernel(s), "
+        f"{len(found.sites)} kernel site(s), {len(found.launches)} launch(es): "
+        + "; ".join(f"{s.label} ({', '.join(k.name for k in s.kernels)})" for s in found.sources),
+    )
 
 
 @pytest.mark.parametrize("arch", ARCHS, ids=[f"{a}-{_counts()}" for a in ARCHS])
@@ -95,9 +108,10 @@ def test_every_cuda_source_compiles_with_nvrtc(nvrtc, found, compiled, arch, cap
             for target in (arch.replace("sm_", "compute_"), arch):  # PTX, then a cubin (ptxas runs too)
                 res = compiled(src, options, target)
                 if not res.ok:
-                    failures.append(f"{src.label} ({src.where}; NVRTC's line N is about line {src.where.line}+N-1 "
-                                    f"of that file) for {target} with options {list(options)}:\n"
-                                    + textwrap.indent(res.log, "    "))
+                    failures.append(
+                        f"{src.label} ({src.where}; NVRTC's line N is about line {src.where.line}+N-1 "
+                        f"of that file) for {target} with options {list(options)}:\n" + textwrap.indent(res.log, "    ")
+                    )
                     continue
                 if res.ptx:
                     entries = cs.ptx_entries(res.ptx)
@@ -108,14 +122,20 @@ def test_every_cuda_source_compiles_with_nvrtc(nvrtc, found, compiled, arch, cap
                             failures.append(f"{src.label}: kernel {k.name} is not an entry of the PTX")
                             continue
                         if len(entries[k.name]) != len(k.params) or not all(
-                                cs.ptx_size_agrees(p, t) for p, t in zip(k.params, entries[k.name])):
-                            failures.append(f"{src.label}: kernel {k.name}: parameters parsed as "
-                                            f"{[p.decl for p in k.params]} but the PTX has {entries[k.name]}")
+                            cs.ptx_size_agrees(p, t) for p, t in zip(k.params, entries[k.name])
+                        ):
+                            failures.append(
+                                f"{src.label}: kernel {k.name}: parameters parsed as "
+                                f"{[p.decl for p in k.params]} but the PTX has {entries[k.name]}"
+                            )
                 else:
                     done.append(f"{src.label} -> {target} cubin {res.cubin_bytes} bytes")
     assert not failures, "NVRTC:\n" + "\n".join(failures)
-    _say(capsys, f"NVRTC {cs.nvrtc_version(nvrtc)}: {len(found.sources)} CUDA source(s) with "
-                 f"{len(found.kernels)} kernel(s) compiled for {arch} (PTX and cubin): " + "; ".join(done))
+    _say(
+        capsys,
+        f"NVRTC {cs.nvrtc_version(nvrtc)}: {len(found.sources)} CUDA source(s) with "
+        f"{len(found.kernels)} kernel(s) compiled for {arch} (PTX and cubin): " + "; ".join(done),
+    )
 
 
 @pytest.mark.parametrize("ids", [_counts()])
@@ -130,8 +150,10 @@ def test_launches_match_kernel_names_and_signatures(nvrtc, found, compiled, ids,
         entries = cs.ptx_entries(res.ptx)
         kernel = next((k for k in src.kernels if k.name == site.kernel_name), None)
         if site.kernel_name not in entries or kernel is None:
-            errors.append(f"{site.where}: {site.kind} names kernel {site.kernel_name!r}, but the compiled source's "
-                          f"entries are {sorted(entries)} (is it declared extern \"C\" __global__?)")
+            errors.append(
+                f"{site.where}: {site.kind} names kernel {site.kernel_name!r}, but the compiled source's "
+                f'entries are {sorted(entries)} (is it declared extern "C" __global__?)'
+            )
             continue
         for launch in site.launches:
             errs = cs.check_launch(kernel, launch)
@@ -160,7 +182,7 @@ _FILES = {
         WHOLE = "extern \\"C\\" {\\n" + PIECE + "\\n}\\n"
         ''',
     "pkg/sub/__init__.py": "",
-    "pkg/sub/build.py": '''
+    "pkg/sub/build.py": """
         import functools
         from .. import sources
         from ..sources import WHOLE as W
@@ -173,8 +195,8 @@ _FILES = {
         def fill_kernel():
             k = backend.cupy().RawKernel(W, "fill")
             return k
-        ''',
-    "pkg/sub/run.py": '''
+        """,
+    "pkg/sub/run.py": """
         import numpy as np
         from pkg.sub.build import saxpy_kernel, fill_kernel
 
@@ -191,12 +213,12 @@ _FILES = {
         def fill(xp, n):
             out = xp.zeros(n, dtype=xp.int32)
             fill_kernel()((1,), (32,), (out, np.int32(n)))  # int32 array for long long*
-        ''',
-    "pkg/kernels/scale.cu": '''
+        """,
+    "pkg/kernels/scale.cu": """
         extern "C" __global__ void scale(double* x, const double a, const long long n)
         { long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; if (i < n) x[i] *= a; }
-        ''',
-    "pkg/filed.py": '''
+        """,
+    "pkg/filed.py": """
         from pathlib import Path
         import numpy as np
         from pkg import backend
@@ -206,7 +228,7 @@ _FILES = {
         def scale(x, a):
             k = backend.cupy().RawKernel(_SCALE_CU.read_text(), "scale")
             k((1,), (x.size,), (x, np.float64(a), np.int64(x.size)))
-        ''',
+        """,
     "pkg/inline.py": '''
         import numpy as np
         from pkg import backend
@@ -238,25 +260,38 @@ def test_scanner_follows_sources_sites_and_launches_across_modules(made_up):
     assert sorted(k.name for _, k in found.kernels) == ["fill", "neg", "saxpy", "scale"]
     saxpy = next(k for _, k in found.kernels if k.name == "saxpy")
     assert [(p.name, p.pointer, p.dtype) for p in saxpy.params] == [
-        ("x", True, "float32"), ("y", True, "float32"), ("n", False, "uint32"), ("a", False, "float32")]
+        ("x", True, "float32"),
+        ("y", True, "float32"),
+        ("n", False, "uint32"),
+        ("a", False, "float32"),
+    ]
     fill = next(k for _, k in found.kernels if k.name == "fill")
     assert fill.extern_c  # inside an extern "C" { } block
     sites = {s.kernel_name: s for s in found.sites}
     assert sites["saxpy"].options == ("-std=c++17",) and sites["fill"].options == ()
     assert {name: len(s.launches) for name, s in sites.items()} == {"saxpy": 2, "fill": 1, "neg": 1, "scale": 1}
-    assert found.problems == ["pkg/inline.py:10: the CUDA source of this RawKernel cannot be read statically "
-                              "(code); keep CUDA sources as module-level string constants (or + of them)"]
+    assert found.problems == [
+        "pkg/inline.py:10: the CUDA source of this RawKernel cannot be read statically "
+        "(code); keep CUDA sources as module-level string constants (or + of them)"
+    ]
     assert [where for where, _ in cs.raw_kernel_definitions(root / "pkg")] == [
-        "pkg/kernels/scale.cu:2", "pkg/inline.py:6", "pkg/sources.py:5", "pkg/sources.py:8"]  # not the docstring
+        "pkg/kernels/scale.cu:2",
+        "pkg/inline.py:6",
+        "pkg/sources.py:5",
+        "pkg/sources.py:8",
+    ]  # not the docstring
 
-    errs = {name: [e for lc in s.launches for e in cs.check_launch(
-        next(k for _, k in found.kernels if k.name == name), lc)] for name, s in sites.items()}
+    errs = {
+        name: [e for lc in s.launches for e in cs.check_launch(next(k for _, k in found.kernels if k.name == name), lc)]
+        for name, s in sites.items()
+    }
     assert errs["neg"] == [] and errs["scale"] == []
     assert len(errs["saxpy"]) == 2
     assert "argument 3 (const float a) gets `2.0`, a Python float" in errs["saxpy"][0]
     assert "saxpy takes 4 arguments, the launch passes 3" in errs["saxpy"][1]
-    assert errs["fill"] == ["pkg/sub/run.py:17: fill argument 0 (long long* out) gets `out`, an array of int32, "
-                            "not int64"]
+    assert errs["fill"] == [
+        "pkg/sub/run.py:17: fill argument 0 (long long* out) gets `out`, an array of int32, not int64"
+    ]
 
 
 def test_scanner_sources_compile_and_an_error_shows_nvrtc_log(made_up, nvrtc):

@@ -55,8 +55,11 @@ def test_only_backend_calls_njit():
         for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
             if isinstance(node, ast.Attribute) and node.attr in ("njit", "jit"):  # nb.njit, numba.jit
                 found.append(f"{path.relative_to(TASKS.parent)}:{node.lineno} {ast.unparse(node)}")
-            elif isinstance(node, ast.Name) and node.id == "njit" or (
-                    isinstance(node, ast.ImportFrom) and node.module == "numba"):
+            elif (
+                isinstance(node, ast.Name)
+                and node.id == "njit"
+                or (isinstance(node, ast.ImportFrom) and node.module == "numba")
+            ):
                 found.append(f"{path.relative_to(TASKS.parent)}:{node.lineno} {ast.unparse(node)}")
     assert found == []
 
@@ -82,8 +85,11 @@ ACCESSORS = [
 
 
 def _marked(module) -> list[str]:
-    return sorted(name for name, fn in vars(module).items()
-                  if inspect.isfunction(fn) and getattr(fn, backend.KERNEL_MARK, None) is not None)
+    return sorted(
+        name
+        for name, fn in vars(module).items()
+        if inspect.isfunction(fn) and getattr(fn, backend.KERNEL_MARK, None) is not None
+    )
 
 
 def test_every_kernel_module_is_listed():
@@ -113,7 +119,7 @@ def test_accessors_leave_no_kernel_uncompiled():
     assert left == {}
 
 
-_TOY = '''
+_TOY = """
 from pgmflow.tasks import backend
 from {other} import twice as _twice
 
@@ -131,16 +137,16 @@ def total(a):
     for i in prange(a.shape[0]):
         s += _twice(_inc(a[i]))
     return s
-'''
+"""
 
-_OTHER = '''
+_OTHER = """
 from pgmflow.tasks import backend
 
 
 @backend.kernel(cache=False)
 def twice(x):
     return 2.0 * x
-'''
+"""
 
 
 @pytest.fixture

@@ -15,12 +15,21 @@ REPO = Path(__file__).resolve().parents[2]
 
 # Random123 tests/kat_vectors, the three "philox4x32 10" lines: counter[4] key[2] -> output[4].
 KAT = [
-    ((0x00000000, 0x00000000, 0x00000000, 0x00000000), (0x00000000, 0x00000000),
-     (0x6627E8D5, 0xE169C58D, 0xBC57AC4C, 0x9B00DBD8)),
-    ((0xFFFFFFFF, 0xFFFFFFFF, 0xFFFFFFFF, 0xFFFFFFFF), (0xFFFFFFFF, 0xFFFFFFFF),
-     (0x408F276D, 0x41C83B0E, 0xA20BC7C6, 0x6D5451FD)),
-    ((0x243F6A88, 0x85A308D3, 0x13198A2E, 0x03707344), (0xA4093822, 0x299F31D0),
-     (0xD16CFE09, 0x94FDCCEB, 0x5001E420, 0x24126EA1)),
+    (
+        (0x00000000, 0x00000000, 0x00000000, 0x00000000),
+        (0x00000000, 0x00000000),
+        (0x6627E8D5, 0xE169C58D, 0xBC57AC4C, 0x9B00DBD8),
+    ),
+    (
+        (0xFFFFFFFF, 0xFFFFFFFF, 0xFFFFFFFF, 0xFFFFFFFF),
+        (0xFFFFFFFF, 0xFFFFFFFF),
+        (0x408F276D, 0x41C83B0E, 0xA20BC7C6, 0x6D5451FD),
+    ),
+    (
+        (0x243F6A88, 0x85A308D3, 0x13198A2E, 0x03707344),
+        (0xA4093822, 0x299F31D0),
+        (0xD16CFE09, 0x94FDCCEB, 0x5001E420, 0x24126EA1),
+    ),
 ]
 
 
@@ -92,7 +101,9 @@ def test_numpy_rejects_bad_input():
 
 
 def test_import_does_not_import_numba():
-    code = ("import sys; import pgmflow.tasks.philox, pgmflow.tasks.tempering.ising_kernels; "
-            "assert 'numba' not in sys.modules, 'numba imported'; "
-            "assert 'cupy' not in sys.modules, 'cupy imported'")
+    code = (
+        "import sys; import pgmflow.tasks.philox, pgmflow.tasks.tempering.ising_kernels; "
+        "assert 'numba' not in sys.modules, 'numba imported'; "
+        "assert 'cupy' not in sys.modules, 'cupy imported'"
+    )
     subprocess.run([sys.executable, "-c", code], cwd=REPO, check=True)

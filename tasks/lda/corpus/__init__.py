@@ -46,11 +46,32 @@ from here: ``from pgmflow.tasks.lda import corpus; corpus.open_corpus(...)``.
 """
 
 from pgmflow.tasks.lda.corpus.matrix import from_matrix_market, from_npz
-from pgmflow.tasks.lda.corpus.shards import (FORMAT, SHIPPED_ALIASES, SHIPPED_CORPUS, CorpusError, DocTermShard, doc_lengths,
-                                     make_shard, n_docs, n_tokens, shard_from_dense, shard_from_scipy, shard_to_scipy,
-                                     slice_docs)
-from pgmflow.tasks.lda.corpus.store import (CorpusInfo, iter_shards, load_doc_names, load_shard, load_true_model, open_corpus,
-                                    shard_file, shipped_corpus_path, write_corpus)
+from pgmflow.tasks.lda.corpus.shards import (
+    FORMAT,
+    SHIPPED_ALIASES,
+    SHIPPED_CORPUS,
+    CorpusError,
+    DocTermShard,
+    doc_lengths,
+    make_shard,
+    n_docs,
+    n_tokens,
+    shard_from_dense,
+    shard_from_scipy,
+    shard_to_scipy,
+    slice_docs,
+)
+from pgmflow.tasks.lda.corpus.store import (
+    CorpusInfo,
+    iter_shards,
+    load_doc_names,
+    load_shard,
+    load_true_model,
+    open_corpus,
+    shard_file,
+    shipped_corpus_path,
+    write_corpus,
+)
 from pgmflow.tasks.lda.corpus.text import from_documents, from_text_folder, prune_vocabulary, tokenize
 from pgmflow.tasks.lda.corpus.uci import from_uci
 

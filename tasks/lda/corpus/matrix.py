@@ -10,7 +10,6 @@ import numpy as np
 from pgmflow.tasks.lda.corpus.shards import CorpusError, shard_from_scipy
 from pgmflow.tasks.lda.corpus.store import CorpusInfo, _check_dps, _read_vocab_file, write_corpus
 
-
 # --- sparse matrices ------------------------------------------------------------------------------
 
 
@@ -36,15 +35,17 @@ def _write_matrix(m, src, out_dir, docs_per_shard, transpose, vocab_path, source
             j = int(np.flatnonzero(bad)[0])
             r = int(np.searchsorted(m.indptr, j, side="right") - 1)
             what = "documents are columns" if transpose else "documents are rows"
-            raise CorpusError(src, f"document {r} has a negative or non-finite count ({m.data[j]} for word "
-                                   f"{int(m.indices[j])}; {what})",
-                              "counts must be nonnegative (check transpose= if words are rows)")
+            raise CorpusError(
+                src,
+                f"document {r} has a negative or non-finite count ({m.data[j]} for word {int(m.indices[j])}; {what})",
+                "counts must be nonnegative (check transpose= if words are rows)",
+            )
     vocab = None if vocab_path is None else _read_vocab_file(vocab_path, m.shape[1], f"the matrix {src}")
     V = m.shape[1]
 
     def shards():
         for lo in range(0, m.shape[0], dps):
-            yield shard_from_scipy(m[lo:lo + dps], lo, path=src)
+            yield shard_from_scipy(m[lo : lo + dps], lo, path=src)
 
     return write_corpus(out_dir, shards(), V, vocab=vocab, source=source)
 
@@ -62,8 +63,11 @@ def from_matrix_market(path, out_dir, docs_per_shard=10000, transpose=False, voc
     try:
         m = scipy.io.mmread(str(src))
     except Exception as exc:  # noqa: BLE001  (mmread raises ValueError, OSError, its own errors)
-        raise CorpusError(src, f"not a readable Matrix Market file ({type(exc).__name__}: {exc})",
-                          "pass a valid .mtx file (coordinate or array format)") from None
+        raise CorpusError(
+            src,
+            f"not a readable Matrix Market file ({type(exc).__name__}: {exc})",
+            "pass a valid .mtx file (coordinate or array format)",
+        ) from None
     return _write_matrix(m, src, out_dir, docs_per_shard, transpose, vocab_path, f"Matrix Market: {src}")
 
 
@@ -77,6 +81,9 @@ def from_npz(path, out_dir, docs_per_shard=10000, transpose=False, vocab_path=No
     try:
         m = sp.load_npz(str(src))
     except Exception as exc:  # noqa: BLE001  (zip, pickle and format errors alike)
-        raise CorpusError(src, f"not a scipy.sparse .npz file ({type(exc).__name__}: {exc})",
-                          "write the matrix with scipy.sparse.save_npz") from None
+        raise CorpusError(
+            src,
+            f"not a scipy.sparse .npz file ({type(exc).__name__}: {exc})",
+            "write the matrix with scipy.sparse.save_npz",
+        ) from None
     return _write_matrix(m, src, out_dir, docs_per_shard, transpose, vocab_path, f"scipy.sparse npz: {src}")

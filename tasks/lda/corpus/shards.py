@@ -9,7 +9,6 @@ from typing import NamedTuple
 
 import numpy as np
 
-
 FORMAT = "pgmflow-corpus/1"
 SHIPPED_CORPUS = "numpy_scipy_docstrings"
 SHIPPED_ALIASES = {"docstrings": SHIPPED_CORPUS}  # short names accepted by shipped_corpus_path
@@ -59,8 +58,7 @@ class DocTermShard(NamedTuple):
 _FIX_ARRAYS = "pass nonnegative finite counts with word ids in [0, n_words) and a nondecreasing indptr"
 
 
-def make_shard(indptr, indices, counts, n_words, doc_offset=0, path="<memory>", *,
-               fix=_FIX_ARRAYS) -> DocTermShard:
+def make_shard(indptr, indices, counts, n_words, doc_offset=0, path="<memory>", *, fix=_FIX_ARRAYS) -> DocTermShard:
     """Validate and canonicalise CSR arrays into a :class:`DocTermShard`.
 
     Within each document duplicate word ids are summed, ids are sorted and zero counts dropped.
@@ -84,18 +82,26 @@ def make_shard(indptr, indices, counts, n_words, doc_offset=0, path="<memory>", 
     if indptr.ndim != 1 or indptr.size < 1:
         raise CorpusError(path, f"indptr must be a 1-D array of length n_docs + 1 (got shape {indptr.shape})", fix)
     if indices.ndim != 1 or counts.ndim != 1 or indices.shape != counts.shape:
-        raise CorpusError(path, f"indices and counts must be 1-D arrays of equal length (got shapes "
-                                f"{indices.shape} and {counts.shape})", fix)
+        raise CorpusError(
+            path,
+            f"indices and counts must be 1-D arrays of equal length (got shapes {indices.shape} and {counts.shape})",
+            fix,
+        )
     if indptr.dtype.kind not in "iu" or (indices.size and indices.dtype.kind not in "iu"):
-        raise CorpusError(path, f"indptr and indices must be integer arrays (got {indptr.dtype} and "
-                                f"{indices.dtype})", fix)
+        raise CorpusError(
+            path, f"indptr and indices must be integer arrays (got {indptr.dtype} and {indices.dtype})", fix
+        )
     if counts.size and counts.dtype.kind not in "iufb":
         raise CorpusError(path, f"counts must be a real numeric array (got {counts.dtype})", fix)
     indptr = indptr.astype(np.int64, copy=False)
     nnz = indices.size
     if indptr[0] != 0 or indptr[-1] != nnz:
-        raise CorpusError(path, f"indptr must start at 0 and end at len(indices) = {nnz} (it runs from "
-                                f"{int(indptr[0])} to {int(indptr[-1])})", fix)
+        raise CorpusError(
+            path,
+            f"indptr must start at 0 and end at len(indices) = {nnz} (it runs from "
+            f"{int(indptr[0])} to {int(indptr[-1])})",
+            fix,
+        )
     lens = np.diff(indptr)
     if lens.size and lens.min() < 0:
         d = int(np.flatnonzero(lens < 0)[0])
@@ -110,14 +116,16 @@ def make_shard(indptr, indices, counts, n_words, doc_offset=0, path="<memory>", 
         if counts.min() < 0:
             j = int(np.flatnonzero(counts < 0)[0])
             d = int(np.searchsorted(indptr, j, side="right") - 1)
-            raise CorpusError(path, f"document {doc_offset + d} has a negative count ({counts[j]} for word "
-                                    f"{int(indices[j])})", fix)
+            raise CorpusError(
+                path, f"document {doc_offset + d} has a negative count ({counts[j]} for word {int(indices[j])})", fix
+            )
         lo, hi = int(indices.min()), int(indices.max())
         if lo < 0 or hi >= n_words:
             j = int(np.flatnonzero((indices < 0) | (indices >= n_words))[0])
             d = int(np.searchsorted(indptr, j, side="right") - 1)
-            raise CorpusError(path, f"document {doc_offset + d} has word id {int(indices[j])} outside "
-                                    f"[0, n_words = {n_words})", fix)
+            raise CorpusError(
+                path, f"document {doc_offset + d} has word id {int(indices[j])} outside [0, n_words = {n_words})", fix
+            )
     indices = indices.astype(np.int32, copy=False)
     if not _is_canonical(indptr, indices, counts):
         indptr, indices, counts = _canonicalise(indptr, indices, counts, n_words)
@@ -159,8 +167,11 @@ def shard_from_dense(X, doc_offset=0) -> DocTermShard:
     """A shard from a dense count matrix ``X`` [n_docs, V] (tests, small data)."""
     X = np.asarray(X)
     if X.ndim != 2 or X.shape[1] < 1:
-        raise CorpusError("<memory>", f"X must be a 2-D [n_docs, n_words] array (got shape {X.shape})",
-                          "pass a matrix with one row per document and one column per word")
+        raise CorpusError(
+            "<memory>",
+            f"X must be a 2-D [n_docs, n_words] array (got shape {X.shape})",
+            "pass a matrix with one row per document and one column per word",
+        )
     nz = X != 0
     rows, cols = np.nonzero(nz)
     indptr = np.zeros(X.shape[0] + 1, dtype=np.int64)
@@ -173,8 +184,11 @@ def shard_from_scipy(csr, doc_offset=0, path="<memory>") -> DocTermShard:
     import scipy.sparse as sp
 
     if not sp.issparse(csr):
-        raise CorpusError(path, f"expected a scipy.sparse matrix, got {type(csr).__name__}",
-                          "convert the data with scipy.sparse.csr_matrix")
+        raise CorpusError(
+            path,
+            f"expected a scipy.sparse matrix, got {type(csr).__name__}",
+            "convert the data with scipy.sparse.csr_matrix",
+        )
     m = sp.csr_matrix(csr)
     if np.iscomplexobj(m.data):
         raise CorpusError(path, "the matrix is complex", "pass real nonnegative word counts")

@@ -15,9 +15,20 @@ from typing import NamedTuple
 
 import numpy as np
 
-from pgmflow.tasks.lda.corpus.shards import (CorpusError, DocTermShard, FORMAT, SHIPPED_ALIASES, SHIPPED_CORPUS, _DATA_DIR,
-                                     _MAX_WORDS, _RESERVED_META, _SHARD_RE, make_shard, n_docs, n_tokens)
-
+from pgmflow.tasks.lda.corpus.shards import (
+    _DATA_DIR,
+    _MAX_WORDS,
+    _RESERVED_META,
+    _SHARD_RE,
+    FORMAT,
+    SHIPPED_ALIASES,
+    SHIPPED_CORPUS,
+    CorpusError,
+    DocTermShard,
+    make_shard,
+    n_docs,
+    n_tokens,
+)
 
 # ------------------------------------------------------------------------------------------------
 # The on-disk format
@@ -44,8 +55,9 @@ _FIX_REWRITE = "re-create the corpus directory with pgmflow.tasks.lda.corpus.wri
 
 def _clean_name(s, what, path):
     if not isinstance(s, str) or "\n" in s or "\r" in s:
-        raise CorpusError(path, f"{what} {s!r} is not a one-line string",
-                          f"make every {what} a string without line breaks")
+        raise CorpusError(
+            path, f"{what} {s!r} is not a one-line string", f"make every {what} a string without line breaks"
+        )
     return s
 
 
@@ -76,8 +88,18 @@ def _counts_for_disk(counts: np.ndarray, counts_dtype) -> np.ndarray:
     return counts.astype(counts_dtype)
 
 
-def write_corpus(out_dir, shards: Iterable[DocTermShard], n_words, vocab=None, source="", extra_meta=None, *,
-                 doc_names: Iterable[str] | None = None, compress=False, counts_dtype="auto") -> CorpusInfo:
+def write_corpus(
+    out_dir,
+    shards: Iterable[DocTermShard],
+    n_words,
+    vocab=None,
+    source="",
+    extra_meta=None,
+    *,
+    doc_names: Iterable[str] | None = None,
+    compress=False,
+    counts_dtype="auto",
+) -> CorpusInfo:
     """Write shards (consumed one at a time) to the corpus directory ``out_dir``; return its info.
 
     Shards are written in order and numbered contiguously: shard ``i`` gets ``doc_offset`` = the
@@ -104,8 +126,9 @@ def write_corpus(out_dir, shards: Iterable[DocTermShard], n_words, vocab=None, s
     if clash:
         raise CorpusError(out, f"extra_meta sets reserved keys {clash}", "rename those keys")
     if counts_dtype != "auto" and np.dtype(counts_dtype) not in (np.float32, np.float64):
-        raise CorpusError(out, f"counts_dtype {counts_dtype!r} is not float32 or float64",
-                          "use 'auto', 'float32' or 'float64'")
+        raise CorpusError(
+            out, f"counts_dtype {counts_dtype!r} is not float32 or float64", "use 'auto', 'float32' or 'float64'"
+        )
     if out.exists() and not out.is_dir():
         raise CorpusError(out, "exists and is not a directory", "choose another out_dir or remove the file")
     out.mkdir(parents=True, exist_ok=True)
@@ -120,8 +143,9 @@ def write_corpus(out_dir, shards: Iterable[DocTermShard], n_words, vocab=None, s
     if vocab is not None:
         vocab = list(vocab)
         if len(vocab) != n_words:
-            raise CorpusError(out, f"vocab has {len(vocab)} words but n_words = {n_words}",
-                              "pass exactly one word per word id")
+            raise CorpusError(
+                out, f"vocab has {len(vocab)} words but n_words = {n_words}", "pass exactly one word per word id"
+            )
         _write_lines(out / "vocab.txt", vocab, "vocabulary word")
         meta_vocab = "vocab.txt"
 
@@ -129,19 +153,27 @@ def write_corpus(out_dir, shards: Iterable[DocTermShard], n_words, vocab=None, s
     total_docs, total_nnz, total_tokens = 0, 0, 0.0
     for shard in shards:
         if not isinstance(shard, DocTermShard):
-            raise CorpusError(out, f"shard {len(entries)} is a {type(shard).__name__}, not a DocTermShard",
-                              "build shards with make_shard / shard_from_scipy / shard_from_dense")
+            raise CorpusError(
+                out,
+                f"shard {len(entries)} is a {type(shard).__name__}, not a DocTermShard",
+                "build shards with make_shard / shard_from_scipy / shard_from_dense",
+            )
         if shard.n_words != n_words:
-            raise CorpusError(out, f"a shard has n_words = {shard.n_words} but the corpus has n_words = {n_words}",
-                              "give every shard the vocabulary size of the whole corpus")
+            raise CorpusError(
+                out,
+                f"a shard has n_words = {shard.n_words} but the corpus has n_words = {n_words}",
+                "give every shard the vocabulary size of the whole corpus",
+            )
         nd = n_docs(shard)
         if nd == 0:
             continue
         name = f"shard_{len(entries):05d}.npz"
         tmp = out / (name + ".tmp")
-        arrays = {"indptr": np.asarray(shard.indptr, dtype=np.int64),
-                  "indices": np.asarray(shard.indices, dtype=np.int32),
-                  "counts": _counts_for_disk(np.asarray(shard.counts, dtype=np.float64), counts_dtype)}
+        arrays = {
+            "indptr": np.asarray(shard.indptr, dtype=np.int64),
+            "indices": np.asarray(shard.indices, dtype=np.int32),
+            "counts": _counts_for_disk(np.asarray(shard.counts, dtype=np.float64), counts_dtype),
+        }
         with open(tmp, "wb") as f:
             (np.savez_compressed if compress else np.savez)(f, **arrays)
         os.replace(tmp, out / name)
@@ -153,13 +185,20 @@ def write_corpus(out_dir, shards: Iterable[DocTermShard], n_words, vocab=None, s
     if total_docs == 0:
         raise CorpusError(out, "no documents were written (empty corpus)", "pass at least one non-empty shard")
 
-    meta = {"format": FORMAT, "n_docs": total_docs, "n_words": n_words, "nnz": total_nnz,
-            "n_tokens": total_tokens, "shards": entries, "vocab": meta_vocab, "source": str(source)}
+    meta = {
+        "format": FORMAT,
+        "n_docs": total_docs,
+        "n_words": n_words,
+        "nnz": total_nnz,
+        "n_tokens": total_tokens,
+        "shards": entries,
+        "vocab": meta_vocab,
+        "source": str(source),
+    }
     if doc_names is not None:
         n = _write_lines(out / "doc_names.txt", doc_names, "document name")
         if n != total_docs:
-            raise CorpusError(out, f"{n} document names for {total_docs} documents",
-                              "pass one name per document")
+            raise CorpusError(out, f"{n} document names for {total_docs} documents", "pass one name per document")
         meta["doc_names"] = "doc_names.txt"
     meta.update(extra_meta)
     tmp = out / "meta.json.tmp"
@@ -183,12 +222,14 @@ def open_corpus(path) -> CorpusInfo:
     """
     d = Path(os.path.abspath(path))
     if not d.is_dir():
-        raise CorpusError(d, "no such corpus directory",
-                          "check the path, or build the corpus with one of the pgmflow.tasks.lda.corpus.from_* loaders")
+        raise CorpusError(
+            d,
+            "no such corpus directory",
+            "check the path, or build the corpus with one of the pgmflow.tasks.lda.corpus.from_* loaders",
+        )
     mp = d / "meta.json"
     if not mp.is_file():
-        raise CorpusError(mp, "missing meta.json (not a pgmflow corpus, or its write did not finish)",
-                          _FIX_REWRITE)
+        raise CorpusError(mp, "missing meta.json (not a pgmflow corpus, or its write did not finish)", _FIX_REWRITE)
     try:
         with open(mp, encoding="utf-8") as f:
             meta = json.load(f)
@@ -197,16 +238,22 @@ def open_corpus(path) -> CorpusInfo:
     if not isinstance(meta, dict):
         raise CorpusError(mp, "malformed meta.json (the top level is not an object)", _FIX_REWRITE)
     if meta.get("format") != FORMAT:
-        raise CorpusError(mp, f"format tag is {meta.get('format')!r}, expected {FORMAT!r}",
-                          "convert the corpus with one of the pgmflow.tasks.lda.corpus.from_* loaders")
+        raise CorpusError(
+            mp,
+            f"format tag is {meta.get('format')!r}, expected {FORMAT!r}",
+            "convert the corpus with one of the pgmflow.tasks.lda.corpus.from_* loaders",
+        )
     for key in ("n_docs", "n_words", "nnz"):
         if not _is_int(meta.get(key)) or meta[key] < 0:
             raise CorpusError(mp, f"field {key!r} is missing or not a nonnegative integer", _FIX_REWRITE)
     if not isinstance(meta.get("n_tokens"), (int, float)) or isinstance(meta.get("n_tokens"), bool):
         raise CorpusError(mp, "field 'n_tokens' is missing or not a number", _FIX_REWRITE)
     if meta["n_docs"] == 0:
-        raise CorpusError(mp, "the corpus has no documents (n_docs = 0: empty corpus)",
-                          "build it from a source with at least one document")
+        raise CorpusError(
+            mp,
+            "the corpus has no documents (n_docs = 0: empty corpus)",
+            "build it from a source with at least one document",
+        )
     if not 1 <= meta["n_words"] <= _MAX_WORDS:
         raise CorpusError(mp, f"n_words = {meta['n_words']} is not in [1, 2**31 - 1]", _FIX_REWRITE)
     shards = meta.get("shards")
@@ -215,26 +262,39 @@ def open_corpus(path) -> CorpusInfo:
     docs, offs, total_nnz = [], [], 0
     expect = 0
     for i, s in enumerate(shards):
-        if not isinstance(s, dict) or not isinstance(s.get("file"), str) or not all(
-                _is_int(s.get(k)) and s[k] >= 0 for k in ("n_docs", "doc_offset", "nnz")):
-            raise CorpusError(mp, f"shard entry {i} is malformed (needs file, n_docs, doc_offset, nnz)",
-                              _FIX_REWRITE)
+        if (
+            not isinstance(s, dict)
+            or not isinstance(s.get("file"), str)
+            or not all(_is_int(s.get(k)) and s[k] >= 0 for k in ("n_docs", "doc_offset", "nnz"))
+        ):
+            raise CorpusError(mp, f"shard entry {i} is malformed (needs file, n_docs, doc_offset, nnz)", _FIX_REWRITE)
         if os.path.basename(s["file"]) != s["file"] or s["file"] in ("", ".", ".."):
-            raise CorpusError(mp, f"shard entry {i} names {s['file']!r}, not a file inside the corpus directory",
-                              _FIX_REWRITE)
+            raise CorpusError(
+                mp, f"shard entry {i} names {s['file']!r}, not a file inside the corpus directory", _FIX_REWRITE
+            )
         if s["doc_offset"] != expect:
-            raise CorpusError(mp, f"shard {i} ({s['file']}) has doc_offset {s['doc_offset']} but the shards "
-                                  f"before it hold {expect} documents (inconsistent shard offsets)", _FIX_REWRITE)
+            raise CorpusError(
+                mp,
+                f"shard {i} ({s['file']}) has doc_offset {s['doc_offset']} but the shards "
+                f"before it hold {expect} documents (inconsistent shard offsets)",
+                _FIX_REWRITE,
+            )
         if not (d / s["file"]).is_file():
-            raise CorpusError(d / s["file"], f"shard file {i} listed in meta.json is missing",
-                              "restore the file (copy the whole corpus directory) or " + _FIX_REWRITE)
+            raise CorpusError(
+                d / s["file"],
+                f"shard file {i} listed in meta.json is missing",
+                "restore the file (copy the whole corpus directory) or " + _FIX_REWRITE,
+            )
         docs.append(s["n_docs"])
         offs.append(s["doc_offset"])
         expect += s["n_docs"]
         total_nnz += s["nnz"]
     if expect != meta["n_docs"]:
-        raise CorpusError(mp, f"the shards hold {expect} documents but n_docs = {meta['n_docs']} "
-                              "(inconsistent shard doc counts)", _FIX_REWRITE)
+        raise CorpusError(
+            mp,
+            f"the shards hold {expect} documents but n_docs = {meta['n_docs']} (inconsistent shard doc counts)",
+            _FIX_REWRITE,
+        )
     if total_nnz != meta["nnz"]:
         raise CorpusError(mp, f"the shards hold {total_nnz} nonzeros but nnz = {meta['nnz']}", _FIX_REWRITE)
     vocab = None
@@ -242,12 +302,18 @@ def open_corpus(path) -> CorpusInfo:
         vname = meta["vocab"]
         vp = d / str(vname)
         if not isinstance(vname, str) or os.path.basename(vname) != vname or not vp.is_file():
-            raise CorpusError(vp, "the vocabulary file named in meta.json is missing",
-                              "restore vocab.txt, or set \"vocab\": null in meta.json")
+            raise CorpusError(
+                vp,
+                "the vocabulary file named in meta.json is missing",
+                'restore vocab.txt, or set "vocab": null in meta.json',
+            )
         vocab = tuple(_read_lines(vp))
         if len(vocab) != meta["n_words"]:
-            raise CorpusError(vp, f"vocab.txt has {len(vocab)} lines but n_words = {meta['n_words']}",
-                              "write exactly one word per line, one line per word id")
+            raise CorpusError(
+                vp,
+                f"vocab.txt has {len(vocab)} lines but n_words = {meta['n_words']}",
+                "write exactly one word per line, one line per word id",
+            )
     true_topics = None
     for key in ("true_topics", "true_alpha", "doc_names"):
         name = meta.get(key)
@@ -255,12 +321,23 @@ def open_corpus(path) -> CorpusInfo:
             continue
         p = d / str(name)
         if not isinstance(name, str) or os.path.basename(name) != name or not p.is_file():
-            raise CorpusError(p, f"the file named by {key!r} in meta.json is missing",
-                              f"restore it, or remove {key!r} from meta.json")
+            raise CorpusError(
+                p, f"the file named by {key!r} in meta.json is missing", f"restore it, or remove {key!r} from meta.json"
+            )
         if key == "true_topics":
             true_topics = str(p)
-    return CorpusInfo(str(d), int(meta["n_docs"]), int(meta["n_words"]), int(meta["nnz"]),
-                      float(meta["n_tokens"]), tuple(docs), tuple(offs), vocab, true_topics, meta)
+    return CorpusInfo(
+        str(d),
+        int(meta["n_docs"]),
+        int(meta["n_words"]),
+        int(meta["nnz"]),
+        float(meta["n_tokens"]),
+        tuple(docs),
+        tuple(offs),
+        vocab,
+        true_topics,
+        meta,
+    )
 
 
 def _as_info(info_or_path) -> CorpusInfo:
@@ -358,8 +435,11 @@ def load_doc_names(info_or_path) -> list[str] | None:
     p = Path(info.path) / name
     names = _read_lines(p)
     if len(names) != info.n_docs:
-        raise CorpusError(p, f"{len(names)} document names for {info.n_docs} documents",
-                          "write one name per line, one line per document")
+        raise CorpusError(
+            p,
+            f"{len(names)} document names for {info.n_docs} documents",
+            "write one name per line, one line per document",
+        )
     return names
 
 
@@ -372,8 +452,11 @@ def load_true_model(info_or_path):
     alpha_name = info.meta.get("true_alpha")
     alpha = np.load(os.path.join(info.path, alpha_name), allow_pickle=False) if alpha_name else None
     if topics.ndim != 2 or topics.shape[1] != info.n_words:
-        raise CorpusError(info.true_topics, f"true topics have shape {topics.shape}, expected [K, {info.n_words}]",
-                          "regenerate the synthetic corpus")
+        raise CorpusError(
+            info.true_topics,
+            f"true topics have shape {topics.shape}, expected [K, {info.n_words}]",
+            "regenerate the synthetic corpus",
+        )
     return topics, alpha
 
 
@@ -388,8 +471,9 @@ def _check_dps(docs_per_shard, path):
     except TypeError:
         dps = 0
     if dps < 1:
-        raise CorpusError(path, f"docs_per_shard = {docs_per_shard!r} is not a positive integer",
-                          "pass docs_per_shard >= 1")
+        raise CorpusError(
+            path, f"docs_per_shard = {docs_per_shard!r} is not a positive integer", "pass docs_per_shard >= 1"
+        )
     return dps
 
 
@@ -399,8 +483,11 @@ def _read_vocab_file(vocab_path, n_words=None, source=None) -> list[str]:
         raise CorpusError(vp, "vocabulary file not found", "pass the path of the vocabulary file (one word per line)")
     words = _read_lines(vp)
     if n_words is not None and len(words) != n_words:
-        raise CorpusError(vp, f"vocabulary-size mismatch: {len(words)} lines but {source} has {n_words} words",
-                          "pass the vocabulary file that belongs to this data set (one word per line)")
+        raise CorpusError(
+            vp,
+            f"vocabulary-size mismatch: {len(words)} lines but {source} has {n_words} words",
+            "pass the vocabulary file that belongs to this data set (one word per line)",
+        )
     return words
 
 
@@ -422,6 +509,9 @@ def shipped_corpus_path(name=SHIPPED_CORPUS) -> str:
     p = _DATA_DIR / SHIPPED_ALIASES.get(name, name)
     if not (p / "meta.json").is_file():
         have = sorted(q.name for q in _DATA_DIR.iterdir() if (q / "meta.json").is_file()) if _DATA_DIR.is_dir() else []
-        raise CorpusError(p, f"no shipped corpus named {name!r} (shipped: {have})",
-                          "use one of the shipped names, or reinstall pgmflow (its package data is missing)")
+        raise CorpusError(
+            p,
+            f"no shipped corpus named {name!r} (shipped: {have})",
+            "use one of the shipped names, or reinstall pgmflow (its package data is missing)",
+        )
     return str(p)

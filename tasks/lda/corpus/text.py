@@ -14,7 +14,6 @@ import numpy as np
 from pgmflow.tasks.lda.corpus.shards import CorpusError, make_shard
 from pgmflow.tasks.lda.corpus.store import CorpusInfo, _check_dps, write_corpus
 
-
 # --- plain text ---------------------------------------------------------------------------------
 
 _TOKEN_RE = re.compile(r"[a-z][a-z0-9_']*")
@@ -53,14 +52,16 @@ def tokenize(text: str, min_word_len=2, stop_words="english") -> list[str]:
     return out
 
 
-def prune_vocabulary(doc_freq: dict, term_freq: dict, total_docs: int, min_df=2, max_df=0.5,
-                     max_vocab=None) -> list[str]:
+def prune_vocabulary(
+    doc_freq: dict, term_freq: dict, total_docs: int, min_df=2, max_df=0.5, max_vocab=None
+) -> list[str]:
     """The kept words, sorted alphabetically.
 
     A word is kept if its document frequency is at least ``min_df`` and at most ``max_df``
     (each: an int is a number of documents, a float a fraction of ``total_docs``); of those, at most
     ``max_vocab`` with the largest total count ``term_freq`` (ties: alphabetical order).
     """
+
     def bound(x, name):
         if isinstance(x, bool) or not isinstance(x, (int, float, np.integer, np.floating)):
             raise TypeError(f"{name} must be an int (documents) or a float (fraction)")
@@ -74,7 +75,7 @@ def prune_vocabulary(doc_freq: dict, term_freq: dict, total_docs: int, min_df=2,
     kept = [w for w, df in doc_freq.items() if lo <= df <= hi]
     if max_vocab is not None and len(kept) > max_vocab:
         kept.sort(key=lambda w: (-term_freq.get(w, 0), w))
-        kept = kept[:int(max_vocab)]
+        kept = kept[: int(max_vocab)]
     return sorted(kept)
 
 
@@ -82,14 +83,30 @@ def _reiterable(documents, path):
     if callable(documents):
         return documents
     if iter(documents) is documents:
-        raise CorpusError(path, "documents is a one-shot iterator but two passes are needed",
-                          "pass a list, or a zero-argument function returning a fresh iterable")
+        raise CorpusError(
+            path,
+            "documents is a one-shot iterator but two passes are needed",
+            "pass a list, or a zero-argument function returning a fresh iterable",
+        )
     return lambda: documents
 
 
-def from_documents(documents, out_dir, min_df=2, max_df=0.5, max_vocab=None, stop_words="english",
-                   docs_per_shard=10000, min_word_len=2, *, doc_names: Sequence[str] | None = None,
-                   source="documents", extra_meta=None, compress=False, path="<documents>") -> CorpusInfo:
+def from_documents(
+    documents,
+    out_dir,
+    min_df=2,
+    max_df=0.5,
+    max_vocab=None,
+    stop_words="english",
+    docs_per_shard=10000,
+    min_word_len=2,
+    *,
+    doc_names: Sequence[str] | None = None,
+    source="documents",
+    extra_meta=None,
+    compress=False,
+    path="<documents>",
+) -> CorpusInfo:
     """Tokenise texts into a corpus directory, in two passes (count words, then encode).
 
     ``documents``: a re-iterable of strings (a list) or a zero-argument callable returning a fresh
@@ -113,9 +130,12 @@ def from_documents(documents, out_dir, min_df=2, max_df=0.5, max_vocab=None, sto
     except (TypeError, ValueError) as exc:
         raise CorpusError(path, str(exc), "pass valid min_df / max_df / max_vocab") from None
     if not words:
-        raise CorpusError(path, f"no word survives the pruning ({len(df)} distinct words in {n} documents, "
-                                f"min_df={min_df}, max_df={max_df}, max_vocab={max_vocab})",
-                          "lower min_df, raise max_df or max_vocab, or add documents")
+        raise CorpusError(
+            path,
+            f"no word survives the pruning ({len(df)} distinct words in {n} documents, "
+            f"min_df={min_df}, max_df={max_df}, max_vocab={max_vocab})",
+            "lower min_df, raise max_df or max_vocab, or add documents",
+        )
     ids = {w: i for i, w in enumerate(words)}
     V = len(words)
 
@@ -135,22 +155,43 @@ def from_documents(documents, out_dir, min_df=2, max_df=0.5, max_vocab=None, sto
                 offset += dps
                 ptr, idx, cnt = [0], [], []
         if m != n:
-            raise CorpusError(path, f"the second pass saw {m} documents, the first {n}",
-                              "do not change the documents while the corpus is being built")
+            raise CorpusError(
+                path,
+                f"the second pass saw {m} documents, the first {n}",
+                "do not change the documents while the corpus is being built",
+            )
         if len(ptr) > 1:
             yield make_shard(np.array(ptr, np.int64), np.concatenate(idx), np.concatenate(cnt), V, offset, path)
 
-    meta = {"tokenizer": {"pattern": _TOKEN_RE.pattern, "min_word_len": min_word_len, "min_df": min_df,
-                          "max_df": max_df, "max_vocab": max_vocab,
-                          "stop_words": stop_words if isinstance(stop_words, str) or stop_words is None
-                          else f"{len(stop)} custom words"}}
+    meta = {
+        "tokenizer": {
+            "pattern": _TOKEN_RE.pattern,
+            "min_word_len": min_word_len,
+            "min_df": min_df,
+            "max_df": max_df,
+            "max_vocab": max_vocab,
+            "stop_words": stop_words
+            if isinstance(stop_words, str) or stop_words is None
+            else f"{len(stop)} custom words",
+        }
+    }
     meta.update(extra_meta or {})
-    return write_corpus(out_dir, shards(), V, vocab=words, source=source, extra_meta=meta,
-                        doc_names=doc_names, compress=compress)
+    return write_corpus(
+        out_dir, shards(), V, vocab=words, source=source, extra_meta=meta, doc_names=doc_names, compress=compress
+    )
 
 
-def from_text_folder(folder, out_dir, min_df=2, max_df=0.5, max_vocab=None, stop_words="english",
-                     docs_per_shard=10000, min_word_len=2, pattern="*.txt") -> CorpusInfo:
+def from_text_folder(
+    folder,
+    out_dir,
+    min_df=2,
+    max_df=0.5,
+    max_vocab=None,
+    stop_words="english",
+    docs_per_shard=10000,
+    min_word_len=2,
+    pattern="*.txt",
+) -> CorpusInfo:
     """One document per file under ``folder`` matching ``pattern`` (recursive, sorted by relative path).
 
     Files are read as UTF-8 (undecodable bytes replaced); see :func:`from_documents` for the
@@ -161,8 +202,9 @@ def from_text_folder(folder, out_dir, min_df=2, max_df=0.5, max_vocab=None, stop
         raise CorpusError(root, "no such folder", "pass the folder that holds the text files")
     files = sorted((p for p in root.rglob(pattern) if p.is_file()), key=lambda p: p.relative_to(root).as_posix())
     if not files:
-        raise CorpusError(root, f"no files match {pattern!r} (empty corpus)",
-                          "check the folder, or pass pattern= matching your files")
+        raise CorpusError(
+            root, f"no files match {pattern!r} (empty corpus)", "check the folder, or pass pattern= matching your files"
+        )
 
     def texts():
         for p in files:
@@ -170,5 +212,16 @@ def from_text_folder(folder, out_dir, min_df=2, max_df=0.5, max_vocab=None, stop
                 yield f.read()
 
     names = [p.relative_to(root).as_posix().replace("\n", " ") for p in files]
-    return from_documents(texts, out_dir, min_df, max_df, max_vocab, stop_words, docs_per_shard, min_word_len,
-                          doc_names=names, source=f"text folder: {root} ({pattern})", path=str(root))
+    return from_documents(
+        texts,
+        out_dir,
+        min_df,
+        max_df,
+        max_vocab,
+        stop_words,
+        docs_per_shard,
+        min_word_len,
+        doc_names=names,
+        source=f"text folder: {root} ({pattern})",
+        path=str(root),
+    )

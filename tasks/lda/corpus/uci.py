@@ -9,9 +9,8 @@ from pathlib import Path
 
 import numpy as np
 
-from pgmflow.tasks.lda.corpus.shards import CorpusError, DocTermShard, _MAX_WORDS, make_shard
+from pgmflow.tasks.lda.corpus.shards import _MAX_WORDS, CorpusError, DocTermShard, make_shard
 from pgmflow.tasks.lda.corpus.store import CorpusInfo, _check_dps, _open_maybe_gzip, _read_vocab_file, write_corpus
-
 
 _UCI_CHUNK = 1 << 24
 
@@ -28,8 +27,10 @@ def from_uci(docword_path, vocab_path, out_dir, docs_per_shard=10000) -> CorpusI
     dps = _check_dps(docs_per_shard, src)
     if not src.is_file():
         raise CorpusError(src, "docword file not found", "pass the path of docword.<name>.txt(.gz)")
-    fix_fmt = ("the file must start with three lines D, W, NNZ followed by 'docID wordID count' lines "
-               "(UCI bag-of-words format)")
+    fix_fmt = (
+        "the file must start with three lines D, W, NNZ followed by 'docID wordID count' lines "
+        "(UCI bag-of-words format)"
+    )
     with _open_maybe_gzip(src) as fh:
         header = []
         try:
@@ -49,8 +50,9 @@ def from_uci(docword_path, vocab_path, out_dir, docs_per_shard=10000) -> CorpusI
     if W < 1 or W > _MAX_WORDS or NNZ < 0:
         raise CorpusError(src, f"invalid header W = {W}, NNZ = {NNZ}", fix_fmt)
     vocab = None if vocab_path is None else _read_vocab_file(vocab_path, W, f"the header of {src}")
-    return write_corpus(out_dir, _uci_shards(src, D, W, NNZ, dps, fix_fmt), W, vocab=vocab,
-                        source=f"UCI bag-of-words: {src}")
+    return write_corpus(
+        out_dir, _uci_shards(src, D, W, NNZ, dps, fix_fmt), W, vocab=vocab, source=f"UCI bag-of-words: {src}"
+    )
 
 
 def _uci_parse_slow(block: bytes, first_line: int, src, fix_fmt) -> np.ndarray:
@@ -64,8 +66,12 @@ def _uci_parse_slow(block: bytes, first_line: int, src, fix_fmt) -> np.ndarray:
                 raise ValueError
             rows.append([int(p) for p in parts])
         except ValueError:
-            raise CorpusError(src, f"line {first_line + k} is not three integers 'docID wordID count': "
-                                   f"{line[:80].decode('utf-8', 'replace')!r}", fix_fmt) from None
+            raise CorpusError(
+                src,
+                f"line {first_line + k} is not three integers 'docID wordID count': "
+                f"{line[:80].decode('utf-8', 'replace')!r}",
+                fix_fmt,
+            ) from None
     return np.array(rows, dtype=np.int64).reshape(-1, 3)
 
 
@@ -86,7 +92,7 @@ def _uci_blocks(src: Path, fix_fmt):
                 cut = buf.rfind(b"\n")
                 if cut < 0:
                     continue
-                block, buf = buf[:cut + 1], buf[cut + 1:]
+                block, buf = buf[: cut + 1], buf[cut + 1 :]
             else:
                 block, buf = buf, b""
                 if not block.strip():
@@ -135,18 +141,26 @@ def _uci_shards(src, D, W, NNZ, dps, fix_fmt) -> Iterator[DocTermShard]:
             raise CorpusError(src, f"{at}: docID {int(doc[j])} is outside 1..D = {D}", fix_fmt)
         if word.min() < 1 or word.max() > W:
             j, at = where((word < 1) | (word > W))
-            raise CorpusError(src, f"{at}: wordID {int(word[j])} is outside 1..W = {W} (document {int(doc[j])})",
-                              "check that the vocabulary and the docword file belong together")
+            raise CorpusError(
+                src,
+                f"{at}: wordID {int(word[j])} is outside 1..W = {W} (document {int(doc[j])})",
+                "check that the vocabulary and the docword file belong together",
+            )
         if cnt.min() < 0:
             j, at = where(cnt < 0)
-            raise CorpusError(src, f"document {int(doc[j])} has a negative count ({int(cnt[j])} for wordID "
-                                   f"{int(word[j])}, {at})",
-                              "correct or remove that line: counts must be nonnegative integers")
+            raise CorpusError(
+                src,
+                f"document {int(doc[j])} has a negative count ({int(cnt[j])} for wordID {int(word[j])}, {at})",
+                "correct or remove that line: counts must be nonnegative integers",
+            )
         if doc[0] < last_doc or (doc.size > 1 and np.any(np.diff(doc) < 0)):
             prev = np.concatenate([[last_doc], doc[:-1]])
             j, at = where(doc < prev)
-            raise CorpusError(src, f"docIDs are not sorted ({at}: document {int(doc[j])} after {int(prev[j])})",
-                              "sort the lines by docID (e.g. sort -n -k1,1 on the body)")
+            raise CorpusError(
+                src,
+                f"docIDs are not sorted ({at}: document {int(doc[j])} after {int(prev[j])})",
+                "sort the lines by docID (e.g. sort -n -k1,1 on the body)",
+            )
         last_doc = int(doc[-1])
         shard_of = (doc - 1) // dps
         while doc.size:
@@ -159,8 +173,11 @@ def _uci_shards(src, D, W, NNZ, dps, fix_fmt) -> Iterator[DocTermShard]:
             pending.append(a[:end])
             a, doc, shard_of = a[end:], doc[end:], shard_of[end:]
     if total != NNZ:
-        raise CorpusError(src, f"NNZ mismatch: the header says {NNZ} lines but the file has {total}",
-                          "fix the header's third line, or re-download the file (it may be truncated)")
+        raise CorpusError(
+            src,
+            f"NNZ mismatch: the header says {NNZ} lines but the file has {total}",
+            "fix the header's third line, or re-download the file (it may be truncated)",
+        )
     while cur < n_shards:
         yield build(cur)
         pending = []

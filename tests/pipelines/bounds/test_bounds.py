@@ -21,8 +21,11 @@ def _rows(tr, name):
 
 
 def test_bounds_pipeline_on_an_ising_lattice(mlflow_uri, cluster2):
-    res, tr = run(["pipeline=bounds", "model.L=6", "variational.temperatures=[1.5,2.269185314213022,3.5]",
-                   "progress=false"], mlflow_uri, cluster2)
+    res, tr = run(
+        ["pipeline=bounds", "model.L=6", "variational.temperatures=[1.5,2.269185314213022,3.5]", "progress=false"],
+        mlflow_uri,
+        cluster2,
+    )
     assert tr.client.get_run(tr.run_id).info.status == "FINISHED"
     assert res["all_converged"], res
     rows = _rows(tr, "tables/bounds.csv")
@@ -49,8 +52,11 @@ def _frustrated(tmp_path):
 
 def test_bounds_pipeline_on_an_mrf_file_with_marginal_bounds(tmp_path, mlflow_uri, cluster2):
     path = _frustrated(tmp_path)
-    res, tr = run(["pipeline=bounds", "model=mrf", f"model.path={path}", "variational.marginals=true",
-                   "progress=false"], mlflow_uri, cluster2)
+    res, tr = run(
+        ["pipeline=bounds", "model=mrf", f"model.path={path}", "variational.marginals=true", "progress=false"],
+        mlflow_uri,
+        cluster2,
+    )
     assert res["marginal_bounds_contain_exact"] is True, res
     assert res["log_z_mf"] <= res["log_z_exact"] + 1e-9 <= res["log_z_trw"] + 2e-9, res
     rows = _rows(tr, "tables/marginal_bounds.csv")
@@ -61,14 +67,27 @@ def test_bounds_pipeline_on_an_mrf_file_with_marginal_bounds(tmp_path, mlflow_ur
 
 
 def test_tempering_with_bounds(mlflow_uri, cluster2):
-    res, tr = run(["model.L=8", "model.T=2.0", "bounds=true", "tempering.n_replicas=10", "tempering.n_rounds=7",
-                   "tempering.n_chains=2", "tempering.figures=false", "progress=false"], mlflow_uri, cluster2)
+    res, tr = run(
+        [
+            "model.L=8",
+            "model.T=2.0",
+            "bounds=true",
+            "tempering.n_replicas=10",
+            "tempering.n_rounds=7",
+            "tempering.n_chains=2",
+            "tempering.figures=false",
+            "progress=false",
+        ],
+        mlflow_uri,
+        cluster2,
+    )
     assert tr.client.get_run(tr.run_id).info.status == "FINISHED"
     rows = _rows(tr, "tables/bounds.csv")
     assert len(rows) == 10 and float(rows[0]["b"]) == 0.0
     for r in rows:
-        mf, t, se, trw = (float(r[k]) for k in ("mf_per_site", "tempering_per_site", "tempering_se_per_site",
-                                                 "trw_per_site"))
+        mf, t, se, trw = (
+            float(r[k]) for k in ("mf_per_site", "tempering_per_site", "tempering_se_per_site", "trw_per_site")
+        )
         assert mf <= t + 3 * se + 1e-12 and t - 3 * se - 1e-12 <= trw, r
     assert res["bounds_order_holds"] and res["bounds_all_converged"], res
     assert res["bounds_mf_per_site"] <= res["bounds_trw_per_site"]

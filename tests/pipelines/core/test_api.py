@@ -26,15 +26,18 @@ def _cli_error(args, cwd) -> str:
     assert r.returncode == 2, r.stderr[-2000:]
     lines = [ln for ln in r.stderr.splitlines() if ln.startswith("pgmflow: error: ")]
     assert len(lines) == 1, r.stderr
-    return lines[0][len("pgmflow: error: "):]
+    return lines[0][len("pgmflow: error: ") :]
 
 
-@pytest.mark.parametrize("bad, field", [
-    (["model.LL=3"], "model.LL"),                        # unknown key (Hydra composition)
-    (["pipeline=svii"], "pipeline"),                     # unknown option of a group
-    (["model.L=abc"], "model.L"),                        # wrong type (preflight)
-    (["pipeline=sparse_gp", "sparse_gp.m=-3"], "sparse_gp.m"),  # out of range (the workload's rule table)
-])
+@pytest.mark.parametrize(
+    "bad, field",
+    [
+        (["model.LL=3"], "model.LL"),  # unknown key (Hydra composition)
+        (["pipeline=svii"], "pipeline"),  # unknown option of a group
+        (["model.L=abc"], "model.L"),  # wrong type (preflight)
+        (["pipeline=sparse_gp", "sparse_gp.m=-3"], "sparse_gp.m"),  # out of range (the workload's rule table)
+    ],
+)
 def test_bad_input_raises_the_line_the_cli_prints(bad, field, tmp_path, mlflow_uri):
     with pytest.raises(pgmflow.ConfigError) as info:
         pgmflow.run(*bad, tracking_uri=mlflow_uri, cluster="synchronous")
@@ -56,16 +59,17 @@ def test_run_on_the_users_client_and_load(cluster2, mlflow_uri, tmp_path, monkey
 
     monkeypatch.chdir(tmp_path)
     with Client(cluster2.scheduler_address) as client:
-        res = pgmflow.run(*SGP, "sparse_gp.in_process=false", cluster=client, tracking_uri=mlflow_uri,
-                          progress=False)
+        res = pgmflow.run(*SGP, "sparse_gp.in_process=false", cluster=client, tracking_uri=mlflow_uri, progress=False)
         assert client.status == "running"  # ours: left open
-        tasks_run = client.run_on_scheduler(lambda dask_scheduler: sorted(
-            {str(k) for k in dask_scheduler.task_prefixes}))
+        tasks_run = client.run_on_scheduler(
+            lambda dask_scheduler: sorted({str(k) for k in dask_scheduler.task_prefixes})
+        )
     assert any("gp" in t for t in tasks_run), tasks_run  # the chunk statistics ran on the user's cluster
     assert res.pipeline == "sparse_gp" and len(res.run_id) == 32
     assert res.objective == pytest.approx(res.metrics["objective"])
-    assert res.config == pgmflow.compose(*SGP, "sparse_gp.in_process=false",
-                                         f"tracking.uri={mlflow_uri}", "progress=false")
+    assert res.config == pgmflow.compose(
+        *SGP, "sparse_gp.in_process=false", f"tracking.uri={mlflow_uri}", "progress=false"
+    )
     results = json.loads(res.artifact("results.json").read_text())
     assert results["test_rmse"] == pytest.approx(res.result["test_rmse"])
 
@@ -103,8 +107,9 @@ def test_progress_bar_renders_in_a_jupyter_kernel(tmp_path, mlflow_uri):
     km, kc = jupyter_client.manager.start_new_kernel(kernel_name="python3", cwd=str(tmp_path))
     try:
         msgs = []
-        reply = kc.execute_interactive(KERNEL_CODE.format(cwd=str(tmp_path), uri=mlflow_uri), timeout=240,
-                                       output_hook=msgs.append)
+        reply = kc.execute_interactive(
+            KERNEL_CODE.format(cwd=str(tmp_path), uri=mlflow_uri), timeout=240, output_hook=msgs.append
+        )
     finally:
         kc.stop_channels()
         km.shutdown_kernel(now=True)
@@ -133,8 +138,7 @@ def _tracker(res):
     return tr
 
 
-def test_run_then_load_give_the_logged_predictions_and_topic_proportions(cluster2, mlflow_uri, tmp_path,
-                                                                         monkeypatch):
+def test_run_then_load_give_the_logged_predictions_and_topic_proportions(cluster2, mlflow_uri, tmp_path, monkeypatch):
     """pgmflow.run of sparse_gp and svi (debug sizes) on a LocalCluster, pgmflow.load of both: the loaded GP's
     predictions of the held-out rows give the test RMSE and NLPD the pipeline logged, and the loaded LDA model's
     topic proportions of the held-out documents' observed halves give the logged held-out perplexity."""
@@ -145,8 +149,13 @@ def test_run_then_load_give_the_logged_predictions_and_topic_proportions(cluster
     from tests.pipelines.core.test_mlflow_models import _csr, _heldout, _heldout_halves, _scores
 
     monkeypatch.chdir(tmp_path)
-    gp = pgmflow.run("pipeline=sparse_gp", "debug=default", cluster=cluster2.scheduler_address,
-                     tracking_uri=mlflow_uri, progress=False)
+    gp = pgmflow.run(
+        "pipeline=sparse_gp",
+        "debug=default",
+        cluster=cluster2.scheduler_address,
+        tracking_uri=mlflow_uri,
+        progress=False,
+    )
     fitted = pgmflow.load(gp.run_id, tracking_uri=mlflow_uri)
     X, y, _ = _heldout(_tracker(gp))
     mean, var = fitted.model.predict(X)
@@ -155,8 +164,9 @@ def test_run_then_load_give_the_logged_predictions_and_topic_proportions(cluster
     assert nlpd == pytest.approx(gp.result["test_nlpd"], rel=1e-9)
     assert fitted.results["test_rmse"] == gp.result["test_rmse"]
 
-    lda_run = pgmflow.run("pipeline=svi", "debug=default", cluster=cluster2.scheduler_address,
-                          tracking_uri=mlflow_uri, progress=False)
+    lda_run = pgmflow.run(
+        "pipeline=svi", "debug=default", cluster=cluster2.scheduler_address, tracking_uri=mlflow_uri, progress=False
+    )
     lda = pgmflow.load(lda_run.run_id, tracking_uri=mlflow_uri)
     lam = lda.arrays["lambda"]["lam"]
     beta_hat = lam / lam.sum(axis=1, keepdims=True)  # [K, V]
@@ -169,5 +179,4 @@ def test_run_then_load_give_the_logged_predictions_and_topic_proportions(cluster
         p = np.einsum("ik,ki->i", theta[rows], beta_hat[:, test.indices])
         ll.append(float(np.sum(test.counts * np.log(p))))
         n_tok.append(float(test.counts.sum()))
-    assert math.exp(-math.fsum(ll) / math.fsum(n_tok)) == pytest.approx(lda_run.result["heldout_perplexity"],
-                                                                          rel=1e-9)
+    assert math.exp(-math.fsum(ll) / math.fsum(n_tok)) == pytest.approx(lda_run.result["heldout_perplexity"], rel=1e-9)

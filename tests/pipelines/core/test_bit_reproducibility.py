@@ -11,7 +11,6 @@ equality below is not vacuous.
 
 from __future__ import annotations
 
-import io
 import json
 import logging
 import os
@@ -22,14 +21,22 @@ import pytest
 from tests.conftest import REPO
 from tests.pipelines.helpers import run
 
-SPARSE_GP = ["pipeline=sparse_gp", "gp_data=synthetic", "gp_data.n=30000", "gp_data.d=5", "sparse_gp.m=24",
-             "sparse_gp.max_iter=3", "sparse_gp.chunk_size=15000", "sparse_gp.kmeans_iter=2", "sparse_gp.in_process=false"]
+SPARSE_GP = [
+    "pipeline=sparse_gp",
+    "gp_data=synthetic",
+    "gp_data.n=30000",
+    "gp_data.d=5",
+    "sparse_gp.m=24",
+    "sparse_gp.max_iter=3",
+    "sparse_gp.chunk_size=15000",
+    "sparse_gp.kmeans_iter=2",
+    "sparse_gp.in_process=false",
+]
 CASES = {
     "tempering": ["pipeline=tempering", "debug=default"],
     "svi": ["pipeline=svi", "debug=default"],
     "tesla": ["pipeline=tesla", "debug=default"],
-    "bounds": ["pipeline=bounds", "model=ising", "model.L=12",
-               "variational.temperatures=[2.0,2.269185314213022,2.6]"],
+    "bounds": ["pipeline=bounds", "model=ising", "model.L=12", "variational.temperatures=[2.0,2.269185314213022,2.6]"],
     "sparse_gp": SPARSE_GP,
 }
 COMMON = ["progress=false"]
@@ -56,10 +63,16 @@ def greedy_worker():
     plugin must bring its BLAS back to 1 thread (numba's kernels do not depend on the count)."""
     from distributed import LocalCluster
 
-    env = {"NUMBA_NUM_THREADS": "2", "OMP_NUM_THREADS": "2", "OPENBLAS_NUM_THREADS": "2", "MKL_NUM_THREADS": "2",
-           "PYTHONPATH": str(REPO)}
-    with LocalCluster(n_workers=1, threads_per_worker=1, processes=True, dashboard_address=":0",
-                      silence_logs=logging.ERROR, env=env) as cl:
+    env = {
+        "NUMBA_NUM_THREADS": "2",
+        "OMP_NUM_THREADS": "2",
+        "OPENBLAS_NUM_THREADS": "2",
+        "MKL_NUM_THREADS": "2",
+        "PYTHONPATH": str(REPO),
+    }
+    with LocalCluster(
+        n_workers=1, threads_per_worker=1, processes=True, dashboard_address=":0", silence_logs=logging.ERROR, env=env
+    ) as cl:
         yield cl
 
 
@@ -145,11 +158,16 @@ def test_same_bits_for_any_blas_threads_workers_and_scheduler(name, tmp_path, gr
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     three = cluster_factory(3)
     ref = _run(name, uri, None, 1)
-    assert "results.json" in ref and any(k.endswith((".npz", ".csv")) for k in ref), \
+    assert "results.json" in ref and any(k.endswith((".npz", ".csv")) for k in ref), (
         f"{name}: no numbers to compare: {sorted(ref)}"
-    for label, cluster, threads in (("synchronous, driver BLAS 2", None, 2), ("1 worker, driver BLAS 1", greedy_worker, 1),
-                                    ("1 worker, driver BLAS 2", greedy_worker, 2), ("3 workers, driver BLAS 1", three, 1),
-                                    ("3 workers, driver BLAS 2", three, 2)):
+    )
+    for label, cluster, threads in (
+        ("synchronous, driver BLAS 2", None, 2),
+        ("1 worker, driver BLAS 1", greedy_worker, 1),
+        ("1 worker, driver BLAS 2", greedy_worker, 2),
+        ("3 workers, driver BLAS 1", three, 1),
+        ("3 workers, driver BLAS 2", three, 2),
+    ):
         got = _run(name, uri, cluster, threads)
         assert sorted(got) == sorted(ref), f"{name} on {label}: other artifacts"
         for k in ref:
@@ -161,8 +179,18 @@ def test_the_plugin_pins_worker_blas(greedy_worker, mlflow_uri):
 
     from pgmflow.tasks import threads
 
-    run(["pipeline=sparse_gp", "gp_data=diabetes", "sparse_gp.m=8", "sparse_gp.max_iter=2",
-         "sparse_gp.figures=false", *COMMON], mlflow_uri, greedy_worker)
+    run(
+        [
+            "pipeline=sparse_gp",
+            "gp_data=diabetes",
+            "sparse_gp.m=8",
+            "sparse_gp.max_iter=2",
+            "sparse_gp.figures=false",
+            *COMMON,
+        ],
+        mlflow_uri,
+        greedy_worker,
+    )
     with Client(greedy_worker) as c:
         counts = list(c.run(threads.worker_blas_threads).values())
     assert counts and all(n and set(n) == {1} for n in counts), counts

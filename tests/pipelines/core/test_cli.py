@@ -14,8 +14,9 @@ REPO = Path(__file__).resolve().parents[3]
 
 def pgmflow(args, cwd, timeout=300):
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    return subprocess.run([sys.executable, "-m", "pgmflow", *args], cwd=cwd, env=env, capture_output=True,
-                          text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "pgmflow", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout
+    )
 
 
 def test_help_and_cfg(tmp_path):

@@ -30,19 +30,58 @@ def cli_cluster(tmp_path_factory):
     env = {**os.environ, "PYTHONPATH": str(REPO), "NUMBA_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}
     sched_file = root / "scheduler.json"
     log = open(root / "cluster.log", "w")
-    procs = [subprocess.Popen([dask, "scheduler", "--host", "127.0.0.1", "--port", "0", "--dashboard-address", ":0",
-                               "--scheduler-file", str(sched_file)], cwd=root, env=env, stdout=log,
-                              stderr=subprocess.STDOUT, start_new_session=True)]
+    procs = [
+        subprocess.Popen(
+            [
+                dask,
+                "scheduler",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                "0",
+                "--dashboard-address",
+                ":0",
+                "--scheduler-file",
+                str(sched_file),
+            ],
+            cwd=root,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    ]
     try:
         deadline = time.monotonic() + 60
         while not sched_file.exists() and time.monotonic() < deadline:
             time.sleep(0.2)
         assert sched_file.exists(), (root / "cluster.log").read_text()[-2000:]
         for _ in range(2):
-            procs.append(subprocess.Popen([dask, "worker", "--scheduler-file", str(sched_file), "--nthreads", "1",
-                                           "--nworkers", "1", "--host", "127.0.0.1", "--dashboard-address", ":0",
-                                           "--local-directory", str(root)], cwd=root, env=env, stdout=log,
-                                          stderr=subprocess.STDOUT, start_new_session=True))
+            procs.append(
+                subprocess.Popen(
+                    [
+                        dask,
+                        "worker",
+                        "--scheduler-file",
+                        str(sched_file),
+                        "--nthreads",
+                        "1",
+                        "--nworkers",
+                        "1",
+                        "--host",
+                        "127.0.0.1",
+                        "--dashboard-address",
+                        ":0",
+                        "--local-directory",
+                        str(root),
+                    ],
+                    cwd=root,
+                    env=env,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                )
+            )
         from distributed import Client
 
         address = json.loads(sched_file.read_text())["address"]
@@ -98,8 +137,16 @@ def test_sweep_on_a_cli_started_cluster(cli_cluster, tmp_path):
     from tests.pipelines.core.test_sweeps import runs, sweep
 
     uri = f"sqlite:///{tmp_path}/mlflow.db"
-    args = ["debug=default", "model.L=6", "tempering.n_rounds=3", "tempering.figures=false", "progress=false",
-            "cluster.profile=address", f"cluster.address={cli_cluster}", "seed=0,1,2"]
+    args = [
+        "debug=default",
+        "model.L=6",
+        "tempering.n_rounds=3",
+        "tempering.figures=false",
+        "progress=false",
+        "cluster.profile=address",
+        f"cluster.address={cli_cluster}",
+        "seed=0,1,2",
+    ]
     r = sweep(args, tmp_path, uri)
     assert r.returncode == 0, (r.stdout[-3000:], r.stderr[-3000:])
     _, parents, children = runs(uri)

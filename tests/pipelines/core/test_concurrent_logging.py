@@ -33,8 +33,9 @@ def busy_cluster():
     from distributed import LocalCluster
 
     env = {"NUMBA_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
-    with LocalCluster(n_workers=4, threads_per_worker=8, processes=True, dashboard_address=":0",
-                      silence_logs=logging.ERROR, env=env) as c:
+    with LocalCluster(
+        n_workers=4, threads_per_worker=8, processes=True, dashboard_address=":0", silence_logs=logging.ERROR, env=env
+    ) as c:
         yield c
 
 
@@ -59,8 +60,9 @@ def _log_32_jobs_and_count(uri: str, cluster, experiment="concurrent-logging"):
         futs = [client.submit(_job, uri, experiment, rid, j, pure=False) for j, rid in enumerate(ids)]
         assert client.gather(futs) == ids
 
-    runs = tr.client.search_runs([exp], filter_string=f"tags.`mlflow.parentRunId` = '{parent.info.run_id}'",
-                                 max_results=1000)
+    runs = tr.client.search_runs(
+        [exp], filter_string=f"tags.`mlflow.parentRunId` = '{parent.info.run_id}'", max_results=1000
+    )
     assert len(runs) == N_JOBS and {r.info.run_id for r in runs} == set(ids)
     assert all(r.info.status == "FINISHED" for r in runs)
     for r in runs:

@@ -1,6 +1,5 @@
 """Every config composes and passes preflight; every experiment runs (shrunk by debug=default)."""
 
-
 import pytest
 
 from pgmflow.pipelines.core.preflight import preflight_checks
@@ -41,8 +40,11 @@ def test_every_field_is_documented():
             if "@package" in s:
                 continue
             above = lines[i - 1].strip() if i else ""
-            if "#" not in ln and not above.startswith("#") and f.parent.name not in (
-                    "experiment", "debug", "debug_model", "debug_pipeline", "debug_network"):
+            if (
+                "#" not in ln
+                and not above.startswith("#")
+                and f.parent.name not in ("experiment", "debug", "debug_model", "debug_pipeline", "debug_network")
+            ):
                 missing.append(f"{f.relative_to(CONF)}:{i + 1}: {s}")
     assert not missing, "\n".join(missing)
 

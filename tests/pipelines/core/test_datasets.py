@@ -16,15 +16,26 @@ from tests.pipelines.helpers import run
 BASE = ["debug=default", "progress=false"]
 RUNS = {
     "tempering": ["pipeline=tempering", "model.L=4", "tempering.n_rounds=3", "tempering.figures=false"],
-    "bayes": ["pipeline=tempering", "model=bayes", "tempering.n_replicas=4", "tempering.n_rounds=3",
-              "tempering.figures=false"],
+    "bayes": [
+        "pipeline=tempering",
+        "model=bayes",
+        "tempering.n_replicas=4",
+        "tempering.n_rounds=3",
+        "tempering.figures=false",
+    ],
     "svi": ["pipeline=svi", "svi.figures=false"],
     "tesla": ["pipeline=tesla", "tesla.figures=false"],
     "bounds": ["pipeline=bounds", "model=mrf", "variational.figures=false"],  # model.path: a file made by the test
     "sparse_gp": ["pipeline=sparse_gp", "sparse_gp.figures=false"],
 }
-CONTEXTS = {"tempering": {"training"}, "bayes": {"training"}, "svi": {None}, "tesla": {"training"}, "bounds": {None},
-            "sparse_gp": {"training", "test"}}
+CONTEXTS = {
+    "tempering": {"training"},
+    "bayes": {"training"},
+    "svi": {None},
+    "tesla": {"training"},
+    "bounds": {None},
+    "sparse_gp": {"training", "test"},
+}
 
 
 @pytest.fixture(scope="module")
@@ -63,7 +74,9 @@ def test_every_pipeline_records_its_inputs(store, tmp_path, pipeline):
     for _, ds in got:
         assert len(ds.digest) == datasets.DIGEST_CHARS and int(ds.digest, 16) >= 0
         source = json.loads(ds.source)
-        assert ("uri" in source) == (ds.source_type == "local") and ("generator" in source) == (ds.source_type == "code")
+        assert ("uri" in source) == (ds.source_type == "local") and ("generator" in source) == (
+            ds.source_type == "code"
+        )
         profile = json.loads(ds.profile)
         assert profile["arrays"] and all(v["shape"] for v in profile["arrays"].values()), profile
     if pipeline == "sparse_gp":

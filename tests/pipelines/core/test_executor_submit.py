@@ -18,10 +18,12 @@ def _where(x):
 
 
 def _specs(held, worker=None):
-    return [TaskSpec("t-a", operator.add, (2, 3), worker),
-            TaskSpec("t-b", operator.mul, (Dep("t-a"), 10), worker),
-            TaskSpec("t-c", sum, ([Dep("t-a"), Dep("t-b"), held],)),
-            TaskSpec("t-d", lambda xs, ys: [x * 2 for x in xs] + ys, ([1, 2], ["s"]))]
+    return [
+        TaskSpec("t-a", operator.add, (2, 3), worker),
+        TaskSpec("t-b", operator.mul, (Dep("t-a"), 10), worker),
+        TaskSpec("t-c", sum, ([Dep("t-a"), Dep("t-b"), held],)),
+        TaskSpec("t-d", lambda xs, ys: [x * 2 for x in xs] + ys, ([1, 2], ["s"])),
+    ]
 
 
 def test_submit_without_a_cluster_runs_the_specs_in_order():

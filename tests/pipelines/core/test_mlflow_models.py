@@ -69,7 +69,9 @@ def _heldout(tr):
 
     cfg = yaml.safe_load(tr.read_text("config.yaml"))
     data = gp_data.resolve(cfg)
-    test = gp_data.heldout_rows(gp_data.split_key(int(cfg["seed"])), 0, data.n, float(cfg["sparse_gp"]["test_fraction"]))
+    test = gp_data.heldout_rows(
+        gp_data.split_key(int(cfg["seed"])), 0, data.n, float(cfg["sparse_gp"]["test_fraction"])
+    )
     return data.X[test], data.y[test], list(data.input_names)
 
 
@@ -104,8 +106,10 @@ def test_gp_pyfunc_reproduces_the_logged_test_scores_and_registers(store, gp_run
     assert example["dataframe_split"]["columns"] == names  # the input example is stored with the model
     client = tr.client
     (version,) = client.search_model_versions(f"name='{REGISTERED}'")
-    assert version.run_id == tr.run_id and client.get_run(tr.run_id).data.tags["pgmflow.registered_model"] == \
-        f"{REGISTERED}/{version.version}"
+    assert (
+        version.run_id == tr.run_id
+        and client.get_run(tr.run_id).data.tags["pgmflow.registered_model"] == f"{REGISTERED}/{version.version}"
+    )
     import pandas as pd
 
     again = _pyfunc(store, f"models:/{REGISTERED}/{version.version}").predict(pd.DataFrame(X, columns=names))
@@ -130,8 +134,21 @@ def test_gp_model_served_over_http(store, gp_run):
     port = free_port()
     bindir = os.path.dirname(sys.executable)  # uvicorn, which the server starts, is beside this Python
     env = {**os.environ, "MLFLOW_TRACKING_URI": store, "PATH": bindir + os.pathsep + os.environ.get("PATH", "")}
-    cmd = [os.path.join(bindir, "mlflow"), "models", "serve", "-m", f"runs:/{tr.run_id}/model",
-           "--env-manager", "local", "--host", "127.0.0.1", "-p", str(port), "-w", "1"]
+    cmd = [
+        os.path.join(bindir, "mlflow"),
+        "models",
+        "serve",
+        "-m",
+        f"runs:/{tr.run_id}/model",
+        "--env-manager",
+        "local",
+        "--host",
+        "127.0.0.1",
+        "-p",
+        str(port),
+        "-w",
+        "1",
+    ]
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         body = json.dumps({"dataframe_split": {"columns": names, "data": X.tolist()}}).encode()
@@ -147,8 +164,9 @@ def test_gp_model_served_over_http(store, gp_run):
                 proc.kill()
                 pytest.fail(f"mlflow models serve did not start: {proc.communicate()[0][-3000:]}")
             time.sleep(0.3)
-        req = urllib.request.Request(f"http://127.0.0.1:{port}/invocations", data=body,
-                                     headers={"Content-Type": "application/json"})
+        req = urllib.request.Request(
+            f"http://127.0.0.1:{port}/invocations", data=body, headers={"Content-Type": "application/json"}
+        )
         with urllib.request.urlopen(req, timeout=30) as r:
             got = pd.DataFrame(json.loads(r.read())["predictions"])
     finally:
@@ -161,11 +179,14 @@ def test_gp_model_served_over_http(store, gp_run):
     np.testing.assert_allclose(got[["mean", "variance"]].to_numpy(), expected.to_numpy(), rtol=1e-12)
 
 
-@pytest.mark.parametrize("value,needles", [
-    ("''", ["tracking.register_model=''", "non-empty string"]),
-    ("5", ["tracking.register_model=5", "non-empty string"]),
-    ("a/b", ["tracking.register_model='a/b'", "plain name"]),
-])
+@pytest.mark.parametrize(
+    "value,needles",
+    [
+        ("''", ["tracking.register_model=''", "non-empty string"]),
+        ("5", ["tracking.register_model=5", "non-empty string"]),
+        ("a/b", ["tracking.register_model='a/b'", "plain name"]),
+    ],
+)
 def test_register_model_bad_value_is_refused(tmp_path, value, needles):
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     r = pgmflow(GP + [f"tracking.register_model={value}", f"tracking.uri={uri}"], tmp_path)
@@ -224,10 +245,14 @@ def test_lda_raw_text_gives_the_theta_of_its_counts(store, lda_run):
     rng = np.random.default_rng(3)
     docs = [rng.choice(V, size=n, replace=True) for n in (5, 12, 1, 30)]
     # the words in upper and mixed case, with punctuation, stop words and words outside the vocabulary
-    texts = [" , ".join(lda.vocab[w].upper() if k % 2 else lda.vocab[w] for k, w in enumerate(d)) + ". The zzqxj of it!"
-             for d in docs]
-    counts = sp.csr_matrix((np.ones(sum(map(len, docs))), (np.repeat(np.arange(len(docs)), [len(d) for d in docs]),
-                                                           np.concatenate(docs))), shape=(len(docs), V))
+    texts = [
+        " , ".join(lda.vocab[w].upper() if k % 2 else lda.vocab[w] for k, w in enumerate(d)) + ". The zzqxj of it!"
+        for d in docs
+    ]
+    counts = sp.csr_matrix(
+        (np.ones(sum(map(len, docs))), (np.repeat(np.arange(len(docs)), [len(d) for d in docs]), np.concatenate(docs))),
+        shape=(len(docs), V),
+    )
     from_text = model.predict(pd.DataFrame({"text": texts})).to_numpy()
     np.testing.assert_array_equal(from_text, model.predict(counts.toarray()).to_numpy())
     np.testing.assert_array_equal(from_text, lda.transform(counts))  # scipy.sparse, the plain object

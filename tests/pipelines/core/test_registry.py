@@ -26,8 +26,9 @@ def toy_env(monkeypatch):
 
 def _cli(args, cwd, env_extra=None, timeout=300):
     env = {**os.environ, "PYTHONPATH": str(REPO), **(env_extra or {})}
-    return subprocess.run([sys.executable, "-m", "pgmflow", *args], cwd=cwd, env=env, capture_output=True, text=True,
-                          timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "pgmflow", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout
+    )
 
 
 def test_the_core_names_no_workload():
@@ -67,8 +68,18 @@ def test_toy_workload_runs_end_to_end_from_the_command_line(tmp_path):
     by the toy's rules, run on a real LocalCluster, logged to MLflow -- no pgmflow file edited."""
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     env = {"PGMFLOW_WORKLOADS": TOY}
-    r = _cli(["pipeline=toy", "toy_data=normal", "debug=default", "progress=false", "cluster.n_workers=2",
-              f"tracking.uri={uri}"], tmp_path, env)
+    r = _cli(
+        [
+            "pipeline=toy",
+            "toy_data=normal",
+            "debug=default",
+            "progress=false",
+            "cluster.n_workers=2",
+            f"tracking.uri={uri}",
+        ],
+        tmp_path,
+        env,
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     # the debug shrinking and the config group (toy_data/) of the toy's own conf/
     assert "toy: 4 chunks of 20000 samples (normal proposal)" in r.stdout

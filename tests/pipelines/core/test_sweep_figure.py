@@ -15,8 +15,15 @@ def _rows():
     rows, job = [], 0
     for seed in (0, 1, 2, 3, 4):
         for lr in (0.001, 0.1, 10.0):
-            rows.append(JobRow(job=job, overrides=[f"seed={seed}", f"svi.rate={lr}"], status="FINISHED",
-                               run_id=f"r{job}", objective=1.0 + 0.1 * seed + lr))
+            rows.append(
+                JobRow(
+                    job=job,
+                    overrides=[f"seed={seed}", f"svi.rate={lr}"],
+                    status="FINISHED",
+                    run_id=f"r{job}",
+                    objective=1.0 + 0.1 * seed + lr,
+                )
+            )
             job += 1
     return rows
 

@@ -16,8 +16,14 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[3]
-JOB = ["debug=default", "model.L=6", "tempering.n_rounds=3", "tempering.figures=false", "progress=false",
-       "cluster.n_workers=2"]
+JOB = [
+    "debug=default",
+    "model.L=6",
+    "tempering.n_rounds=3",
+    "tempering.figures=false",
+    "progress=false",
+    "cluster.n_workers=2",
+]
 
 
 def _cmd(args, uri):
@@ -106,8 +112,9 @@ def test_killed_sweep_resumes_only_missing_jobs(tmp_path):
     uri = f"sqlite:///{tmp_path}/mlflow.db"
     args = [*JOB, "seed=0,1,2,3,4,5,6,7,8,9,10,11"]
     log = open(tmp_path / "first.log", "w")
-    p = subprocess.Popen(_cmd(args, uri), cwd=tmp_path, env=_env(), stdout=log, stderr=subprocess.STDOUT,
-                         start_new_session=True)
+    p = subprocess.Popen(
+        _cmd(args, uri), cwd=tmp_path, env=_env(), stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+    )
     deadline = time.monotonic() + 300
     done = 0
     try:
@@ -127,8 +134,10 @@ def test_killed_sweep_resumes_only_missing_jobs(tmp_path):
             os.killpg(p.pid, signal.SIGKILL)
         p.wait()
         log.close()
-    assert 3 <= done < 12, (f"the sweep should be killed half way (finished before the kill: {done})",
-                            (tmp_path / "first.log").read_text()[-3000:])
+    assert 3 <= done < 12, (
+        f"the sweep should be killed half way (finished before the kill: {done})",
+        (tmp_path / "first.log").read_text()[-3000:],
+    )
     _, _, children = runs(uri)
     finished_before = {c.info.run_id for c in children if c.info.status == "FINISHED"}
     assert len(finished_before) < 12
@@ -156,8 +165,14 @@ def test_optuna_sweeper_through_the_dask_launcher(tmp_path):
     and its objective is the smallest of the 10 child runs."""
     pytest.importorskip("hydra_plugins.hydra_optuna_sweeper")
     uri = f"sqlite:///{tmp_path}/mlflow.db"
-    args = ["hydra/sweeper=optuna", "hydra.sweeper.n_trials=10", "hydra.sweeper.n_jobs=2",
-            "hydra.sweeper.sampler.seed=3", "model.T=interval(2.0,3.5)", *JOB]
+    args = [
+        "hydra/sweeper=optuna",
+        "hydra.sweeper.n_trials=10",
+        "hydra.sweeper.n_jobs=2",
+        "hydra.sweeper.sampler.seed=3",
+        "model.T=interval(2.0,3.5)",
+        *JOB,
+    ]
     r = sweep(args, tmp_path, uri)
     assert r.returncode == 0, (r.stdout[-3000:], r.stderr[-3000:])
     out = r.stdout + r.stderr
@@ -173,17 +188,25 @@ def test_optuna_sweeper_through_the_dask_launcher(tmp_path):
 
 def test_plugin_import_loads_neither_dask_nor_mlflow():
     """Hydra imports every plugin at start-up: the launcher's module must stay light."""
-    code = ("import sys, hydra_plugins.pgmflow_dask_launcher.dask_launcher as d; "
-            "print(sorted(m for m in ('dask', 'distributed', 'mlflow', 'pgmflow.pipelines') if m in sys.modules)); "
-            "print(d.DaskLauncher.__name__)")
+    code = (
+        "import sys, hydra_plugins.pgmflow_dask_launcher.dask_launcher as d; "
+        "print(sorted(m for m in ('dask', 'distributed', 'mlflow', 'pgmflow.pipelines') if m in sys.modules)); "
+        "print(d.DaskLauncher.__name__)"
+    )
     r = subprocess.run([sys.executable, "-c", code], env=_env(), capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
     assert r.stdout.split("\n")[:2] == ["[]", "DaskLauncher"]
 
 
 def test_dask_launcher_is_the_default_for_multirun(tmp_path):
-    r = subprocess.run([sys.executable, "-m", "pgmflow", "--cfg", "hydra"], cwd=tmp_path,
-                       env=_env(), capture_output=True, text=True, timeout=120)
+    r = subprocess.run(
+        [sys.executable, "-m", "pgmflow", "--cfg", "hydra"],
+        cwd=tmp_path,
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert r.returncode == 0, r.stderr
     assert "hydra_plugins.pgmflow_dask_launcher.dask_launcher.DaskLauncher" in r.stdout
     assert "max_concurrent_jobs: null" in r.stdout

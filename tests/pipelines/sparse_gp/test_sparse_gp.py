@@ -70,13 +70,23 @@ def test_sgpr_on_diabetes_logs_metrics_figures_and_model(diabetes_sgpr):
 
 @pytest.mark.slow
 def test_results_are_bit_identical_on_1_2_and_4_workers(store, cluster_factory):
-    ov = BASE + NO_FIGS + ["gp_data.n=500", "sparse_gp.m=12", "sparse_gp.max_iter=5", "sparse_gp.chunk_size=128",
-                           "sparse_gp.in_process=false"]
+    ov = (
+        BASE
+        + NO_FIGS
+        + [
+            "gp_data.n=500",
+            "sparse_gp.m=12",
+            "sparse_gp.max_iter=5",
+            "sparse_gp.chunk_size=128",
+            "sparse_gp.in_process=false",
+        ]
+    )
     outs = []
     for n in (1, 2, 4):
         res, tr = run(ov, store, cluster_factory(n))
-        outs.append((_model(tr), _history(tr, "bound"), {k: v for k, v in res.items() if "seconds" not in k
-                                                        and k != "run_id"}))
+        outs.append(
+            (_model(tr), _history(tr, "bound"), {k: v for k, v in res.items() if "seconds" not in k and k != "run_id"})
+        )
     for model, hist, res in outs[1:]:
         assert model.keys() == outs[0][0].keys()
         for k in model:
@@ -88,8 +98,17 @@ def test_results_are_bit_identical_on_1_2_and_4_workers(store, cluster_factory):
 def test_sparse_gp_evaluate_direct_and_graph_are_both_one_graph_per_evaluation(store, cluster2):
     """``sparse_gp.evaluate`` stays accepted (recorded configs reproduce); ``direct`` is the graph path now, so
     both values give the same model, bit for bit, and neither tags direct evaluations."""
-    ov = BASE + NO_FIGS + ["gp_data.n=500", "sparse_gp.m=12", "sparse_gp.max_iter=5", "sparse_gp.chunk_size=128",
-                           "sparse_gp.in_process=false"]
+    ov = (
+        BASE
+        + NO_FIGS
+        + [
+            "gp_data.n=500",
+            "sparse_gp.m=12",
+            "sparse_gp.max_iter=5",
+            "sparse_gp.chunk_size=128",
+            "sparse_gp.in_process=false",
+        ]
+    )
     (_, tr_d), (_, tr_g) = (run(ov + [f"sparse_gp.evaluate={e}"], store, cluster2) for e in ("direct", "graph"))
     tags_d, tags_g = (t.client.get_run(t.run_id).data.tags for t in (tr_d, tr_g))
     assert "pgmflow.gp.direct_evaluations" not in tags_d and "pgmflow.gp.direct_evaluations" not in tags_g
@@ -120,9 +139,23 @@ def test_exact_gp_fits_at_least_as_well_as_sgpr(diabetes_sgpr, store, cluster2):
 
 
 def test_svgp_minibatches_improve_the_elbo(store, cluster2):
-    ov = BASE + NO_FIGS + ["gp_data.function=sine_1d", "gp_data.n=800", "gp_data.noise_std=0.1",
-                           "sparse_gp.method=svgp", "sparse_gp.m=12", "sparse_gp.chunk_size=400", "sparse_gp.svgp_steps=60", "sparse_gp.svgp_batch_size=64",
-                 "sparse_gp.svgp_eval_every=20", "sparse_gp.svgp_lr=0.05", "sparse_gp.svgp_rho=0.2"]
+    ov = (
+        BASE
+        + NO_FIGS
+        + [
+            "gp_data.function=sine_1d",
+            "gp_data.n=800",
+            "gp_data.noise_std=0.1",
+            "sparse_gp.method=svgp",
+            "sparse_gp.m=12",
+            "sparse_gp.chunk_size=400",
+            "sparse_gp.svgp_steps=60",
+            "sparse_gp.svgp_batch_size=64",
+            "sparse_gp.svgp_eval_every=20",
+            "sparse_gp.svgp_lr=0.05",
+            "sparse_gp.svgp_rho=0.2",
+        ]
+    )
     res, tr = run(ov, store, cluster2)
     bound = _history(tr, "bound")
     assert [s for s, _ in bound] == [0, 20, 40, 60]
@@ -134,9 +167,9 @@ def test_svgp_minibatches_improve_the_elbo(store, cluster2):
 
 
 def test_npy_data_is_read_by_path_in_the_chunk_tasks(tmp_path, store, cluster2):
+    from pgmflow.pipelines.core.graph import Executor
     from pgmflow.pipelines.sparse_gp import data as gp_data
     from pgmflow.pipelines.sparse_gp import evaluations as sparse_gp
-    from pgmflow.pipelines.core.graph import Executor
     from pgmflow.tasks.gp import data as gdata
     from pgmflow.tasks.gp.chunks import FileRows
     from tests.conftest import compose
@@ -167,8 +200,17 @@ def test_npy_data_is_read_by_path_in_the_chunk_tasks(tmp_path, store, cluster2):
 def test_a_failing_cholesky_is_retried_with_a_larger_jitter(store, cluster2):
     """Lengthscales of 1000 (standardised units) make K(Z, Z) numerically rank one: with a jitter of
     1e-16 x s the factorisations fail, and succeed after the jitter has grown."""
-    ov = DIABETES + NO_FIGS + ["sparse_gp.m=32", "sparse_gp.lengthscale=1000", "sparse_gp.jitter=1e-16",
-                               "sparse_gp.max_iter=3", "sparse_gp.chunk_size=500"]
+    ov = (
+        DIABETES
+        + NO_FIGS
+        + [
+            "sparse_gp.m=32",
+            "sparse_gp.lengthscale=1000",
+            "sparse_gp.jitter=1e-16",
+            "sparse_gp.max_iter=3",
+            "sparse_gp.chunk_size=500",
+        ]
+    )
     res, tr = run(ov, store, cluster2)
     assert tr.client.get_run(tr.run_id).info.status == "FINISHED"
     assert res["jitter_max"] >= 1e-15 and res["jitter_requested"] == 1e-16

@@ -11,8 +11,14 @@ from pgmflow.pipelines.core.runner import execute
 from tests.conftest import compose
 from tests.pipelines.helpers import run
 
-BASE = ["pipeline=sparse_gp", "gp_data=diabetes", "sparse_gp.m=16", "sparse_gp.max_iter=20", "sparse_gp.figures=false",
-        "progress=false"]
+BASE = [
+    "pipeline=sparse_gp",
+    "gp_data=diabetes",
+    "sparse_gp.m=16",
+    "sparse_gp.max_iter=20",
+    "sparse_gp.figures=false",
+    "progress=false",
+]
 
 
 def test_small_data_is_fitted_in_the_driver_with_the_same_bits(mlflow_uri, cluster2):
@@ -21,11 +27,17 @@ def test_small_data_is_fitted_in_the_driver_with_the_same_bits(mlflow_uri, clust
     from tests.faults.test_driver_kill import _TaskCounter
 
     counter = type("Counter", (_TaskCounter, SchedulerPlugin), {"name": "gp-task-counter"})(
-        ["gp-stats-", "gp-grad-", "gp-objgrad-"])
+        ["gp-stats-", "gp-grad-", "gp-objgrad-"]
+    )
     cluster2.scheduler.add_plugin(counter)
     out = io.StringIO()
-    auto = execute(compose(BASE + [f"tracking.uri={mlflow_uri}", "cluster.profile=address",
-                                   f"cluster.address={cluster2.scheduler_address}"]), stream=out)
+    auto = execute(
+        compose(
+            BASE
+            + [f"tracking.uri={mlflow_uri}", "cluster.profile=address", f"cluster.address={cluster2.scheduler_address}"]
+        ),
+        stream=out,
+    )
     assert "fitted in this process" in out.getvalue()
     assert sum(counter.counts.values()) == 0, f"the small fit sent tasks to the workers: {counter.counts}"
     # through graphs, whose tasks the counter sees (direct calls to the workers, the default, give the same bits:
@@ -36,6 +48,8 @@ def test_small_data_is_fitted_in_the_driver_with_the_same_bits(mlflow_uri, clust
     assert counter.counts["gp-stats-"] >= workers["evaluations"] * n_chunks
     for k in ("test_rmse", "test_nlpd", "iterations", "evaluations"):
         assert auto[k] == workers[k], k
-    with np.load(tr_w.client.download_artifacts(auto["run_id"], "model.npz")) as a, \
-            np.load(tr_w.download("model.npz")) as b:
+    with (
+        np.load(tr_w.client.download_artifacts(auto["run_id"], "model.npz")) as a,
+        np.load(tr_w.download("model.npz")) as b,
+    ):
         assert a.files == b.files and all(a[k].tobytes() == b[k].tobytes() for k in a.files)

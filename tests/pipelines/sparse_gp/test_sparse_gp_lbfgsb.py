@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import scipy.optimize
+
 from pgmflow.pipelines.sparse_gp import lbfgsb
 
 

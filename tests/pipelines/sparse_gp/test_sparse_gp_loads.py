@@ -24,8 +24,14 @@ import pytest
 from pgmflow.pipelines.sparse_gp import data as gp_data
 from tests.pipelines.helpers import run
 
-BASE = ["pipeline=sparse_gp", "progress=false", "sparse_gp.figures=false", "sparse_gp.m=8", "sparse_gp.max_iter=3",
-        "sparse_gp.chunk_size=100"]
+BASE = [
+    "pipeline=sparse_gp",
+    "progress=false",
+    "sparse_gp.figures=false",
+    "sparse_gp.m=8",
+    "sparse_gp.max_iter=3",
+    "sparse_gp.chunk_size=100",
+]
 
 
 class OpenCounter:
@@ -34,8 +40,7 @@ class OpenCounter:
     def __init__(self, monkeypatch):
         self.counts: collections.Counter = collections.Counter()
         self._depth = threading.local()
-        for owner, name in ((builtins, "open"), (io, "open"), (pathlib.Path, "open"), (np, "load"),
-                            (np, "loadtxt")):
+        for owner, name in ((builtins, "open"), (io, "open"), (pathlib.Path, "open"), (np, "load"), (np, "loadtxt")):
             monkeypatch.setattr(owner, name, self._wrap(getattr(owner, name)))
 
     def _wrap(self, func):
@@ -64,10 +69,12 @@ def files(tmp_path_factory):
     np.save(root / "d.npy", np.column_stack([X, y]))
     np.savez(root / "d.npz", X=X, y=y)
     header = "a,b,c,t\n"
-    (root / "d.csv").write_text(header + "\n".join(",".join(repr(float(v)) for v in r)
-                                                   for r in np.column_stack([X, y])) + "\n")
-    (root / "t.csv").write_text(header + "\n".join(",".join(repr(float(v)) for v in r)
-                                                   for r in np.column_stack([X[:50], y[:50]])) + "\n")
+    (root / "d.csv").write_text(
+        header + "\n".join(",".join(repr(float(v)) for v in r) for r in np.column_stack([X, y])) + "\n"
+    )
+    (root / "t.csv").write_text(
+        header + "\n".join(",".join(repr(float(v)) for v in r) for r in np.column_stack([X[:50], y[:50]])) + "\n"
+    )
     return root
 
 

@@ -14,8 +14,8 @@ from pgmflow.pipelines.core.graph import Executor
 from pgmflow.pipelines.sparse_gp import evaluations as sg
 from pgmflow.pipelines.sparse_gp.plan import FitSettings
 from pgmflow.tasks.gp import bounds, chunks
-from pgmflow.tasks.threads import pinned_blas
 from pgmflow.tasks.gp import kernels as kern
+from pgmflow.tasks.threads import pinned_blas
 
 
 def _kuf_counts():
@@ -25,8 +25,9 @@ def _kuf_counts():
 
 
 @pytest.mark.parametrize("method", ["sgpr", "dtc"])
-def test_one_graph_per_evaluation_is_placed_with_its_chunks_and_gives_the_in_process_bits(cluster2, method,
-                                                                                          monkeypatch):
+def test_one_graph_per_evaluation_is_placed_with_its_chunks_and_gives_the_in_process_bits(
+    cluster2, method, monkeypatch
+):
     from distributed import Client, wait
 
     rng = np.random.default_rng(4)
@@ -37,8 +38,10 @@ def test_one_graph_per_evaluation_is_placed_with_its_chunks_and_gives_the_in_pro
     p = kern.make_params([0.8, 1.1, 1.6], 1.2, 0.1)
     with Client(cluster2) as client:
         ex = Executor(client)
-        refs = [ex.scatter(chunks.Chunk(X[a:a + cs], y[a:a + cs], X[:0], y[:0]), place=c)
-                for c, a in enumerate(range(0, n, cs))]
+        refs = [
+            ex.scatter(chunks.Chunk(X[a : a + cs], y[a : a + cs], X[:0], y[:0]), place=c)
+            for c, a in enumerate(range(0, n, cs))
+        ]
         wait(refs)
         held = client.has_what()
         assert sorted(len(v) for v in held.values()) == [5, 5], held  # evenly, not as the scheduler likes
@@ -93,13 +96,24 @@ def test_pgmflow_local_workers_start_with_the_malloc_thresholds():
     from pgmflow.pipelines.core.cluster import WORKER_MALLOC_ENV, worker_malloc
 
     with worker_malloc({"MALLOC_TRIM_THRESHOLD_": "123456", "OTHER": "x"}):
-        cluster = LocalCluster(n_workers=1, threads_per_worker=1, processes=True, dashboard_address=":0",
-                               silence_logs=logging.ERROR)
+        cluster = LocalCluster(
+            n_workers=1, threads_per_worker=1, processes=True, dashboard_address=":0", silence_logs=logging.ERROR
+        )
     with cluster, Client(cluster) as client:
-        env = next(iter(client.run(lambda: {k: os.environ.get(k) for k in ("MALLOC_MMAP_THRESHOLD_",
-                                                                            "MALLOC_TRIM_THRESHOLD_", "OTHER")}).values()))
-    assert env == {"MALLOC_MMAP_THRESHOLD_": WORKER_MALLOC_ENV["MALLOC_MMAP_THRESHOLD_"],
-                   "MALLOC_TRIM_THRESHOLD_": "123456", "OTHER": None}
+        env = next(
+            iter(
+                client.run(
+                    lambda: {
+                        k: os.environ.get(k) for k in ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_", "OTHER")
+                    }
+                ).values()
+            )
+        )
+    assert env == {
+        "MALLOC_MMAP_THRESHOLD_": WORKER_MALLOC_ENV["MALLOC_MMAP_THRESHOLD_"],
+        "MALLOC_TRIM_THRESHOLD_": "123456",
+        "OTHER": None,
+    }
 
 
 def _housekeeping():
@@ -119,19 +133,23 @@ def test_local_clusters_start_with_fewer_housekeeping_wakeups(tmp_path):
     from pgmflow.pipelines.core.cluster import LOCAL_DASK_CONFIG, open_cluster
 
     path = tmp_path / "cluster.yaml"
-    path.write_text("profiles:\n  local:\n    type: local\n    n_workers: 1\n    dashboard_address: null\n"
-                    "    dask_config: {distributed.admin.tick.limit: 7s}\n")
+    path.write_text(
+        "profiles:\n  local:\n    type: local\n    n_workers: 1\n    dashboard_address: null\n"
+        "    dask_config: {distributed.admin.tick.limit: 7s}\n"
+    )
     with dask.config.set({"distributed.admin.system-monitor.interval": "750ms"}):  # the user's own setting
         with open_cluster({"profile": "local", "file": str(path)}) as handle:
             client: Client = handle.client
             seen = next(iter(client.run(_housekeeping).values()))
             tick = client.run_on_scheduler(lambda dask_scheduler: dask_scheduler._tick_interval)
             nanny_interval = next(iter(client.cluster.workers.values())).memory_manager.memory_monitor_interval
-    assert seen == {"distributed.worker.profile.interval": LOCAL_DASK_CONFIG["distributed.worker.profile.interval"],
-                    "distributed.admin.tick.interval": LOCAL_DASK_CONFIG["distributed.admin.tick.interval"],
-                    "distributed.admin.system-monitor.interval": "750ms", "distributed.admin.tick.limit": "7s",
-                    "distributed.worker.memory.monitor-interval":
-                        LOCAL_DASK_CONFIG["distributed.worker.memory.monitor-interval"]}
+    assert seen == {
+        "distributed.worker.profile.interval": LOCAL_DASK_CONFIG["distributed.worker.profile.interval"],
+        "distributed.admin.tick.interval": LOCAL_DASK_CONFIG["distributed.admin.tick.interval"],
+        "distributed.admin.system-monitor.interval": "750ms",
+        "distributed.admin.tick.limit": "7s",
+        "distributed.worker.memory.monitor-interval": LOCAL_DASK_CONFIG["distributed.worker.memory.monitor-interval"],
+    }
     assert nanny_interval == 0.5  # the nannies' own memory monitor, made in this process
     assert tick == 0.5  # the scheduler, made in this process while the cluster started
     assert dask.config.get("distributed.admin.tick.interval") == "20ms"  # this process's own config is back

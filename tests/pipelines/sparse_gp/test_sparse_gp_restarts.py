@@ -15,8 +15,14 @@ def _wiggle(path):
     x = g.uniform(0, 10, 400)
     y = np.sin(2 * np.pi * x / 0.5) + 0.1 * g.standard_normal(400)
     np.savetxt(path, np.column_stack([x, y]), delimiter=",", header="x,y", comments="")
-    return ["pipeline=sparse_gp", "gp_data=csv", f"gp_data.path={path}", "sparse_gp.m=80", "sparse_gp.figures=false",
-            "progress=false"]
+    return [
+        "pipeline=sparse_gp",
+        "gp_data=csv",
+        f"gp_data.path={path}",
+        "sparse_gp.m=80",
+        "sparse_gp.figures=false",
+        "progress=false",
+    ]
 
 
 @pytest.mark.slow

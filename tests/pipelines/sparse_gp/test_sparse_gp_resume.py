@@ -21,8 +21,14 @@ from pgmflow.pipelines.sparse_gp.evaluations import Evaluations
 from tests.conftest import compose
 from tests.pipelines.helpers import assert_one_value_per_step, assert_same_metric_histories, run
 
-ARGS = ["pipeline=sparse_gp", "gp_data=diabetes", "sparse_gp.m=8", "sparse_gp.max_iter=25",
-        "sparse_gp.figures=false", "progress=false"]
+ARGS = [
+    "pipeline=sparse_gp",
+    "gp_data=diabetes",
+    "sparse_gp.m=8",
+    "sparse_gp.max_iter=25",
+    "sparse_gp.figures=false",
+    "progress=false",
+]
 
 
 def _results(tr) -> dict:

@@ -12,8 +12,14 @@ from pgmflow.pipelines.core.errors import ConfigError
 from pgmflow.pipelines.sparse_gp.data import DIABETES
 from tests.pipelines.helpers import run
 
-BASE = ["pipeline=sparse_gp", "gp_data=diabetes", "sparse_gp.m=16", "sparse_gp.max_iter=30", "sparse_gp.figures=false",
-        "progress=false"]
+BASE = [
+    "pipeline=sparse_gp",
+    "gp_data=diabetes",
+    "sparse_gp.m=16",
+    "sparse_gp.max_iter=30",
+    "sparse_gp.figures=false",
+    "progress=false",
+]
 
 
 def test_every_row_trains_and_a_test_file_is_scored(mlflow_uri, tmp_path):
@@ -35,11 +41,14 @@ def test_every_row_trains_and_a_test_file_is_scored(mlflow_uri, tmp_path):
     assert both["test_rows"] == both["rows"] - both["train_rows"] + 100
 
 
-@pytest.mark.parametrize("content, message", [
-    (None, "no such file"),
-    ("a,b\n1,2\n", "not the training data's"),
-    ("age,sex,bmi,bp,s1,s2,s3,s4,s5,s6,target\n1,2,3,4,5,6,7,8,9,nan,1\n", "NaN"),
-])
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        (None, "no such file"),
+        ("a,b\n1,2\n", "not the training data's"),
+        ("age,sex,bmi,bp,s1,s2,s3,s4,s5,s6,target\n1,2,3,4,5,6,7,8,9,nan,1\n", "NaN"),
+    ],
+)
 def test_a_bad_test_file_is_refused_in_one_line(mlflow_uri, tmp_path, content, message):
     path = tmp_path / "t.csv"
     if content is not None:

@@ -25,20 +25,31 @@ def synth_corpus(tmp_path_factory):
     from pgmflow.tasks.lda import synthetic
 
     out = tmp_path_factory.mktemp("corpus") / "synth"
-    synthetic.generate_corpus(str(out), n_docs=4000, n_words=400, n_topics=8, seed=3, alpha=0.1, eta=0.05,
-                              mean_length=80, docs_per_shard=500)
+    synthetic.generate_corpus(
+        str(out), n_docs=4000, n_words=400, n_topics=8, seed=3, alpha=0.1, eta=0.05, mean_length=80, docs_per_shard=500
+    )
     return str(out)
 
 
 def _synth(path, *extra):
-    return ["pipeline=svi", "corpus=sharded", f"corpus.path={path}", "model.K=8", "progress=false",
-            "svi.batch_size=200", "svi.tau0=8", "svi.kappa=0.6", *extra]
+    return [
+        "pipeline=svi",
+        "corpus=sharded",
+        f"corpus.path={path}",
+        "model.K=8",
+        "progress=false",
+        "svi.batch_size=200",
+        "svi.tau0=8",
+        "svi.kappa=0.6",
+        *extra,
+    ]
 
 
 @pytest.mark.slow
 def test_synthetic_topics_are_recovered(synth_corpus, mlflow_uri, cluster2):
-    res, tr = run(_synth(synth_corpus, "svi.n_epochs=6", "svi.eval_every=40", "svi.figures=false"), mlflow_uri,
-                  cluster2)
+    res, tr = run(
+        _synth(synth_corpus, "svi.n_epochs=6", "svi.eval_every=40", "svi.figures=false"), mlflow_uri, cluster2
+    )
     assert res["topic_recovery_mean_cosine"] > 0.9, res
     # held-out perplexity approaches the true model's (within 5 %)
     assert res["heldout_perplexity"] < 1.05 * res["true_model_perplexity"], res
@@ -67,8 +78,14 @@ def test_seed_words_move_their_topic(synth_corpus, mlflow_uri, cluster2):
 
     true = np.load(corpus.open_corpus(synth_corpus).true_topics)
     seeds = [int(w) for w in np.argsort(-true[5])[:5]]
-    ov = _synth(synth_corpus, "svi.n_epochs=2", "svi.eval_every=0", "svi.figures=false",
-                f"+pr.seed_words={{0: {seeds}}}".replace("+pr", "pr"), "pr.seed_mass=0.9")
+    ov = _synth(
+        synth_corpus,
+        "svi.n_epochs=2",
+        "svi.eval_every=0",
+        "svi.figures=false",
+        f"+pr.seed_words={{0: {seeds}}}".replace("+pr", "pr"),
+        "pr.seed_mass=0.9",
+    )
     res, tr = run(ov, mlflow_uri, cluster2)
     lam = _lambda(tr)
     beta0 = lam[0] / lam[0].sum()
@@ -89,8 +106,15 @@ def test_topic_cap_makes_documents_use_fewer_topics(synth_corpus, mlflow_uri, cl
 def test_shipped_corpus_logs_tables_and_figures(mlflow_uri, cluster2):
     res, tr = run(["pipeline=svi", "debug=default", "progress=false"], mlflow_uri, cluster2)
     arts = set(tr.list_artifacts()) | set(tr.list_artifacts("figures")) | set(tr.list_artifacts("tables"))
-    for name in ("lambda.npz", "results.json", "figures/perplexity.png", "figures/top_words.png",
-                 "figures/topic_word_heatmap.png", "tables/top_words.csv", "tables/top_words.md"):
+    for name in (
+        "lambda.npz",
+        "results.json",
+        "figures/perplexity.png",
+        "figures/top_words.png",
+        "figures/topic_word_heatmap.png",
+        "tables/top_words.csv",
+        "tables/top_words.md",
+    ):
         assert name in arts, arts
     table = tr.read_text("tables/top_words.csv").splitlines()
     assert len(table) == 1 + 8 and table[0].startswith("topic,coherence_umass,word_1")

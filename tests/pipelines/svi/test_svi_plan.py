@@ -24,14 +24,24 @@ import pytest
 from tests.conftest import compose
 from tests.pipelines.helpers import run
 
-BASE = ["pipeline=svi", "model.K=3", "svi.batch_size=20", "svi.max_steps=2", "svi.eval_every=0",
-        "svi.checkpoint_every=0", "svi.figures=false", "progress=false"]
-BUILDERS = {"synthetic": ("pgmflow.tasks.lda.synthetic", "generate_corpus"),
-            "uci": ("pgmflow.tasks.lda.corpus", "from_uci"),
-            "text": ("pgmflow.tasks.lda.corpus", "from_text_folder"),
-            "matrix_market": ("pgmflow.tasks.lda.corpus", "from_matrix_market"),
-            "npz": ("pgmflow.tasks.lda.corpus", "from_npz"),
-            "shipped": ("pgmflow.tasks.lda.corpus", "shipped_corpus_path")}
+BASE = [
+    "pipeline=svi",
+    "model.K=3",
+    "svi.batch_size=20",
+    "svi.max_steps=2",
+    "svi.eval_every=0",
+    "svi.checkpoint_every=0",
+    "svi.figures=false",
+    "progress=false",
+]
+BUILDERS = {
+    "synthetic": ("pgmflow.tasks.lda.synthetic", "generate_corpus"),
+    "uci": ("pgmflow.tasks.lda.corpus", "from_uci"),
+    "text": ("pgmflow.tasks.lda.corpus", "from_text_folder"),
+    "matrix_market": ("pgmflow.tasks.lda.corpus", "from_matrix_market"),
+    "npz": ("pgmflow.tasks.lda.corpus", "from_npz"),
+    "shipped": ("pgmflow.tasks.lda.corpus", "shipped_corpus_path"),
+}
 
 
 def _counts(rng, n_docs=60, n_words=40):
@@ -57,12 +67,20 @@ def _source(kind, d, rng) -> list[str]:
     if kind == "shipped":
         return ["corpus=docstrings"]
     if kind == "synthetic":
-        return ["corpus=synthetic", "corpus.n_docs=60", "corpus.n_words=40", "corpus.n_topics=3",
-                "corpus.docs_per_shard=30", "corpus.mean_length=30", cache]
+        return [
+            "corpus=synthetic",
+            "corpus.n_docs=60",
+            "corpus.n_words=40",
+            "corpus.n_topics=3",
+            "corpus.docs_per_shard=30",
+            "corpus.mean_length=30",
+            cache,
+        ]
     X = _counts(rng)
     if kind == "sharded":
-        corpus.write_corpus(str(d / "sharded"), [corpus.shard_from_dense(X[:30]), corpus.shard_from_dense(X[30:], 30)],
-                            X.shape[1])
+        corpus.write_corpus(
+            str(d / "sharded"), [corpus.shard_from_dense(X[:30]), corpus.shard_from_dense(X[30:], 30)], X.shape[1]
+        )
         return ["corpus=sharded", f"corpus.path={d / 'sharded'}"]
     if kind == "npz":
         sp.save_npz(d / "c.npz", sp.csr_matrix(X))
@@ -76,8 +94,13 @@ def _source(kind, d, rng) -> list[str]:
         lines += [f"{r + 1} {c + 1} {int(X[r, c])}" for r, c in zip(rows, cols)]
         (d / "docword.txt").write_text("\n".join(lines) + "\n")
         (d / "vocab.txt").write_text("\n".join(_words(X.shape[1])) + "\n")
-        return ["corpus=uci", f"corpus.docword={d / 'docword.txt'}", f"corpus.vocab={d / 'vocab.txt'}",
-                "corpus.docs_per_shard=30", cache]
+        return [
+            "corpus=uci",
+            f"corpus.docword={d / 'docword.txt'}",
+            f"corpus.vocab={d / 'vocab.txt'}",
+            "corpus.docs_per_shard=30",
+            cache,
+        ]
     assert kind == "text"
     words = _words(100)
     (d / "texts").mkdir()
@@ -100,8 +123,11 @@ def _counting(monkeypatch, module, name, calls, label):
     monkeypatch.setattr(mod, name, counted)
 
 
-@pytest.mark.parametrize("kind", ["synthetic"] + [pytest.param(k, marks=pytest.mark.slow) for k in (
-    "shipped", "uci", "text", "matrix_market", "npz", "sharded")])  # about 10 s each (two runs)
+@pytest.mark.parametrize(
+    "kind",
+    ["synthetic"]
+    + [pytest.param(k, marks=pytest.mark.slow) for k in ("shipped", "uci", "text", "matrix_market", "npz", "sharded")],
+)  # about 10 s each (two runs)
 def test_each_corpus_source_is_opened_once_per_run(kind, tmp_path, mlflow_uri, monkeypatch):
     monkeypatch.chdir(tmp_path)  # the checked-corpus stamps (.pgmflow/validated) go here
     monkeypatch.setenv("PGMFLOW_ORIG_CWD", str(tmp_path))

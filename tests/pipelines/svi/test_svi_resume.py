@@ -20,10 +20,21 @@ REPO = Path(__file__).resolve().parents[3]
 def test_killed_svi_run_resumes_to_identical_lambda(tmp_path):
     from pgmflow.tasks.lda import synthetic
 
-    synthetic.generate_corpus(str(tmp_path / "corpus"), n_docs=3000, n_words=300, n_topics=6, seed=1,
-                              mean_length=60, docs_per_shard=500)
-    ov = ["pipeline=svi", "corpus=sharded", f"corpus.path={tmp_path / 'corpus'}", "model.K=6", "svi.batch_size=60",
-          "svi.n_epochs=4", "svi.checkpoint_every=5", "svi.eval_every=25", "svi.figures=false", "progress=false"]
+    synthetic.generate_corpus(
+        str(tmp_path / "corpus"), n_docs=3000, n_words=300, n_topics=6, seed=1, mean_length=60, docs_per_shard=500
+    )
+    ov = [
+        "pipeline=svi",
+        "corpus=sharded",
+        f"corpus.path={tmp_path / 'corpus'}",
+        "model.K=6",
+        "svi.batch_size=60",
+        "svi.n_epochs=4",
+        "svi.checkpoint_every=5",
+        "svi.eval_every=25",
+        "svi.figures=false",
+        "progress=false",
+    ]
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     env = {**os.environ, "PYTHONPATH": str(REPO), "PYTHONUNBUFFERED": "1"}
     cmd = [sys.executable, "-m", "pgmflow", *ov, f"tracking.uri={uri}", "cluster.n_workers=2"]

@@ -10,13 +10,20 @@ from pathlib import Path
 
 import pytest
 
-from tests.pipelines.helpers import (assert_one_value_per_step, assert_same_metric_histories, assert_same_results,
-                                     run)
+from tests.pipelines.helpers import assert_one_value_per_step, assert_same_metric_histories, assert_same_results, run
 
 REPO = Path(__file__).resolve().parents[3]
-OVERRIDES = ["model.L=8", "model.T=2.3", "tempering.n_replicas=6", "tempering.n_rounds=10",
-             "tempering.sweeps_per_scan=2", "tempering.scans_per_task=16", "tempering.checkpoint_every=1",
-             "progress=false", "tempering.figures=false"]
+OVERRIDES = [
+    "model.L=8",
+    "model.T=2.3",
+    "tempering.n_replicas=6",
+    "tempering.n_rounds=10",
+    "tempering.sweeps_per_scan=2",
+    "tempering.scans_per_task=16",
+    "tempering.checkpoint_every=1",
+    "progress=false",
+    "tempering.figures=false",
+]
 
 
 def _wait_for(predicate, timeout, proc):
@@ -41,7 +48,11 @@ def test_killed_driver_resumes_to_identical_result(tmp_path):
         ckpt_dir = tmp_path / "mlartifacts"
 
         def checkpoint_of_round(n):
-            return any(p.name == f"round_{n:03d}.npz" for p in ckpt_dir.rglob("round_*.npz")) if ckpt_dir.exists() else False
+            return (
+                any(p.name == f"round_{n:03d}.npz" for p in ckpt_dir.rglob("round_*.npz"))
+                if ckpt_dir.exists()
+                else False
+            )
 
         assert _wait_for(lambda: checkpoint_of_round(5), 240, proc), (tmp_path / "out.txt").read_text()
         os.killpg(proc.pid, signal.SIGKILL)  # driver and its worker processes, mid-run

@@ -14,9 +14,19 @@ import pytest
 from tests.conftest import compose
 from tests.pipelines.helpers import assert_one_value_per_step, assert_same_results, run
 
-SMALL = ["model=gaussian", "model.dim=4", "tempering.n_replicas=6", "tempering.n_rounds=5", "tempering.n_chains=1",
-         "tempering.explorer=hmc", "tempering.sweeps_per_scan=1", "tempering.n_leapfrog=4",
-         "tempering.variational_from_round=3", "tempering.variational_family=full", "progress=false"]
+SMALL = [
+    "model=gaussian",
+    "model.dim=4",
+    "tempering.n_replicas=6",
+    "tempering.n_rounds=5",
+    "tempering.n_chains=1",
+    "tempering.explorer=hmc",
+    "tempering.sweeps_per_scan=1",
+    "tempering.n_leapfrog=4",
+    "tempering.variational_from_round=3",
+    "tempering.variational_family=full",
+    "progress=false",
+]
 
 
 @pytest.mark.parametrize("reference", ["variational", "stabilized"])
@@ -29,9 +39,20 @@ def test_identical_across_workers_and_layouts(reference, mlflow_uri, cluster_fac
     assert res["swap_accept_mean"] > 0 and "log_z_exact" in res
     assert res["round_trips"] <= res["restarts"] <= res["round_trips"] + plan_levels(res)
     if reference == "stabilized":
-        for key in ("barrier_fixed", "barrier_variational", "round_trips_fixed", "round_trips_variational",
-                    "restarts_fixed", "restarts_variational", "n_levels_fixed", "n_levels_variational",
-                    "swap_accept_fixed", "swap_accept_variational", "log_z_ss_fixed", "log_z_ss_variational"):
+        for key in (
+            "barrier_fixed",
+            "barrier_variational",
+            "round_trips_fixed",
+            "round_trips_variational",
+            "restarts_fixed",
+            "restarts_variational",
+            "n_levels_fixed",
+            "n_levels_variational",
+            "swap_accept_fixed",
+            "swap_accept_variational",
+            "log_z_ss_fixed",
+            "log_z_ss_variational",
+        ):
             assert key in res, key
         assert res["n_levels_fixed"] + res["n_levels_variational"] == 6
 
@@ -46,11 +67,24 @@ def test_stabilized_split_follows_the_barriers(mlflow_uri):
     the fixed leg most levels (equal rejection along the chain), the variational leg keeps >= 2, and
     the whole-chain round trips (either reference -> target -> either reference, as Pigeons.jl counts)
     come through the variational leg even though no replica crosses the fixed leg."""
-    ov = ["model=gaussian", "model.dim=8", "model.shift=3.0", "model.scale_min=0.1", "model.scale_max=0.5",
-          "tempering.n_replicas=10", "tempering.n_rounds=7", "tempering.n_chains=1", "tempering.explorer=hmc",
-          "tempering.sweeps_per_scan=1", "tempering.n_leapfrog=6", "tempering.variational_from_round=3",
-          "tempering.variational_family=full", "tempering.reference=stabilized", "tempering.figures=false",
-          "progress=false"]
+    ov = [
+        "model=gaussian",
+        "model.dim=8",
+        "model.shift=3.0",
+        "model.scale_min=0.1",
+        "model.scale_max=0.5",
+        "tempering.n_replicas=10",
+        "tempering.n_rounds=7",
+        "tempering.n_chains=1",
+        "tempering.explorer=hmc",
+        "tempering.sweeps_per_scan=1",
+        "tempering.n_leapfrog=6",
+        "tempering.variational_from_round=3",
+        "tempering.variational_family=full",
+        "tempering.reference=stabilized",
+        "tempering.figures=false",
+        "progress=false",
+    ]
     res, _ = run(ov, mlflow_uri)
     assert res["barrier_fixed"] > 5 * res["barrier_variational"], res
     assert res["n_levels_fixed"] >= 7 and res["n_levels_variational"] >= 2, res
@@ -85,8 +119,10 @@ def test_resume_after_a_fit_is_identical(reference, mlflow_uri):
     full, tr_full = run(ov, mlflow_uri)
     cut, tr_cut = run(ov, mlflow_uri)
     _drop_checkpoints_after(tr_cut, cut["run_id"], keep=3)  # round 4 runs with the reference fitted on round 3
-    execute(compose(ov + [f"resume={cut['run_id']}", f"tracking.uri={mlflow_uri}", "cluster.profile=synchronous"]),
-            stream=io.StringIO())
+    execute(
+        compose(ov + [f"resume={cut['run_id']}", f"tracking.uri={mlflow_uri}", "cluster.profile=synchronous"]),
+        stream=io.StringIO(),
+    )
     assert_same_results(tr_full, tr_cut)
     assert_one_value_per_step(tr_cut.client, cut["run_id"])
 
@@ -95,15 +131,31 @@ def test_variational_with_a_custom_model_and_with_chain_overrides(mlflow_uri):
     """model=custom (a user log-density, random-walk moves) under a variational reference estimates the
     same log Z as the fixed reference; chain_overrides farms several targets, each chain fitting its own
     reference (the fixed leg of each uses its own target's reference)."""
-    custom = ["model=custom", "tempering.explorer=rwm", "tempering.n_replicas=6", "tempering.n_rounds=6",
-              "tempering.n_chains=1", "tempering.sweeps_per_scan=2", "tempering.variational_from_round=3",
-              "tempering.figures=false", "progress=false"]
+    custom = [
+        "model=custom",
+        "tempering.explorer=rwm",
+        "tempering.n_replicas=6",
+        "tempering.n_rounds=6",
+        "tempering.n_chains=1",
+        "tempering.sweeps_per_scan=2",
+        "tempering.variational_from_round=3",
+        "tempering.figures=false",
+        "progress=false",
+    ]
     fixed, _ = run(custom, mlflow_uri)
     var, _ = run(custom + ["tempering.reference=variational"], mlflow_uri)
     se = (fixed["log_z_ss_se"] ** 2 + var["log_z_ss_se"] ** 2) ** 0.5
     assert abs(fixed["log_z_ss"] - var["log_z_ss"]) < 4 * se, (fixed["log_z_ss"], var["log_z_ss"], se)
-    farmed, _ = run(SMALL + ["tempering.reference=stabilized", "tempering.figures=false", "tempering.n_rounds=7",
-                             "tempering.chain_overrides=[{shift:1.0},{shift:3.0}]"], mlflow_uri)
+    farmed, _ = run(
+        SMALL
+        + [
+            "tempering.reference=stabilized",
+            "tempering.figures=false",
+            "tempering.n_rounds=7",
+            "tempering.chain_overrides=[{shift:1.0},{shift:3.0}]",
+        ],
+        mlflow_uri,
+    )
     assert farmed["n_targets"] == 2
     for g in range(2):  # the shift moves the mass, not the normaliser: both targets share the exact log Z
         assert abs(farmed[f"log_z_ss_error_sigmas_target{g}"]) < 4, farmed
@@ -114,8 +166,16 @@ def test_variational_with_a_custom_model_and_with_chain_overrides(mlflow_uri):
 def test_bayes_linear_regression_evidence_d10(mlflow_uri):
     """Conjugate Bayesian linear regression on the diabetes data (d = 10): log evidence within 3 SE of
     the closed form."""
-    res, _ = run(["experiment=bayes_diabetes", "tempering.n_rounds=8", "tempering.n_chains=1", "progress=false",
-                  "tempering.figures=false"], mlflow_uri)
+    res, _ = run(
+        [
+            "experiment=bayes_diabetes",
+            "tempering.n_rounds=8",
+            "tempering.n_chains=1",
+            "progress=false",
+            "tempering.figures=false",
+        ],
+        mlflow_uri,
+    )
     assert res["exact_log_z_source"] == "analytic"
     assert abs(res["log_z_ss_error_sigmas"]) < 3, res
     assert res["log_z_ss_se"] < 0.1
@@ -129,9 +189,18 @@ def test_bayes_linear_regression_evidence_d64(mlflow_uri):
     variational family (measured: 12-14 s of CPU, 27 s wall at load average 10; within 0.5, 0.6 and 1.3
     SE for seeds 1-3, SE 0.27-0.47). Not the full family here: at 9 rounds its first full-covariance fit
     uses 256 = 4 d draws, and that run ended 23 SE off (see docs/tempering.md)."""
-    res, _ = run(["experiment=bayes_diabetes_poly", "tempering.n_rounds=9", "tempering.n_chains=1",
-                  "tempering.variational_family=diagonal", "tempering.checkpoint_every=0", "tempering.figures=false",
-                  "progress=false"], mlflow_uri)
+    res, _ = run(
+        [
+            "experiment=bayes_diabetes_poly",
+            "tempering.n_rounds=9",
+            "tempering.n_chains=1",
+            "tempering.variational_family=diagonal",
+            "tempering.checkpoint_every=0",
+            "tempering.figures=false",
+            "progress=false",
+        ],
+        mlflow_uri,
+    )
     assert res["exact_log_z_source"] == "analytic"
     assert abs(res["log_z_ss_error_sigmas"]) < 3, res
     assert res["log_z_ss_se"] < 0.6, res

@@ -13,9 +13,18 @@ import pytest
 
 from tests.pipelines.helpers import run
 
-SMALL = ["pipeline=tesla", "network.p=10", "network.T=30", "network.samples_per_time=5", "network.n_edges=10",
-         "network.rewire_every=10", "tesla.lambda1=[0.16,0.08,0.04]", "tesla.lambda2=[1.0,0.25]",
-         "tesla.bandwidth=[3.0]", "progress=false"]
+SMALL = [
+    "pipeline=tesla",
+    "network.p=10",
+    "network.T=30",
+    "network.samples_per_time=5",
+    "network.n_edges=10",
+    "network.rewire_every=10",
+    "tesla.lambda1=[0.16,0.08,0.04]",
+    "tesla.lambda2=[1.0,0.25]",
+    "tesla.bandwidth=[3.0]",
+    "progress=false",
+]
 
 
 def _estimates(tr) -> dict:
@@ -45,8 +54,15 @@ def test_estimates_are_bit_identical_across_worker_counts(mlflow_uri, cluster_fa
     outs.append(_estimates(tr))
     for o in outs[1:]:
         assert set(o) == set(outs[0])
-        for k in ("theta_tesla", "theta_keller", "theta_static", "edges_and_tesla", "lambda1_tesla", "lambda2_tesla",
-                  "scores_tesla"):
+        for k in (
+            "theta_tesla",
+            "theta_keller",
+            "theta_static",
+            "edges_and_tesla",
+            "lambda1_tesla",
+            "lambda2_tesla",
+            "scores_tesla",
+        ):
             np.testing.assert_array_equal(outs[0][k], o[k], err_msg=k)
 
 
@@ -85,14 +101,31 @@ def _write_data(tmp_path):
 
 def test_file_data_with_truth_and_heldout_selection(tmp_path, mlflow_uri, cluster2):
     _write_data(tmp_path)
-    common = ["pipeline=tesla", "tesla.lambda1=[0.2,0.1]", "tesla.lambda2=[0.5]", "tesla.bandwidth=[2.0]",
-              "tesla.figures=false", "progress=false"]
-    res_npz, tr_npz = run(common + ["network=npz", f"network.path={tmp_path / 'net.npz'}",
-                                    f"network.truth={tmp_path / 'truth.npz'}", "tesla.criterion=heldout"],
-                          mlflow_uri, cluster2)
+    common = [
+        "pipeline=tesla",
+        "tesla.lambda1=[0.2,0.1]",
+        "tesla.lambda2=[0.5]",
+        "tesla.bandwidth=[2.0]",
+        "tesla.figures=false",
+        "progress=false",
+    ]
+    res_npz, tr_npz = run(
+        common
+        + [
+            "network=npz",
+            f"network.path={tmp_path / 'net.npz'}",
+            f"network.truth={tmp_path / 'truth.npz'}",
+            "tesla.criterion=heldout",
+        ],
+        mlflow_uri,
+        cluster2,
+    )
     assert "tesla_f1" in res_npz and 0.0 <= res_npz["tesla_f1"] <= 1.0
-    res_csv, tr_csv = run(common + ["network=csv", f"network.path={tmp_path / 'net.csv'}",
-                                    "tesla.criterion=heldout"], mlflow_uri, cluster2)
+    res_csv, tr_csv = run(
+        common + ["network=csv", f"network.path={tmp_path / 'net.csv'}", "tesla.criterion=heldout"],
+        mlflow_uri,
+        cluster2,
+    )
     assert "tesla_f1" not in res_csv  # no truth given: no recovery scores
     a, b = _estimates(tr_npz), _estimates(tr_csv)
     np.testing.assert_array_equal(a["theta_tesla"], b["theta_tesla"])  # the same data by either loader

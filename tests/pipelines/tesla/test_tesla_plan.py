@@ -22,8 +22,14 @@ from tests.conftest import compose
 from tests.pipelines.helpers import run
 
 TESLA_DIR = Path(__file__).resolve().parents[3] / "pipelines" / "tesla"
-COMMON = ["pipeline=tesla", "tesla.lambda1=[0.2,0.1]", "tesla.lambda2=[0.5]", "tesla.bandwidth=[2.0]",
-          "tesla.figures=false", "progress=false"]
+COMMON = [
+    "pipeline=tesla",
+    "tesla.lambda1=[0.2,0.1]",
+    "tesla.lambda2=[0.5]",
+    "tesla.bandwidth=[2.0]",
+    "tesla.figures=false",
+    "progress=false",
+]
 
 
 @pytest.fixture
@@ -65,8 +71,12 @@ def _files(tmp_path):
 def test_each_data_file_is_loaded_once_per_run(tmp_path, mlflow_uri, cluster2, loads):
     _files(tmp_path)  # before the counting starts
     loads.clear()
-    npz = COMMON + ["network=npz", f"network.path={tmp_path / 'net.npz'}", f"network.truth={tmp_path / 'truth.npz'}",
-                    "tesla.criterion=heldout"]
+    npz = COMMON + [
+        "network=npz",
+        f"network.path={tmp_path / 'net.npz'}",
+        f"network.truth={tmp_path / 'truth.npz'}",
+        "tesla.criterion=heldout",
+    ]
     res, tr = run(npz, mlflow_uri, cluster2)
     assert tr.client.get_run(tr.run_id).info.status == "FINISHED" and "tesla_f1" in res
     assert loads == {("load_npz", "net.npz"): 1, ("_load_truth", "truth.npz"): 1}, loads
@@ -87,8 +97,17 @@ def test_check_tesla_returns_a_frozen_typed_plan():
     from pgmflow.pipelines.tesla.networks import NetworkData, SyntheticNetwork
     from pgmflow.pipelines.tesla.plan import TeslaPlan
 
-    cfg = compose(["pipeline=tesla", "debug=default", "tesla.criterion=heldout", "tesla.methods=[keller,tesla]",
-                   "tesla.lambda1=[1,0.5]", "model.q=2", "tesla.snapshot_times=[0,3]"])
+    cfg = compose(
+        [
+            "pipeline=tesla",
+            "debug=default",
+            "tesla.criterion=heldout",
+            "tesla.methods=[keller,tesla]",
+            "tesla.lambda1=[1,0.5]",
+            "model.q=2",
+            "tesla.snapshot_times=[0,3]",
+        ]
+    )
     plan = preflight_checks(cfg)
     assert isinstance(plan, TeslaPlan) and isinstance(plan.data, NetworkData)
     assert isinstance(plan.network, SyntheticNetwork) and plan.network.p == cfg["network"]["p"]
@@ -103,8 +122,15 @@ def test_check_tesla_returns_a_frozen_typed_plan():
     assert 0 < sel.heldout.sum() < N
     assert plan.report.snapshot_times == (0, 3) and plan.seed == cfg["seed"]
     assert est.n_path_tasks(5) == 5 * (len(est.grid.bandwidths) + len(est.grid.lambda2))
-    for piece, field in ((plan, "seed"), (est, "methods"), (est.grid, "lambda1"), (est.solver, "tol"),
-                         (sel, "criterion"), (plan.report, "rule"), (plan.network, "p")):
+    for piece, field in (
+        (plan, "seed"),
+        (est, "methods"),
+        (est.grid, "lambda1"),
+        (est.solver, "tol"),
+        (sel, "criterion"),
+        (plan.report, "rule"),
+        (plan.network, "p"),
+    ):
         with pytest.raises(dataclasses.FrozenInstanceError):
             setattr(piece, field, None)
     # without criterion=heldout nothing is held out; default snapshots are four evenly spaced time points
@@ -119,7 +145,8 @@ def test_the_run_reads_no_config_dict():
         if path.name == "validate.py":
             continue
         tree = ast.parse(path.read_text())
-        names = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)} | \
-            {a.arg for n in ast.walk(tree) if isinstance(n, ast.arguments) for a in n.args + n.kwonlyargs}
+        names = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)} | {
+            a.arg for n in ast.walk(tree) if isinstance(n, ast.arguments) for a in n.args + n.kwonlyargs
+        }
         attrs = {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute)}
         assert not {"cfg", "tcfg", "ncfg"} & names and "cfg" not in attrs, path.name

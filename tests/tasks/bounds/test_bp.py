@@ -87,8 +87,15 @@ def test_non_convergence_is_a_flag_not_an_error():
     np.testing.assert_array_equal(r.mean, np.tanh(mrf.h))
 
 
-@pytest.mark.parametrize("kw, word", [({"damping": 0.0}, "damping"), ({"damping": 1.5}, "damping"),
-                                      ({"max_iter": -1}, "max_iter"), ({"tol": -1.0}, "tol")])
+@pytest.mark.parametrize(
+    "kw, word",
+    [
+        ({"damping": 0.0}, "damping"),
+        ({"damping": 1.5}, "damping"),
+        ({"max_iter": -1}, "max_iter"),
+        ({"tol": -1.0}, "tol"),
+    ],
+)
 def test_bad_schedule_is_refused(kw, word):
     with pytest.raises(M.MRFError, match=f"^{word}: .*; fix: "):
         bp.loopy_bp(M.ising_lattice(3, 3), **kw)
@@ -106,14 +113,19 @@ def csr_from_lattice(mrf, L, W, lm):
     r, c = np.divmod(row, W)
     rj, cj = np.divmod(adj.nbr, W)
     out = np.full(row.size, np.nan)
-    for arr, sel in ((lm.u_right, (rj == r) & (cj == (c + 1) % W)), (lm.u_left, (rj == r) & (cj == (c - 1) % W)),
-                     (lm.u_down, (cj == c) & (rj == (r + 1) % L)), (lm.u_up, (cj == c) & (rj == (r - 1) % L))):
+    for arr, sel in (
+        (lm.u_right, (rj == r) & (cj == (c + 1) % W)),
+        (lm.u_left, (rj == r) & (cj == (c - 1) % W)),
+        (lm.u_down, (cj == c) & (rj == (r + 1) % L)),
+        (lm.u_up, (cj == c) & (rj == (r - 1) % L)),
+    ):
         out[sel] = np.asarray(arr)[r[sel], c[sel]]
     return out
 
 
-@pytest.mark.parametrize("L, W, periodic", [(3, 3, True), (4, 5, True), (6, 3, True), (4, 6, False), (1, 5, False),
-                                            (3, 3, False)])
+@pytest.mark.parametrize(
+    "L, W, periodic", [(3, 3, True), (4, 5, True), (6, 3, True), (4, 6, False), (1, 5, False), (3, 3, False)]
+)
 def test_lattice_array_path_reproduces_the_numba_kernel(L, W, periodic):
     rng = np.random.default_rng(L * 100 + W + periodic)
     mrf = _lattice_model(rng, L, W, periodic)

@@ -31,6 +31,7 @@ def _random_dense(rng, n, p=0.6, scale=1.0, hscale=1.0):
 
 # --- enumeration ------------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("n", [1, 2, 3, 5, 8, 11, 12, 13, 14, 16])
 def test_enumeration_matches_brute_force(n):
     # n > 12 exercises the low/high split of the state index (edges within and across the halves)
@@ -85,11 +86,12 @@ def test_enumeration_n20_is_fast_and_n27_is_refused():
 
 # --- transfer matrix --------------------------------------------------------------------------------
 
+
 def _random_lattice(rng, L, W, pr, pc, zero_frac=0.2):
     h = rng.normal(size=(L, W))
     Jr = rng.choice([-1, 1], size=(L, W)) * rng.uniform(0.1, 1.5, size=(L, W))
     Jd = rng.choice([-1, 1], size=(L, W)) * rng.uniform(0.1, 1.5, size=(L, W))
-    Jr[rng.random((L, W)) < zero_frac] = 0.0     # zero bonds are all-ones factors, not identities
+    Jr[rng.random((L, W)) < zero_frac] = 0.0  # zero bonds are all-ones factors, not identities
     Jd[rng.random((L, W)) < zero_frac] = 0.0
     if not pc or W == 1:
         Jr[:, -1] = 0.0
@@ -138,7 +140,7 @@ def test_transfer_matrix_of_an_ising_lattice_mrf(L, W, periodic):
     bh = rng.choice([-1, 1], size=(L, W))
     bv = rng.choice([-1, 1], size=(L, W))
     mrf = M.ising_lattice(L, W, J=0.9, h=0.0, beta=1.1, periodic=periodic, bonds_h=bh, bonds_v=bv)
-    mrf = mrf._replace(h=rng.normal(size=L * W))                 # arbitrary per-site fields
+    mrf = mrf._replace(h=rng.normal(size=L * W))  # arbitrary per-site fields
     mrf = mrf._replace(J=mrf.J * rng.uniform(0.3, 1.6, size=mrf.E))  # and per-bond couplings
     res = X.lattice_transfer_matrix_mrf(mrf, L, W, periodic=periodic)
     ex = X.exact_marginals(mrf)
@@ -149,8 +151,14 @@ def test_transfer_matrix_of_an_ising_lattice_mrf(L, W, periodic):
 def test_lattice_arrays_round_trip_and_refusals():
     rng = np.random.default_rng(11)
     for L, W, per in [(4, 5, True), (4, 5, False), (2, 3, True), (3, 2, True), (1, 4, True)]:
-        mrf = M.ising_lattice(L, W, beta=0.7, periodic=per, bonds_h=rng.choice([-1, 1], size=(L, W)),
-                              bonds_v=rng.choice([-1, 1], size=(L, W)))
+        mrf = M.ising_lattice(
+            L,
+            W,
+            beta=0.7,
+            periodic=per,
+            bonds_h=rng.choice([-1, 1], size=(L, W)),
+            bonds_v=rng.choice([-1, 1], size=(L, W)),
+        )
         mrf = mrf._replace(h=rng.normal(size=L * W))
         h, Jr, Jd = X.lattice_arrays(mrf, L, W, per)
         back = _lattice_mrf(h, Jr, Jd)
@@ -189,8 +197,7 @@ def test_transfer_matrix_matches_tempering_transfer_matrix():
         hf = rng.normal(scale=0.5, size=(L, W))
         beta, J = 0.8, 1.2
         ref = TE.ising_log_z_transfer_matrix(bh, bv, J, hf, beta, derivatives=0)["log_z"]
-        res = X.lattice_transfer_matrix(beta * hf, beta * J * bh, beta * J * bv, periodic_rows=True,
-                                        periodic_cols=True)
+        res = X.lattice_transfer_matrix(beta * hf, beta * J * bh, beta * J * bv, periodic_rows=True, periodic_cols=True)
         assert abs(res.log_z - ref) < 1e-10 * abs(ref)
 
 
@@ -199,7 +206,7 @@ def test_transfer_matrix_matches_kaufman_on_the_torus(beta):
     L, W = 8, 6
     res = X.lattice_transfer_matrix_mrf(M.ising_lattice(L, W, beta=beta, periodic=True), L, W, periodic=True)
     assert abs(res.log_z - TE.kaufman_log_z(L, W, 1.0, beta)) < 1e-10 * abs(res.log_z)
-    np.testing.assert_allclose(res.mean, 0.0, atol=1e-12)        # zero field: spin-flip symmetry
+    np.testing.assert_allclose(res.mean, 0.0, atol=1e-12)  # zero field: spin-flip symmetry
 
 
 def test_transfer_matrix_10x10_torus_is_exact_and_fast():

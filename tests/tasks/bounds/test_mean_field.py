@@ -62,8 +62,12 @@ def test_bound_holds_on_random_models():
     for kind, mrf in MODELS:
         lz = X.log_z_enumeration(mrf)
         # arbitrary points of [-1, 1]^n, including the corners (the entropy is exactly 0 there)
-        for m in [rng.uniform(-1, 1, mrf.n), rng.choice([-1.0, 1.0], mrf.n), np.tanh(3 * rng.normal(size=mrf.n)),
-                  np.zeros(mrf.n)]:
+        for m in [
+            rng.uniform(-1, 1, mrf.n),
+            rng.choice([-1.0, 1.0], mrf.n),
+            np.tanh(3 * rng.normal(size=mrf.n)),
+            np.zeros(mrf.n),
+        ]:
             assert MF.mf_bound(mrf, m) <= lz + 1e-9, kind
         res = MF.mean_field(mrf, n_restarts=2, seed=3)
         assert res.log_z_lower <= lz + 1e-9, kind
@@ -142,7 +146,7 @@ def test_single_edge_closed_forms():
 
 
 def test_restarts_never_lower_the_bound_and_are_reproducible():
-    for kind, mrf in MODELS[::3]:
+    for _kind, mrf in MODELS[::3]:
         base = MF.mean_field(mrf)
         more = MF.mean_field(mrf, n_restarts=6, seed=11)
         assert more.log_z_lower >= base.log_z_lower

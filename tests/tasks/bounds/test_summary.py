@@ -25,8 +25,11 @@ def _random_models(seed, count):
             keep = rng.random(iu[0].size) < rng.uniform(0.25, 0.6)
             if not keep.any():
                 continue
-            model = M.make_mrf(rng.uniform(-0.8, 0.8, n), np.stack([iu[0][keep], iu[1][keep]], 1),
-                               rng.uniform(-1.2, 1.2, int(keep.sum())))
+            model = M.make_mrf(
+                rng.uniform(-0.8, 0.8, n),
+                np.stack([iu[0][keep], iu[1][keep]], 1),
+                rng.uniform(-1.2, 1.2, int(keep.sum())),
+            )
             name = f"gnp{n}"
         elif kind == 1:  # frustrated: antiferromagnetic triangles and odd cycles
             n = int(rng.choice([3, 5, 7, 9]))
@@ -36,9 +39,15 @@ def _random_models(seed, count):
         elif kind == 2:  # +-J spin glass on a small lattice, periodic or open
             L, W = int(rng.choice([3, 4])), 3
             periodic = bool(rng.integers(2))
-            model = M.ising_lattice(L, W, beta=float(rng.uniform(0.2, 0.8)), h=float(rng.uniform(-0.3, 0.3)),
-                                    periodic=periodic, bonds_h=rng.choice([-1.0, 1.0], (L, W)),
-                                    bonds_v=rng.choice([-1.0, 1.0], (L, W)))
+            model = M.ising_lattice(
+                L,
+                W,
+                beta=float(rng.uniform(0.2, 0.8)),
+                h=float(rng.uniform(-0.3, 0.3)),
+                periodic=periodic,
+                bonds_h=rng.choice([-1.0, 1.0], (L, W)),
+                bonds_v=rng.choice([-1.0, 1.0], (L, W)),
+            )
             name = f"glass{L}x{W}{'p' if periodic else 'o'}"
         else:  # ferromagnetic lattice through the critical region
             model = M.ising_lattice(3, 4, beta=float(rng.uniform(0.1, 1.0)), h=float(rng.uniform(-0.2, 0.2)))
@@ -84,8 +93,9 @@ def test_marginal_bounds_are_tight_on_a_tree():
 @pytest.mark.parametrize("L,W", [(3, 3), (3, 4), (4, 5)])
 def test_the_lattice_path_equals_the_any_graph_path(L, W):
     rng = np.random.default_rng(L * W)
-    model = M.ising_lattice(L, W, beta=0.45, bonds_h=rng.choice([-1.0, 1.0], (L, W)),
-                            bonds_v=rng.choice([-1.0, 1.0], (L, W)))._replace(h=rng.uniform(-0.3, 0.3, L * W))
+    model = M.ising_lattice(
+        L, W, beta=0.45, bonds_h=rng.choice([-1.0, 1.0], (L, W)), bonds_v=rng.choice([-1.0, 1.0], (L, W))
+    )._replace(h=rng.uniform(-0.3, 0.3, L * W))
     rho = trw.lattice_rho(L, W)
     a = summary.compute_bounds(model, rho, lattice=(L, W, True))
     b = summary.compute_bounds(model, rho)

@@ -79,7 +79,7 @@ def test_trw_is_an_upper_bound_on_random_models():
     # maximiser is nearly integral (pair beliefs within 1e-3 of deterministic) and the damped
     # iteration contracts very slowly (they converge after 2e4-4e5 updates; no damping helps).
     assert len(slow) <= 25, [(name, m.n, m.E) for name, m, _, _ in slow]
-    for name, mrf, r, lz in slow:
+    for name, _mrf, r, lz in slow:
         assert np.min(1 - np.abs(r.pair_mean)) < 1e-2, (name, np.min(1 - np.abs(r.pair_mean)))
         assert r.n_iter == 10000 and lz < r.log_z_upper
 
@@ -228,17 +228,20 @@ def _big_cycle(n=20):
     return M.make_mrf(np.zeros(n), np.stack([np.arange(n), (np.arange(n) + 1) % n], 1), np.ones(n))
 
 
-@pytest.mark.parametrize("case, word", [
-    ("shape", r"has shape \(6,\), the model has 7 edges"),
-    ("nan", "is not finite on edge 2"),
-    ("zero", "is 0 <= 0 on edge 1"),
-    ("negative", "is -0.1 <= 0 on edge 1"),
-    ("above_one", "> 1 on edge 3"),
-    ("component_sum", "sums to 4.5 on the connected component of node 0 \\(6 nodes\\); spanning trees have 5"),
-    ("node_sum", "over the edges of node 0"),
-    ("subtour", r"inside nodes \[0, 1, 2\], more than \|S\| - 1 = 2"),
-    ("disconnected_sum", "on the connected component of node 4"),
-])
+@pytest.mark.parametrize(
+    "case, word",
+    [
+        ("shape", r"has shape \(6,\), the model has 7 edges"),
+        ("nan", "is not finite on edge 2"),
+        ("zero", "is 0 <= 0 on edge 1"),
+        ("negative", "is -0.1 <= 0 on edge 1"),
+        ("above_one", "> 1 on edge 3"),
+        ("component_sum", "sums to 4.5 on the connected component of node 0 \\(6 nodes\\); spanning trees have 5"),
+        ("node_sum", "over the edges of node 0"),
+        ("subtour", r"inside nodes \[0, 1, 2\], more than \|S\| - 1 = 2"),
+        ("disconnected_sum", "on the connected component of node 4"),
+    ],
+)
 def test_check_rho_rejects(case, word):
     mrf = _two_triangles()
     good = np.array([2 / 3, 2 / 3, 2 / 3, 1, 2 / 3, 2 / 3, 2 / 3])

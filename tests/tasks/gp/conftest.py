@@ -3,8 +3,8 @@
 import numpy as np
 import pytest
 
-from pgmflow.tasks.gp import kuf_cache
 from pgmflow.tasks.gp import kernels as kern
+from pgmflow.tasks.gp import kuf_cache
 
 
 def make_problem(n: int, d: int = 3, m: int = 12, seed: int = 5):

@@ -8,7 +8,7 @@ from pgmflow.tasks.gp import exact
 from pgmflow.tasks.gp import kernels as kern
 
 sklearn_gp = pytest.importorskip("sklearn.gaussian_process")
-from sklearn.gaussian_process.kernels import RBF, ConstantKernel, Matern, WhiteKernel
+from sklearn.gaussian_process.kernels import RBF, ConstantKernel, Matern, WhiteKernel  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -27,8 +27,9 @@ def _sk_theta(p):  # sklearn's theta of ConstantKernel * RBF(ARD) + WhiteKernel
 def test_log_marginal_likelihood_matches_sklearn(data, kernel, nu):
     X, y = data
     base = RBF([1.0, 1.0]) if nu is None else Matern([1.0, 1.0], nu=nu)
-    gpr = sklearn_gp.GaussianProcessRegressor(ConstantKernel(1.0) * base + WhiteKernel(0.1), alpha=1e-15,
-                                              normalize_y=False, optimizer=None).fit(X, y)
+    gpr = sklearn_gp.GaussianProcessRegressor(
+        ConstantKernel(1.0) * base + WhiteKernel(0.1), alpha=1e-15, normalize_y=False, optimizer=None
+    ).fit(X, y)
     for p in (kern.make_params([0.3, 0.7], 1.4, 0.02), kern.make_params([1.5, 0.2], 0.3, 0.5)):
         want = gpr.log_marginal_likelihood(_sk_theta(p))
         assert exact.log_marginal_likelihood(kernel, p, X, y) == pytest.approx(want, rel=1e-8)
@@ -51,8 +52,9 @@ def test_fitted_hyperparameters_and_predictions_match_sklearn(data):
 
 def test_restarts_keep_the_best_start(data):
     X, y = data
-    fit = exact.fit("matern52", X, y, kern.make_params([5.0, 5.0], 0.1, 1.0), n_restarts=2,
-                    rng=np.random.default_rng(0))
+    fit = exact.fit(
+        "matern52", X, y, kern.make_params([5.0, 5.0], 0.1, 1.0), n_restarts=2, rng=np.random.default_rng(0)
+    )
     assert fit.lmls.shape == (3,) and fit.lml == pytest.approx(np.max(fit.lmls))
     assert fit.lml == pytest.approx(exact.log_marginal_likelihood("matern52", fit.params, X, y), rel=1e-12)
     with pytest.raises(ValueError, match="rng"):
@@ -69,8 +71,10 @@ def test_gradient_matches_finite_differences(data, kernel):
     for i in range(th.size):
         e = np.zeros_like(th)
         e[i] = 1e-6
-        fd[i] = (exact.log_marginal_likelihood(kernel, kern.unpack(th + e, 2)[0], X, y)
-                 - exact.log_marginal_likelihood(kernel, kern.unpack(th - e, 2)[0], X, y)) / 2e-6
+        fd[i] = (
+            exact.log_marginal_likelihood(kernel, kern.unpack(th + e, 2)[0], X, y)
+            - exact.log_marginal_likelihood(kernel, kern.unpack(th - e, 2)[0], X, y)
+        ) / 2e-6
     np.testing.assert_allclose(kern.pack(g), fd, rtol=1e-6, atol=1e-6)
 
 

@@ -41,7 +41,7 @@ def test_blocked_passes_equal_the_whole_chunk_formulas(n):
     tol = 1e-10 * np.abs(G).sum()
     np.testing.assert_allclose(GX, T[:, :d], rtol=1e-10, atol=tol)
     np.testing.assert_allclose(g1, T[:, 2 * d], rtol=1e-10, atol=tol)
-    np.testing.assert_allclose(sq, T[:, d:2 * d].sum(axis=0), rtol=1e-10, atol=tol * np.abs(Xs).max() ** 2)
+    np.testing.assert_allclose(sq, T[:, d : 2 * d].sum(axis=0), rtol=1e-10, atol=tol * np.abs(Xs).max() ** 2)
     assert math.isclose(g_sum, G.sum(), rel_tol=1e-10, abs_tol=1e-10 * np.abs(G).sum())
 
 
@@ -85,8 +85,10 @@ def test_any_layout_of_a_given_kuf_gives_the_same_bits(method):
     _, adj = bounds.objective(method, "rbf", p, Z, st)
     g = stats.chunk_grad(method, "rbf", p, Z, X, y, adj)
     for given in (K, C):
-        assert all(np.array_equal(np.asarray(u), np.asarray(v))
-                   for u, v in zip(g, stats.chunk_grad(method, "rbf", p, Z, X, y, adj, Kuf=given)))
+        assert all(
+            np.array_equal(np.asarray(u), np.asarray(v))
+            for u, v in zip(g, stats.chunk_grad(method, "rbf", p, Z, X, y, adj, Kuf=given))
+        )
     # FITC takes the same Kuf, in C order, whichever layout it is given
     fst = stats.chunk_stats("fitc", "rbf", p, Z, X, y)
     assert all(np.array_equal(u, v) for u, v in zip(fst, stats.chunk_stats("fitc", "rbf", p, Z, X, y, Kuf=K)))
@@ -119,8 +121,10 @@ def test_the_gradient_task_hands_kuf_back_and_the_next_statistics_task_reuses_it
     st2 = chunks.chunk_stats_task("sgpr", "rbf", p, Z, c, 1e-6, "numpy")
     assert kuf_cache.free_bytes() == 0 and next(iter(kuf_cache._store.values())) is stored  # written over
     assert all(np.array_equal(u, v) for u, v in zip(st, st2))
-    assert all(np.array_equal(np.asarray(u), np.asarray(v))
-               for u, v in zip(g, chunks.chunk_grad_task("sgpr", "rbf", p, Z, c, adj, "numpy")))
+    assert all(
+        np.array_equal(np.asarray(u), np.asarray(v))
+        for u, v in zip(g, chunks.chunk_grad_task("sgpr", "rbf", p, Z, c, adj, "numpy"))
+    )
 
 
 def test_buffers_are_only_whole_arrays_within_the_budget(monkeypatch):

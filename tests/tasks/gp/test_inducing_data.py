@@ -50,7 +50,7 @@ def test_kmeans_pp_refuses_more_inducing_inputs_than_distinct_rows():
 def test_friedman1_follows_the_formula_and_the_seed():
     X, y = data.friedman1(5, 200, d=7, noise_std=0.0)
     assert X.shape == (200, 7) and y.shape == (200,)
-    want = (10 * np.sin(np.pi * X[:, 0] * X[:, 1]) + 20 * (X[:, 2] - 0.5) ** 2 + 10 * X[:, 3] + 5 * X[:, 4])
+    want = 10 * np.sin(np.pi * X[:, 0] * X[:, 1]) + 20 * (X[:, 2] - 0.5) ** 2 + 10 * X[:, 3] + 5 * X[:, 4]
     np.testing.assert_allclose(y, want, rtol=1e-14)
     X1, y1 = data.friedman1(5, 200, d=7, noise_std=1.0)
     np.testing.assert_array_equal(X1, X)

@@ -84,13 +84,16 @@ def test_K_vjp_matches_finite_differences(setup, kernel):
     def with_params(ll, lv):
         return float(np.sum(B * kern.K(kernel, kern.GPParams(ll, lv, p.log_noise), X1, X2)))
 
-    np.testing.assert_allclose(g.log_lengthscale, _fd(lambda v: with_params(v, p.log_variance), p.log_lengthscale),
-                               rtol=1e-6, atol=1e-8)
+    np.testing.assert_allclose(
+        g.log_lengthscale, _fd(lambda v: with_params(v, p.log_variance), p.log_lengthscale), rtol=1e-6, atol=1e-8
+    )
     assert g.log_variance == pytest.approx(with_params(p.log_lengthscale, p.log_variance), rel=1e-12)
-    np.testing.assert_allclose(g.X1, _fd(lambda v: float(np.sum(B * kern.K(kernel, p, v, X2))), X1),
-                               rtol=1e-6, atol=1e-8)
-    np.testing.assert_allclose(g.X2, _fd(lambda v: float(np.sum(B * kern.K(kernel, p, X1, v))), X2),
-                               rtol=1e-6, atol=1e-8)
+    np.testing.assert_allclose(
+        g.X1, _fd(lambda v: float(np.sum(B * kern.K(kernel, p, v, X2))), X1), rtol=1e-6, atol=1e-8
+    )
+    np.testing.assert_allclose(
+        g.X2, _fd(lambda v: float(np.sum(B * kern.K(kernel, p, X1, v))), X2), rtol=1e-6, atol=1e-8
+    )
     assert np.all(np.isfinite(g.X2))
 
 
@@ -100,10 +103,8 @@ def test_K_sym_vjp_matches_finite_differences(setup, kernel):
     B = rng.standard_normal((9, 9))
     B = B + B.T
     g = kern.K_sym_vjp(kernel, p, X1, B, wrt_X=True)
-    np.testing.assert_allclose(g.X1, _fd(lambda v: float(np.sum(B * kern.K(kernel, p, v))), X1),
-                               rtol=1e-6, atol=1e-8)
-    ll = _fd(lambda v: float(np.sum(B * kern.K(kernel, kern.GPParams(v, p.log_variance, 0.0), X1))),
-             p.log_lengthscale)
+    np.testing.assert_allclose(g.X1, _fd(lambda v: float(np.sum(B * kern.K(kernel, p, v))), X1), rtol=1e-6, atol=1e-8)
+    ll = _fd(lambda v: float(np.sum(B * kern.K(kernel, kern.GPParams(v, p.log_variance, 0.0), X1))), p.log_lengthscale)
     np.testing.assert_allclose(g.log_lengthscale, ll, rtol=1e-6, atol=1e-8)
     g2 = kern.K_sym_vjp(kernel, p, X1, B, wrt_X=False)
     np.testing.assert_allclose(g2.log_lengthscale, g.log_lengthscale, rtol=1e-12)
@@ -167,10 +168,15 @@ def test_cupy_kernels_and_chunk_stats_match_numpy(setup, kernel):
 
     cp = backend.cupy()
     rng, X1, X2, p = setup
-    np.testing.assert_allclose(backend.to_numpy(kern.K(kernel, p, cp.asarray(X1), cp.asarray(X2))),
-                               kern.K(kernel, p, X1, X2), rtol=1e-10, atol=1e-12)
-    np.testing.assert_allclose(backend.to_numpy(kern.K(kernel, p, cp.asarray(X1))), kern.K(kernel, p, X1),
-                               rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(
+        backend.to_numpy(kern.K(kernel, p, cp.asarray(X1), cp.asarray(X2))),
+        kern.K(kernel, p, X1, X2),
+        rtol=1e-10,
+        atol=1e-12,
+    )
+    np.testing.assert_allclose(
+        backend.to_numpy(kern.K(kernel, p, cp.asarray(X1))), kern.K(kernel, p, X1), rtol=1e-10, atol=1e-12
+    )
     B = rng.standard_normal((9, 6))
     gc = kern.K_vjp(kernel, p, cp.asarray(X1), cp.asarray(X2), cp.asarray(B), wrt_X1=True)
     gn = kern.K_vjp(kernel, p, X1, X2, B, wrt_X1=True)

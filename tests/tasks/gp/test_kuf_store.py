@@ -28,8 +28,9 @@ def test_a_given_kuf_gives_the_same_bits(problem, method):
     st = stats.chunk_stats(method, "rbf", p, Z, X, y)
     assert _same(st, stats.chunk_stats(method, "rbf", p, Z, X, y, Kuf=K))
     _, adj = bounds.objective(method, "rbf", p, Z, st)
-    assert _same(stats.chunk_grad(method, "rbf", p, Z, X, y, adj),
-                 stats.chunk_grad(method, "rbf", p, Z, X, y, adj, Kuf=K))
+    assert _same(
+        stats.chunk_grad(method, "rbf", p, Z, X, y, adj), stats.chunk_grad(method, "rbf", p, Z, X, y, adj, Kuf=K)
+    )
 
 
 def test_a_given_kuf_is_refused_where_it_cannot_serve(problem):
@@ -78,9 +79,14 @@ def test_the_key_follows_what_kuf_depends_on(problem):
     Z2, X2 = Z.copy(), X.copy()
     Z2[3, 1] += 1e-12
     X2[-1, 0] = np.nextafter(X2[-1, 0], 1.0)
-    others = [kuf_cache.key("matern32", p, Z, X), kuf_cache.key("rbf", p._replace(log_variance=0.3), Z, X),
-              kuf_cache.key("rbf", p._replace(log_lengthscale=p.log_lengthscale + [0, 0, 1e-9]), Z, X),
-              kuf_cache.key("rbf", p, Z2, X), kuf_cache.key("rbf", p, Z, X2), kuf_cache.key("rbf", p, Z, X[:-1])]
+    others = [
+        kuf_cache.key("matern32", p, Z, X),
+        kuf_cache.key("rbf", p._replace(log_variance=0.3), Z, X),
+        kuf_cache.key("rbf", p._replace(log_lengthscale=p.log_lengthscale + [0, 0, 1e-9]), Z, X),
+        kuf_cache.key("rbf", p, Z2, X),
+        kuf_cache.key("rbf", p, Z, X2),
+        kuf_cache.key("rbf", p, Z, X[:-1]),
+    ]
     assert len({k, *others}) == 7
 
 
@@ -99,8 +105,13 @@ def test_the_store_keeps_to_its_budget_dropping_the_oldest(monkeypatch):
 @pytest.mark.parametrize("fma", [False, True])
 def test_capped_exp_is_within_one_ulp_of_numpy(fma):
     rng = np.random.default_rng(0)
-    E = np.concatenate([np.linspace(-708.0, 700.0, 200_001), -40.0 * rng.random(100_000),
-                        [0.0, -0.5 * np.log(2.0), 0.5 * np.log(2.0), 3.0, 5.0]]).reshape(-1, 7)
+    E = np.concatenate(
+        [
+            np.linspace(-708.0, 700.0, 200_001),
+            -40.0 * rng.random(100_000),
+            [0.0, -0.5 * np.log(2.0), 0.5 * np.log(2.0), 3.0, 5.0],
+        ]
+    ).reshape(-1, 7)
     want = np.exp(np.minimum(E, 4.0))
     got = fastexp.capped_exp(E.copy(), 4.0, fma=fma)
     assert np.max(np.abs(got - want) / np.spacing(want)) <= 1.0
@@ -123,5 +134,4 @@ def test_rbf_cross_matrices_use_numpy_above_the_cap(problem):
     Xs, Zs = X / p.lengthscale, Z / p.lengthscale
     U = np.sum(Zs * Zs, 1)[:, None] + np.sum(Xs * Xs, 1)[None, :] - 2 * Zs @ Xs.T
     np.testing.assert_allclose(np.log(K), 705.0 - 0.5 * np.maximum(U, 0), rtol=1e-13)
-    np.testing.assert_allclose(kern.K("rbf", p, Z, X), np.exp(np.log(p.variance) - 0.5 * np.maximum(U, 0)),
-                               rtol=1e-12)
+    np.testing.assert_allclose(kern.K("rbf", p, Z, X), np.exp(np.log(p.variance) - 0.5 * np.maximum(U, 0)), rtol=1e-12)

@@ -11,6 +11,7 @@ import math
 import numpy as np
 import pytest
 import scipy.optimize
+
 from pgmflow.tasks.gp import bounds as gbounds
 from pgmflow.tasks.gp import data as gdata
 from pgmflow.tasks.gp import inducing, lbfgsb
@@ -48,8 +49,11 @@ PROBLEMS = {  # fun, x0, scipy-style bounds
     "rosenbrock2": (rosen, np.array([-1.2, 1.0]), None),
     "rosenbrock10": (rosen, np.full(10, -1.2), None),
     "rosenbrock2_active": (rosen, np.array([-1.2, 1.0]), [(-2.0, 0.5), (-1.0, 2.0)]),
-    "rosenbrock10_active": (rosen, np.full(10, 0.3),
-                            [(-0.5, 0.8)] * 5 + [(None, 0.9), (0.2, None)] + [(None, None)] * 3),
+    "rosenbrock10_active": (
+        rosen,
+        np.full(10, 0.3),
+        [(-0.5, 0.8)] * 5 + [(None, 0.9), (0.2, None)] + [(None, None)] * 3,
+    ),
     "rosenbrock10_inactive": (rosen, np.full(10, -1.2), [(-5.0, 5.0)] * 10),
     "quadratic_active": (QUAD, np.zeros(12), [(-0.3, 0.3)] * 12),
     "bumpy_start_outside": (bumpy, np.full(4, 5.0), [(-1.0, 1.0)] * 4),
@@ -178,6 +182,7 @@ def test_stopping_rules_and_messages():
 
 def test_a_failed_evaluation_backs_the_line_search_off():
     """An evaluation that returns (inf, 0) (a Cholesky that will not factor) shortens the step."""
+
     def fun(x):
         if x[0] > 0.5:
             return math.inf, np.zeros_like(x)
@@ -185,12 +190,14 @@ def test_a_failed_evaluation_backs_the_line_search_off():
 
     res = lbfgsb.minimize(fun, np.array([-1.2, 1.0, 0.0]), [-2.0, -2.0, -2.0], [2.0, 2.0, 2.0])
     assert np.isfinite(res.fun) and res.x[0] <= 0.5
-    ref = scipy.optimize.minimize(fun, np.array([-1.2, 1.0, 0.0]), jac=True, method="L-BFGS-B",
-                                  bounds=[(-2.0, 2.0)] * 3)
+    ref = scipy.optimize.minimize(
+        fun, np.array([-1.2, 1.0, 0.0]), jac=True, method="L-BFGS-B", bounds=[(-2.0, 2.0)] * 3
+    )
     assert res.fun <= ref.fun + 1e-6 * max(1.0, abs(ref.fun))
 
 
 # --- issue 32's acceptance: the SGPR bound against scipy's L-BFGS-B from the same start ---------------------
+
 
 def _sgpr(X, y, m, kernel, seed=0):
     """``(fun, theta0, lower, upper)``: minus the SGPR bound (Titsias 2009) and its gradient over the log
@@ -235,8 +242,11 @@ def _acceptance(X, y, m, kernel, perturbed_starts=0, max_iter=15000):
         refs = []
         for k in range(perturbed_starts + 1):
             start = theta0 if k == 0 else theta0 * (1 + 1e-12 * np.random.default_rng(k).standard_normal(theta0.size))
-            refs.append(scipy.optimize.minimize(fun, start, jac=True, method="L-BFGS-B", bounds=box,
-                                                options={"maxiter": max_iter}))
+            refs.append(
+                scipy.optimize.minimize(
+                    fun, start, jac=True, method="L-BFGS-B", bounds=box, options={"maxiter": max_iter}
+                )
+            )
     bound_new, bound_ref = -got.fun, min(-r.fun for r in refs)
     assert bound_new >= bound_ref - 1e-6 * abs(bound_ref), (bound_new, [-r.fun for r in refs], got.message)
     return got, refs

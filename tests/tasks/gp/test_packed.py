@@ -13,8 +13,10 @@ from pgmflow.tasks.gp import stats as gstats
 
 def test_packed_results_come_back_as_the_same_values_and_sum_to_the_same_bits():
     rng = np.random.default_rng(0)
-    stats = [gstats.Stats(10 + i, float(rng.random()), float(rng.random()), rng.random(4), rng.random((4, 4)))
-             for i in range(3)]
+    stats = [
+        gstats.Stats(10 + i, float(rng.random()), float(rng.random()), rng.random(4), rng.random((4, 4)))
+        for i in range(3)
+    ]
     grads = [gstats.Grad(rng.random(2), float(i), 0.0, rng.random((4, 2)), 0.0) for i in range(3)]
     for parts in (stats, grads):
         p = pickle.loads(pickle.dumps(chunks.packed(parts), protocol=5))  # as between two processes
@@ -33,8 +35,10 @@ def test_packed_results_come_back_as_the_same_values_and_sum_to_the_same_bits():
 
 
 def test_packed_keeps_fields_of_unequal_shapes_and_lists_pass_through():
-    parts = [gstats.Grad(np.zeros(2), 0.0, 0.0, np.zeros((3, 2)), np.zeros((3, 3))),
-             gstats.Grad(np.ones(2), 1.0, 0.0, np.ones((3, 2)), 0.0)]  # Kuu: an array, then a scalar
+    parts = [
+        gstats.Grad(np.zeros(2), 0.0, 0.0, np.zeros((3, 2)), np.zeros((3, 3))),
+        gstats.Grad(np.ones(2), 1.0, 0.0, np.ones((3, 2)), 0.0),
+    ]  # Kuu: an array, then a scalar
     p = chunks.packed(parts)
     assert p.fields[4][0] is False and chunks.unpacked(p)[1].Kuu == 0.0
     assert chunks.unpacked(parts) == parts and chunks.unpacked(chunks.packed([])) == []

@@ -22,8 +22,10 @@ def problem():
 
 
 def _stats(method, kernel, p, Z, X, y, chunk_size, jitter=kern.DEFAULT_JITTER):
-    return stats.sum_in_order(stats.chunk_stats(method, kernel, p, Z, X[a:b], y[a:b], jitter)
-                              for a, b in stats.chunk_bounds(len(y), chunk_size))
+    return stats.sum_in_order(
+        stats.chunk_stats(method, kernel, p, Z, X[a:b], y[a:b], jitter)
+        for a, b in stats.chunk_bounds(len(y), chunk_size)
+    )
 
 
 def test_chunk_bounds_and_sum_helpers():

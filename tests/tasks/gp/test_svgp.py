@@ -87,8 +87,10 @@ def test_elbo_gradient_matches_finite_differences(problem, kernel):
         e[i] = 1e-5
         pp, Zp = kern.unpack(th + e, d, m)
         pm, Zm = kern.unpack(th - e, d, m)
-        fd[i] = (svgp.svgp_elbo(kernel, pp, Zp, q0, X[idx], y[idx], n)
-                 - svgp.svgp_elbo(kernel, pm, Zm, q0, X[idx], y[idx], n)) / 2e-5
+        fd[i] = (
+            svgp.svgp_elbo(kernel, pp, Zp, q0, X[idx], y[idx], n)
+            - svgp.svgp_elbo(kernel, pm, Zm, q0, X[idx], y[idx], n)
+        ) / 2e-5
     err = np.abs(fd - g) / (np.abs(g) + 1e-3 * np.max(np.abs(g)))
     assert np.max(err) < 1e-5
 

@@ -72,17 +72,20 @@ def test_make_shard_keeps_canonical_arrays_without_copy():
     assert s.indptr is indptr and s.indices is indices and s.counts is counts
 
 
-@pytest.mark.parametrize("indptr,indices,counts,words", [
-    ([0, 2], [0, 1], [1.0, -2.0], ["negative count", "document 5"]),
-    ([0, 2], [0, 1], [1.0, np.nan], ["non-finite"]),
-    ([0, 2], [0, 1], [np.inf, 1.0], ["non-finite"]),
-    ([0, 2], [0, 9], [1.0, 1.0], ["word id 9", "n_words = 4"]),
-    ([0, 2], [-1, 1], [1.0, 1.0], ["word id -1"]),
-    ([0, 2, 1, 2], [0, 1], [1.0, 1.0], ["not monotone"]),
-    ([0, 3], [0, 1], [1.0, 1.0], ["end at len(indices)"]),
-    ([1, 2], [0, 1], [1.0, 1.0], ["start at 0"]),
-    ([0, 2], [0.0, 1.0], [1.0, 1.0], ["integer"]),
-])
+@pytest.mark.parametrize(
+    "indptr,indices,counts,words",
+    [
+        ([0, 2], [0, 1], [1.0, -2.0], ["negative count", "document 5"]),
+        ([0, 2], [0, 1], [1.0, np.nan], ["non-finite"]),
+        ([0, 2], [0, 1], [np.inf, 1.0], ["non-finite"]),
+        ([0, 2], [0, 9], [1.0, 1.0], ["word id 9", "n_words = 4"]),
+        ([0, 2], [-1, 1], [1.0, 1.0], ["word id -1"]),
+        ([0, 2, 1, 2], [0, 1], [1.0, 1.0], ["not monotone"]),
+        ([0, 3], [0, 1], [1.0, 1.0], ["end at len(indices)"]),
+        ([1, 2], [0, 1], [1.0, 1.0], ["start at 0"]),
+        ([0, 2], [0.0, 1.0], [1.0, 1.0], ["integer"]),
+    ],
+)
 def test_make_shard_errors(indptr, indices, counts, words):
     with pytest.raises(C.CorpusError) as ei:
         C.make_shard(np.array(indptr), np.array(indices), np.array(counts), 4, doc_offset=5, path="/data/x.npz")
@@ -125,7 +128,7 @@ def test_shard_pickles():
 def _shards(X, sizes, V=None):
     lo = 0
     for n in sizes:
-        yield C.shard_from_dense(X[lo:lo + n], doc_offset=999)  # offsets are renumbered by write_corpus
+        yield C.shard_from_dense(X[lo : lo + n], doc_offset=999)  # offsets are renumbered by write_corpus
         lo += n
 
 
@@ -136,8 +139,15 @@ def test_write_open_load_round_trip(tmp_path):
     names = [f"doc {i}" for i in range(10)]
     empty = C.shard_from_dense(np.zeros((0, X.shape[1])))
     shards = [*_shards(X, [3, 4]), empty, *_shards(X[7:], [3])]
-    info = C.write_corpus(tmp_path / "c", iter(shards), X.shape[1], vocab=vocab, source="test",
-                          extra_meta={"note": {"a": 1}}, doc_names=names)
+    info = C.write_corpus(
+        tmp_path / "c",
+        iter(shards),
+        X.shape[1],
+        vocab=vocab,
+        source="test",
+        extra_meta={"note": {"a": 1}},
+        doc_names=names,
+    )
     assert info.path == str((tmp_path / "c").absolute())
     assert (info.n_docs, info.n_words, info.nnz) == (10, X.shape[1], int((X != 0).sum()))
     assert info.n_tokens == pytest.approx(X.sum())
@@ -243,11 +253,13 @@ def test_open_corpus_errors(tmp_path, corpus_dir):
     check(lambda: meta.write_text("{not json"), meta, "malformed JSON")
     check(lambda: _edit_meta(corpus_dir, lambda m: m.update(format="other/2")), meta, "format tag")
     check(lambda: _edit_meta(corpus_dir, lambda m: m.pop("n_words")), meta, "n_words")
-    check(lambda: _edit_meta(corpus_dir, lambda m: m["shards"][1].update(doc_offset=5)), meta,
-          "inconsistent shard offsets")
+    check(
+        lambda: _edit_meta(corpus_dir, lambda m: m["shards"][1].update(doc_offset=5)),
+        meta,
+        "inconsistent shard offsets",
+    )
     check(lambda: _edit_meta(corpus_dir, lambda m: m.update(n_docs=11)), meta, "inconsistent shard doc counts")
-    check(lambda: _edit_meta(corpus_dir, lambda m: m["shards"][0].update(n_docs=5)), meta,
-          "inconsistent shard offsets")
+    check(lambda: _edit_meta(corpus_dir, lambda m: m["shards"][0].update(n_docs=5)), meta, "inconsistent shard offsets")
     check(lambda: _edit_meta(corpus_dir, lambda m: m.update(n_docs=0)), meta, "empty corpus")
     check(lambda: _edit_meta(corpus_dir, lambda m: m["shards"][0].update(file="../x.npz")), meta, "not a file inside")
 
@@ -281,13 +293,16 @@ def _rewrite_shard(path, **arrays):
     np.savez(path, **d)
 
 
-@pytest.mark.parametrize("edit,words", [
-    (lambda c: {"counts": np.where(np.arange(c.size) == 1, -1.0, c)}, ["negative count"]),
-    (lambda c: {"counts": np.where(np.arange(c.size) == 0, np.nan, c)}, ["non-finite"]),
-    (lambda c: {"indices": np.full(c.size, 11, np.int32)}, ["word id 11", "n_words = 11"]),
-    (lambda c: {"counts": None}, ["lacks"]),
-    (lambda c: {"counts": c[:-1], "indices": None}, ["lacks"]),
-])
+@pytest.mark.parametrize(
+    "edit,words",
+    [
+        (lambda c: {"counts": np.where(np.arange(c.size) == 1, -1.0, c)}, ["negative count"]),
+        (lambda c: {"counts": np.where(np.arange(c.size) == 0, np.nan, c)}, ["non-finite"]),
+        (lambda c: {"indices": np.full(c.size, 11, np.int32)}, ["word id 11", "n_words = 11"]),
+        (lambda c: {"counts": None}, ["lacks"]),
+        (lambda c: {"counts": c[:-1], "indices": None}, ["lacks"]),
+    ],
+)
 def test_load_shard_errors(corpus_dir, edit, words):
     f = corpus_dir / "shard_00001.npz"
     with np.load(f) as z:
@@ -355,16 +370,19 @@ def test_from_uci(tmp_path, gz, monkeypatch):
     assert info2.vocab is None and info2.shard_docs == (7,)
 
 
-@pytest.mark.parametrize("kwargs,vocab_lines,words", [
-    ({}, 4, ["vocabulary-size mismatch"]),
-    ({"body": UCI_BODY[:2] + [(2, 6, 1)]}, 5, ["wordID 6"]),
-    ({"body": UCI_BODY[:5] + [(17 - 10, 1, -2)]}, 5, ["document 7 has a negative count"]),
-    ({"nnz": 9}, 5, ["NNZ mismatch"]),
-    ({"body": [(2, 1, 1), (1, 1, 1)]}, 5, ["not sorted"]),
-    ({"body": [(1, 1, 1), (9, 1, 1)]}, 5, ["docID 9"]),
-    ({"body": [(1, 1, 1), (2, 1, "x")]}, 5, ["line 5"]),
-    ({"D": 0, "body": []}, 5, ["empty corpus"]),
-])
+@pytest.mark.parametrize(
+    "kwargs,vocab_lines,words",
+    [
+        ({}, 4, ["vocabulary-size mismatch"]),
+        ({"body": UCI_BODY[:2] + [(2, 6, 1)]}, 5, ["wordID 6"]),
+        ({"body": UCI_BODY[:5] + [(17 - 10, 1, -2)]}, 5, ["document 7 has a negative count"]),
+        ({"nnz": 9}, 5, ["NNZ mismatch"]),
+        ({"body": [(2, 1, 1), (1, 1, 1)]}, 5, ["not sorted"]),
+        ({"body": [(1, 1, 1), (9, 1, 1)]}, 5, ["docID 9"]),
+        ({"body": [(1, 1, 1), (2, 1, "x")]}, 5, ["line 5"]),
+        ({"D": 0, "body": []}, 5, ["empty corpus"]),
+    ],
+)
 def test_from_uci_errors(tmp_path, kwargs, vocab_lines, words):
     dw = _write_uci(tmp_path / "docword.txt", **kwargs)
     vocab = tmp_path / "vocab.txt"
@@ -525,7 +543,7 @@ def test_shipped_corpus():
     d = names.index("scipy.linalg.svd")
     j = max(i for i, off in enumerate(info.shard_offsets) if off <= d)
     s = C.load_shard(info, j)
-    words = {info.vocab[w] for w in s.indices[s.indptr[d - s.doc_offset]:s.indptr[d - s.doc_offset + 1]]}
+    words = {info.vocab[w] for w in s.indices[s.indptr[d - s.doc_offset] : s.indptr[d - s.doc_offset + 1]]}
     assert {"singular", "decomposition"} <= words
     readme = (Path(path) / "README.md").read_text()
     licence = (Path(path) / "LICENSE.txt").read_text()

@@ -54,9 +54,15 @@ def test_fixed_point_and_bound_optimality():
         B = eeb[np.searchsorted(cols, w)]
         ea = np.exp(sp_digamma(gamma) - sp_digamma(gamma.sum()))
         from scipy.special import gammaln
+
         el = sp_digamma(gamma) - sp_digamma(gamma.sum())
-        return (c @ np.log(B @ ea) + np.sum((alpha - gamma) * el) + np.sum(gammaln(gamma) - gammaln(alpha))
-                + gammaln(alpha.sum()) - gammaln(gamma.sum()))
+        return (
+            c @ np.log(B @ ea)
+            + np.sum((alpha - gamma) * el)
+            + np.sum(gammaln(gamma) - gammaln(alpha))
+            + gammaln(alpha.sum())
+            - gammaln(gamma.sum())
+        )
 
     assert bound_at(g) == pytest.approx(r.doc_bound, rel=1e-10)
     rng = np.random.default_rng(0)
@@ -98,7 +104,7 @@ def test_svi_update_is_the_natural_gradient_step():
     np.testing.assert_allclose(new.lam, (1 - rho) * s.lam + rho * (0.1 + 20.0 * sst))
     assert info.rho == pytest.approx(rho) and new.count == 1 and new.docs_seen == 5
     new2, info2 = svi.update(new, sst, 5, 100, 0.1, 4.0, 0.6)
-    assert info2.rho == pytest.approx(5.0 ** -0.6)
+    assert info2.rho == pytest.approx(5.0**-0.6)
 
 
 def test_topic_term_bound_is_zero_at_the_prior():
@@ -131,8 +137,9 @@ def test_array_version_matches_the_kernel(chunk):
     alpha = np.full(6, 0.2)
     a = estep.estep(X.indptr, X.indices, X.data, np.arange(70), cols, eeb, alpha, max_iter=100, tol=1e-4)
     loc = np.searchsorted(cols, X.indices).astype(np.int64)
-    b = estep.estep_xp(X.indptr.astype(np.int64), loc, X.data.astype(np.float64), eeb, alpha, 100, 1e-4, np,
-                       chunk_elements=chunk)
+    b = estep.estep_xp(
+        X.indptr.astype(np.int64), loc, X.data.astype(np.float64), eeb, alpha, 100, 1e-4, np, chunk_elements=chunk
+    )
     # digamma: SciPy's here, the kernel's own series there (~1e-11 apart), amplified by iterating
     np.testing.assert_allclose(b.gamma, a.gamma, rtol=1e-7)
     np.testing.assert_allclose(b.sstats, a.sstats, rtol=1e-7, atol=1e-10)

@@ -24,10 +24,17 @@ def test_completion_split_partitions_counts_deterministically(data):
     # per document, the halves add up to the original counts
     n = shard.indptr.size - 1
     for d in (0, 7, n - 1):
-        full = dict(zip(shard.indices[shard.indptr[d]:shard.indptr[d + 1]], shard.counts[shard.indptr[d]:shard.indptr[d + 1]]))
+        full = dict(
+            zip(
+                shard.indices[shard.indptr[d] : shard.indptr[d + 1]],
+                shard.counts[shard.indptr[d] : shard.indptr[d + 1]],
+            )
+        )
         got = {}
         for part in (obs, test):
-            for w, c in zip(part.indices[part.indptr[d]:part.indptr[d + 1]], part.counts[part.indptr[d]:part.indptr[d + 1]]):
+            for w, c in zip(
+                part.indices[part.indptr[d] : part.indptr[d + 1]], part.counts[part.indptr[d] : part.indptr[d + 1]]
+            ):
                 got[w] = got.get(w, 0) + c
         assert got == full
     other, _ = evaluate.completion_split(shard.indptr, shard.indices, shard.counts, seed=2, identity=(3,))
@@ -43,8 +50,9 @@ def test_true_topics_score_better_than_wrong_ones(data):
     assert ppl_flat == pytest.approx(model.topics.shape[1], rel=1e-9)  # uniform words: perplexity = V
     assert ppl_true < 0.7 * ppl_flat
     # lambda proportional to the topics (a sharp posterior) scores like the topics themselves
-    ppl_lam = evaluate.perplexity(*evaluate.completion_log_likelihood(obs, test, model.alpha,
-                                                                      lam=model.topics * 1e6 + 1e-3))
+    ppl_lam = evaluate.perplexity(
+        *evaluate.completion_log_likelihood(obs, test, model.alpha, lam=model.topics * 1e6 + 1e-3)
+    )
     assert ppl_lam == pytest.approx(ppl_true, rel=0.02)
 
 
@@ -54,8 +62,9 @@ def test_column_subset_gives_the_same_likelihood(data):
     lam = model.topics * 500 + 0.1
     full = evaluate.completion_log_likelihood(obs, test, model.alpha, lam=lam)
     cols = np.unique(np.concatenate([obs.indices, test.indices, [0, 5]])).astype(np.int64)
-    sub = evaluate.completion_log_likelihood(obs, test, model.alpha, lam=lam[:, cols], cols=cols,
-                                             lam_rowsum=lam.sum(axis=1))
+    sub = evaluate.completion_log_likelihood(
+        obs, test, model.alpha, lam=lam[:, cols], cols=cols, lam_rowsum=lam.sum(axis=1)
+    )
     assert sub[0] == pytest.approx(full[0], rel=1e-12) and sub[1] == full[1]
 
 

@@ -57,9 +57,18 @@ def random_case(rng, mode, n_range=(2, 7), k_range=(2, 6), n_words=40):
 
 def run_kernel(p, counts, word_ids, pr):
     q = np.empty_like(p)
-    it = R.project_kernel()(np.ascontiguousarray(p, dtype=np.float64), np.asarray(counts, dtype=np.float64),
-                            np.asarray(word_ids, dtype=np.int64), pr.seed_word_ids, pr.seed_topics, pr.seed_mass,
-                            float(pr.cap), int(pr.max_iter), float(pr.tol), q)
+    it = R.project_kernel()(
+        np.ascontiguousarray(p, dtype=np.float64),
+        np.asarray(counts, dtype=np.float64),
+        np.asarray(word_ids, dtype=np.int64),
+        pr.seed_word_ids,
+        pr.seed_topics,
+        pr.seed_mass,
+        float(pr.cap),
+        int(pr.max_iter),
+        float(pr.tol),
+        q,
+    )
     return q, it
 
 
@@ -179,8 +188,18 @@ def test_kernel_matches_numpy_reference():
         n_binding += info["mu"] > 0
         if i % 10 == 0:  # in place: q_out is p
             p2 = p.copy()
-            R.project_kernel()(p2, c, w, pr.seed_word_ids, pr.seed_topics, pr.seed_mass, float(pr.cap),
-                               int(pr.max_iter), float(pr.tol), p2)
+            R.project_kernel()(
+                p2,
+                c,
+                w,
+                pr.seed_word_ids,
+                pr.seed_topics,
+                pr.seed_mass,
+                float(pr.cap),
+                int(pr.max_iter),
+                float(pr.tol),
+                p2,
+            )
             np.testing.assert_array_equal(p2, q_nb)
     assert n_binding >= 40
 
@@ -393,8 +412,9 @@ def test_kernel_is_callable_from_an_njit_loop_over_documents():
     W = np.concatenate([np.sort(rng.choice(30, size=s, replace=False)) for s in sizes]).astype(np.int64)
     pr = R.make_pr_config({0: [1, 5], 3: [7]}, 0.4, 2.0, K, 30)
     Q = np.empty_like(P)
-    total = project_all(P, C, W, offsets, pr.seed_word_ids, pr.seed_topics, pr.seed_mass, pr.cap, pr.max_iter,
-                        pr.tol, Q)
+    total = project_all(
+        P, C, W, offsets, pr.seed_word_ids, pr.seed_topics, pr.seed_mass, pr.cap, pr.max_iter, pr.tol, Q
+    )
     assert total > 0
     for d in range(len(sizes)):
         a, b = offsets[d], offsets[d + 1]
@@ -404,8 +424,9 @@ def test_kernel_is_callable_from_an_njit_loop_over_documents():
 
 def test_importing_the_module_loads_no_numba():
     code = "import sys, pgmflow.tasks.lda.regularization; print('numba' in sys.modules)"
-    out = subprocess.run([sys.executable, "-c", code], cwd=R.__file__.rsplit("/tasks/", 1)[0], capture_output=True,
-                         text=True, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=R.__file__.rsplit("/tasks/", 1)[0], capture_output=True, text=True, check=True
+    )
     assert out.stdout.strip() == "False"
 
 

@@ -49,10 +49,14 @@ def test_generate_shard_is_valid_and_deterministic():
     _same(a, C.make_shard(a.indptr, a.indices, a.counts, a.n_words, a.doc_offset))  # already canonical
     assert C.doc_lengths(a).min() >= 1
     # another shard index or seed gives other documents
-    assert not np.array_equal(C.shard_to_scipy(a).toarray(),
-                              C.shard_to_scipy(S.generate_shard(m, 300, 600, 3, seed=7, mean_length=40)).toarray())
-    assert not np.array_equal(C.shard_to_scipy(a).toarray(),
-                              C.shard_to_scipy(S.generate_shard(m, 300, 600, 2, seed=8, mean_length=40)).toarray())
+    assert not np.array_equal(
+        C.shard_to_scipy(a).toarray(),
+        C.shard_to_scipy(S.generate_shard(m, 300, 600, 3, seed=7, mean_length=40)).toarray(),
+    )
+    assert not np.array_equal(
+        C.shard_to_scipy(a).toarray(),
+        C.shard_to_scipy(S.generate_shard(m, 300, 600, 2, seed=8, mean_length=40)).toarray(),
+    )
     # numba kernel == the NumPy oracle, bit for bit
     _same(a, S._generate_shard_numpy(m, 300, 600, 2, seed=7, mean_length=40))
     tiny = S.true_model(5, 200, seed=1, alpha=0.01)  # theta drawn in log space
@@ -66,8 +70,17 @@ def test_generate_shard_is_valid_and_deterministic():
 
 
 def test_corpus_shards_do_not_depend_on_the_others(tmp_path):
-    info = S.generate_corpus(tmp_path / "c", n_docs=250, n_words=120, n_topics=4, seed=11, alpha=0.3,
-                             eta=0.1, mean_length=30, docs_per_shard=100)
+    info = S.generate_corpus(
+        tmp_path / "c",
+        n_docs=250,
+        n_words=120,
+        n_topics=4,
+        seed=11,
+        alpha=0.3,
+        eta=0.1,
+        mean_length=30,
+        docs_per_shard=100,
+    )
     assert info.shard_docs == (100, 100, 50) and info.n_words == 120 and info.vocab is None
     m = S.true_model(4, 120, eta=0.1, seed=11, alpha=0.3)
     # each shard alone, in any order, equals the shard in the corpus
@@ -79,12 +92,21 @@ def test_corpus_shards_do_not_depend_on_the_others(tmp_path):
     assert info.true_topics == str(tmp_path / "c" / "true_topics.npy")
     syn = json.loads((tmp_path / "c" / "meta.json").read_text())["synthetic"]
     assert syn == info.meta["synthetic"]
-    assert (syn["n_docs"], syn["n_words"], syn["n_topics"], syn["seed"], syn["alpha"], syn["eta"],
-            syn["mean_length"], syn["docs_per_shard"]) == (250, 120, 4, 11, 0.3, 0.1, 30.0, 100)
+    assert (
+        syn["n_docs"],
+        syn["n_words"],
+        syn["n_topics"],
+        syn["seed"],
+        syn["alpha"],
+        syn["eta"],
+        syn["mean_length"],
+        syn["docs_per_shard"],
+    ) == (250, 120, 4, 11, 0.3, 0.1, 30.0, 100)
     # in memory == a one-shard corpus
     shard, model = S.generate_in_memory(250, 120, 4, seed=11, alpha=0.3, eta=0.1, mean_length=30)
-    one = S.generate_corpus(tmp_path / "one", 250, 120, 4, seed=11, alpha=0.3, eta=0.1, mean_length=30,
-                            docs_per_shard=1000)
+    one = S.generate_corpus(
+        tmp_path / "one", 250, 120, 4, seed=11, alpha=0.3, eta=0.1, mean_length=30, docs_per_shard=1000
+    )
     _same(shard, C.load_shard(one, 0))
     assert np.array_equal(model.topics, m.topics)
 

@@ -97,9 +97,7 @@ def test_split_rhat_known_answer():
     # halves [0,1],[2,3],[4,5],[6,7]: W = 0.5, B/n = 20/3, var+ = 0.25 + 20/3
     assert D.split_rhat(chains) == pytest.approx(np.sqrt((0.25 + 20 / 3) / 0.5), rel=1e-14)
     # odd T drops the middle draw
-    np.testing.assert_allclose(
-        D.split_rhat(np.array([[0, 1, 99, 2, 3.0]])), D.split_rhat(np.array([[0, 1, 2, 3.0]]))
-    )
+    np.testing.assert_allclose(D.split_rhat(np.array([[0, 1, 99, 2, 3.0]])), D.split_rhat(np.array([[0, 1, 2, 3.0]])))
 
 
 def test_split_rhat_iid_near_one():
@@ -217,9 +215,7 @@ def test_round_trips_chunked_equals_whole_and_reference():
     state = D.round_trip_init(R)
     for t in range(200):
         state = D.round_trip_update(state, levels[t : t + 1], K)
-    np.testing.assert_array_equal(
-        state.trips, D.round_trip_update(D.round_trip_init(R), levels[:200], K).trips
-    )
+    np.testing.assert_array_equal(state.trips, D.round_trip_update(D.round_trip_init(R), levels[:200], K).trips)
 
 
 def test_round_trip_update_is_pure_and_validates():

@@ -48,8 +48,14 @@ def test_nan_loglik_is_an_error():
 
 
 def _params(method, n_steps=2, chain=0):
-    return engine.ExploreParams(method=method, n_steps=n_steps, n_leapfrog=5, seed=11, chain=chain,
-                                philox_key=rng.philox_key(11, rng.STAGE_ISING_KEY, chain))
+    return engine.ExploreParams(
+        method=method,
+        n_steps=n_steps,
+        n_leapfrog=5,
+        seed=11,
+        chain=chain,
+        philox_key=rng.philox_key(11, rng.STAGE_ISING_KEY, chain),
+    )
 
 
 @pytest.mark.parametrize("kind", ["ising", "gmm"])
@@ -87,8 +93,9 @@ def test_every_level_samples_its_boltzmann_distribution():
     trace = engine.stack_records(recs)
     e = trace.energy[500:]  # [T, K]
     for k in range(K):
-        ex = exact.ising_log_z_enumeration(target.bonds_h, target.bonds_v, target.J_abs, target.h,
-                                           betas[k] * target.beta_model)
+        ex = exact.ising_log_z_enumeration(
+            target.bonds_h, target.bonds_v, target.J_abs, target.h, betas[k] * target.beta_model
+        )
         x = e[:, k] / 16
         nb = 50
         se = x[: len(x) // nb * nb].reshape(nb, -1).mean(1).std(ddof=1) / np.sqrt(nb)

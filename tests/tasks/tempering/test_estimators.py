@@ -164,6 +164,7 @@ def test_inputs_are_validated():
 
 # --- joint standard errors (correlation between levels, as parallel tempering creates) ------------
 
+
 def draw_loglik_shared(rng, betas, T, shared):
     """Exact draws whose noise is partly shared across levels at each scan (correlation ``shared``)."""
     z_common = rng.standard_normal(T)
@@ -179,7 +180,8 @@ def test_joint_estimates_equal_the_level_wise_ones():
     joint = E.stepping_stone_joint(BETAS, ll)
     assert joint.estimate == pytest.approx(0.5 * (fwd.estimate + rev.estimate), abs=1e-12)
     assert E.thermodynamic_integration_joint(BETAS, ll).estimate == pytest.approx(
-        E.thermodynamic_integration(BETAS, ll).estimate, abs=1e-12)
+        E.thermodynamic_integration(BETAS, ll).estimate, abs=1e-12
+    )
 
 
 def test_joint_se_matches_level_wise_se_for_independent_levels():
@@ -187,7 +189,8 @@ def test_joint_se_matches_level_wise_se_for_independent_levels():
     lvl = 0.5 * sum(e.se for e in E.stepping_stone_both(BETAS, ll))
     assert E.stepping_stone_joint(BETAS, ll).se == pytest.approx(lvl, rel=0.15)
     assert E.thermodynamic_integration_joint(BETAS, ll).se == pytest.approx(
-        E.thermodynamic_integration(BETAS, ll).se, rel=0.15)
+        E.thermodynamic_integration(BETAS, ll).se, rel=0.15
+    )
 
 
 def test_joint_se_is_calibrated_when_levels_are_correlated():

@@ -33,6 +33,7 @@ def _ferro(m, n):
 
 # ------------------------------------------------------------------------------------ energies
 
+
 def test_ising_energy_known_configurations():
     bh, bv = _ferro(3, 4)
     up = np.ones((3, 4))
@@ -47,13 +48,16 @@ def test_ising_energy_known_configurations():
     s[1, 2] = -1
     assert ex.ising_energy(s, bh4, bv4, 1.0) - ex.ising_energy(np.ones((4, 4)), bh4, bv4, 1.0) == 8.0
     # batch shape, and bond sign convention: bonds_h[i, j] couples (i, j)-(i, j+1)
-    bh_one = np.zeros((4, 4)); bh_one[2, 3] = -1          # couples (2, 3) and (2, 0)
-    s = np.ones((2, 4, 4)); s[1, 2, 0] = -1
+    bh_one = np.zeros((4, 4))
+    bh_one[2, 3] = -1  # couples (2, 3) and (2, 0)
+    s = np.ones((2, 4, 4))
+    s[1, 2, 0] = -1
     e = ex.ising_energy(s, bh_one, np.zeros((4, 4)), 1.0)
     np.testing.assert_allclose(e, [1.0, -1.0])
 
 
 # ----------------------------------------------------------------------- closed-form 2x2 torus
+
 
 @pytest.mark.parametrize("beta", [0.0, 0.1, 0.44, 1.0, 3.0])
 def test_two_by_two_torus_closed_form(beta):
@@ -73,8 +77,8 @@ def test_two_by_two_torus_closed_form(beta):
 
 # ------------------------------------------------------------------- enumeration vs transfer
 
-@pytest.mark.parametrize("shape,seed", [((2, 2), 0), ((3, 4), 1), ((4, 3), 2), ((4, 4), 3),
-                                        ((2, 5), 4), ((1, 4), 5)])
+
+@pytest.mark.parametrize("shape,seed", [((2, 2), 0), ((3, 4), 1), ((4, 3), 2), ((4, 4), 3), ((2, 5), 4), ((1, 4), 5)])
 @pytest.mark.parametrize("beta", [-0.3, 0.2, 0.7, 1.5])
 def test_enumeration_equals_transfer_matrix_random_bonds_and_fields(shape, seed, beta):
     bh, bv, h = _random_lattice(*shape, seed)
@@ -114,20 +118,21 @@ def test_low_temperature_spin_glass_is_stable(beta, h):
     if beta >= 50:
         # log Z + beta <E> -> entropy = log(ground-state degeneracy), an integer's log
         g = math.exp(tm["log_z"] + beta * 16 * tm["mean_energy"])
-        assert round(g) >= 1 and g == pytest.approx(round(g), abs=1e-7)   # round-off ~ beta N 1e-14
+        assert round(g) >= 1 and g == pytest.approx(round(g), abs=1e-7)  # round-off ~ beta N 1e-14
 
 
 def test_field_derivative_gives_magnetisation_and_susceptibility():
     """d log Z / dh = beta <M>, d<M>/dh = beta Var(M): finite differences of the TM and enumeration."""
     bh, bv, _ = _random_lattice(3, 4, seed=7, field=False)
     beta, h0, dh = 0.7, 0.2, 1e-4
-    lz = [ex.ising_log_z_transfer_matrix(bh, bv, 1.0, h0 + k * dh, beta, derivatives=0)["log_z"]
-          for k in (-2, -1, 1, 2)]
+    lz = [
+        ex.ising_log_z_transfer_matrix(bh, bv, 1.0, h0 + k * dh, beta, derivatives=0)["log_z"] for k in (-2, -1, 1, 2)
+    ]
     dlz = (lz[0] - 8 * lz[1] + 8 * lz[2] - lz[3]) / (12 * dh)
     enum = ex.ising_log_z_enumeration(bh, bv, 1.0, h0, beta)
     assert dlz / (beta * 12) == pytest.approx(enum["mean_m"], abs=1e-9)
     mm = [ex.ising_log_z_enumeration(bh, bv, 1.0, h0 + k * dh, beta)["mean_m"] for k in (-1, 1)]
-    chi_fd = (mm[1] - mm[0]) / (2 * dh)                 # d<M/N>/dh = beta Var(M) / N
+    chi_fd = (mm[1] - mm[0]) / (2 * dh)  # d<M/N>/dh = beta Var(M) / N
     assert chi_fd == pytest.approx(enum["susceptibility"], rel=1e-6)
     assert enum["mean_m2"] >= enum["mean_m"] ** 2
 
@@ -136,7 +141,7 @@ def test_enumeration_magnetisation_symmetry_and_order():
     bh, bv = _ferro(4, 4)
     hot = ex.ising_log_z_enumeration(bh, bv, 1.0, 0.0, 0.1)
     cold = ex.ising_log_z_enumeration(bh, bv, 1.0, 0.0, 3.0)
-    assert hot["mean_m"] == pytest.approx(0.0, abs=1e-12)      # spin-flip symmetry
+    assert hot["mean_m"] == pytest.approx(0.0, abs=1e-12)  # spin-flip symmetry
     assert cold["mean_m"] == pytest.approx(0.0, abs=1e-12)
     assert cold["mean_abs_m"] == pytest.approx(1.0, abs=1e-8)  # ordered
     assert hot["mean_abs_m"] < 0.5
@@ -144,6 +149,7 @@ def test_enumeration_magnetisation_symmetry_and_order():
 
 
 # ------------------------------------------------------------------------- infinite temperature
+
 
 @pytest.mark.parametrize("shape", [(2, 3), (4, 4), (3, 5)])
 def test_beta_zero_gives_n_log_2(shape):
@@ -163,6 +169,7 @@ def test_beta_zero_gives_n_log_2(shape):
 
 # ---------------------------------------------------------------------------------- Kaufman
 
+
 @pytest.mark.parametrize("shape", [(4, 4), (6, 6), (8, 8), (4, 6), (6, 10), (3, 5), (10, 6)])
 @pytest.mark.parametrize("T", [1.5, 2.269185, TC, 3.5])
 def test_kaufman_equals_transfer_matrix(shape, T):
@@ -176,10 +183,10 @@ def test_kaufman_equals_transfer_matrix(shape, T):
 
 def test_kaufman_coupling_scale_and_symmetry():
     # Z depends on beta J only; E/N scales with J; m <-> n symmetric
-    assert ex.kaufman_log_z(6, 10, 2.0, 0.25) == pytest.approx(ex.kaufman_log_z(10, 6, 1.0, 0.5),
-                                                                rel=1e-13)
+    assert ex.kaufman_log_z(6, 10, 2.0, 0.25) == pytest.approx(ex.kaufman_log_z(10, 6, 1.0, 0.5), rel=1e-13)
     assert ex.kaufman_mean_energy(6, 10, 2.0, 0.25) == pytest.approx(
-        2.0 * ex.kaufman_mean_energy(6, 10, 1.0, 0.5), rel=1e-12)
+        2.0 * ex.kaufman_mean_energy(6, 10, 1.0, 0.5), rel=1e-12
+    )
     with pytest.raises(ValueError):
         ex.kaufman_log_z(4, 4, -1.0, 0.5)
 
@@ -188,7 +195,7 @@ def test_kaufman_256_at_tc_close_to_onsager():
     lz = ex.kaufman_log_z(256, 256, 1.0, 1.0 / TC) / 256**2
     assert ex.onsager_log_z_per_site(1.0, 1.0 / TC) == pytest.approx(ONSAGER_LOGZ_TC, abs=1e-9)
     assert lz == pytest.approx(ONSAGER_LOGZ_TC, abs=1e-4)
-    assert abs(lz - ONSAGER_LOGZ_TC) > 1e-7     # a real (small, positive) finite-size correction
+    assert abs(lz - ONSAGER_LOGZ_TC) > 1e-7  # a real (small, positive) finite-size correction
     # at T_c the infinite-lattice energy is -sqrt(2) J; the 256^2 torus is within ~1e-2
     assert ex.onsager_mean_energy_per_site(1.0, 1.0 / TC) == pytest.approx(-math.sqrt(2.0), abs=1e-9)
     assert ex.kaufman_mean_energy(256, 256, 1.0, 1.0 / TC) == pytest.approx(-math.sqrt(2.0), abs=1e-2)
@@ -204,7 +211,8 @@ def test_kaufman_64_off_critical_matches_onsager(T):
     expected = N * ex.onsager_log_z_per_site(1.0, beta) + (math.log(2.0) if T < TC else 0.0)
     assert lz == pytest.approx(expected, abs=1e-8)
     assert ex.kaufman_mean_energy(64, 64, 1.0, beta) == pytest.approx(
-        ex.onsager_mean_energy_per_site(1.0, beta), abs=1e-10)
+        ex.onsager_mean_energy_per_site(1.0, beta), abs=1e-10
+    )
 
 
 def test_onsager_integral_against_double_integral():
@@ -212,8 +220,15 @@ def test_onsager_integral_against_double_integral():
     for beta in (0.3, 0.6):
         K = beta
         c2, s2 = math.cosh(2 * K) ** 2, math.sinh(2 * K)
-        val, _ = integrate.dblquad(lambda a, b: math.log(c2 - s2 * (math.cos(a) + math.cos(b))),
-                                   0, math.pi, 0, math.pi, epsabs=1e-12, epsrel=1e-12)
+        val, _ = integrate.dblquad(
+            lambda a, b: math.log(c2 - s2 * (math.cos(a) + math.cos(b))),
+            0,
+            math.pi,
+            0,
+            math.pi,
+            epsabs=1e-12,
+            epsrel=1e-12,
+        )
         ref = math.log(2.0) + val / (2 * math.pi**2)
         assert ex.onsager_log_z_per_site(1.0, beta) == pytest.approx(ref, abs=1e-10)
 
@@ -235,8 +250,7 @@ def test_kaufman_extreme_temperatures_do_not_overflow():
         assert np.isfinite(lz) and np.isfinite(u)
     # ground state: two ordered states, E/N = -2 J
     N = 256 * 256
-    assert ex.kaufman_log_z(256, 256, 1.0, 500.0) == pytest.approx(2 * 500.0 * N + math.log(2.0),
-                                                                   rel=1e-15)
+    assert ex.kaufman_log_z(256, 256, 1.0, 500.0) == pytest.approx(2 * 500.0 * N + math.log(2.0), rel=1e-15)
     assert ex.kaufman_mean_energy(256, 256, 1.0, 500.0) == pytest.approx(-2.0, abs=1e-12)
     # high temperature: E/N = -2 tanh(K) J + O(K^3)
     assert ex.kaufman_mean_energy(256, 256, 1.0, 1e-8) == pytest.approx(-2e-8, rel=1e-6)
@@ -247,6 +261,7 @@ def test_kaufman_extreme_temperatures_do_not_overflow():
 
 # ------------------------------------------------------------------------------- mean energy
 
+
 @pytest.mark.parametrize("beta", [0.1, 0.3, 1.0 / TC, 0.6, 1.2])
 def test_mean_energy_and_specific_heat_three_ways_on_4x4(beta):
     bh, bv = _ferro(4, 4)
@@ -255,11 +270,11 @@ def test_mean_energy_and_specific_heat_three_ways_on_4x4(beta):
     assert tm["mean_energy"] == pytest.approx(enum["mean_energy"], abs=1e-12)
     assert ex.kaufman_mean_energy(4, 4, 1.0, beta) == pytest.approx(enum["mean_energy"], abs=1e-12)
     assert tm["specific_heat"] == pytest.approx(enum["specific_heat"], rel=1e-10)
-    assert ex.kaufman_specific_heat(4, 4, 1.0, beta) == pytest.approx(enum["specific_heat"],
-                                                                      rel=1e-7)
+    assert ex.kaufman_specific_heat(4, 4, 1.0, beta) == pytest.approx(enum["specific_heat"], rel=1e-7)
 
 
 # -------------------------------------------------------------------------------- validation
+
 
 def test_bad_inputs_are_rejected():
     with pytest.raises(ValueError, match="N = m\\*n"):
@@ -269,8 +284,7 @@ def test_bad_inputs_are_rejected():
     with pytest.raises(ValueError, match="same|one shape"):
         ex.ising_log_z_transfer_matrix(np.ones((3, 4)), np.ones((4, 3)), 1.0, 0.0, 1.0)
     with pytest.raises(ValueError, match="derivatives=2"):
-        ex.ising_log_z_transfer_matrix(np.ones((3, 4)), np.ones((3, 4)), 1.0, 0.0, 1.0,
-                                       derivatives=2, method="linear")
+        ex.ising_log_z_transfer_matrix(np.ones((3, 4)), np.ones((3, 4)), 1.0, 0.0, 1.0, derivatives=2, method="linear")
     with pytest.raises(ValueError):
         ex.gaussian_mixture_log_z([0.5, -0.1], [1.0, 1.0], 2)
 
@@ -284,10 +298,10 @@ def test_critical_temperature():
 
 # -------------------------------------------------------------------------- Gaussian mixture
 
+
 def test_gaussian_mixture_log_z_known_answers():
     assert ex.gaussian_mixture_log_z([1.0], [1.0], 2) == pytest.approx(math.log(2 * math.pi))
-    assert ex.gaussian_mixture_log_z([0.3, 0.7], 0.5, 3) == pytest.approx(
-        1.5 * math.log(2 * math.pi * 0.25))
+    assert ex.gaussian_mixture_log_z([0.3, 0.7], 0.5, 3) == pytest.approx(1.5 * math.log(2 * math.pi * 0.25))
     # a huge dimension stays finite (log-sum-exp)
     assert np.isfinite(ex.gaussian_mixture_log_z([0.5, 0.5], [1e-3, 1e3], 5000))
 
@@ -300,6 +314,7 @@ def test_gaussian_mixture_log_z_against_quadrature():
 
     val, _ = integrate.quad(gamma, -40, 40, points=list(mu), limit=200, epsabs=1e-13)
     assert ex.gaussian_mixture_log_z(w, s, 1) == pytest.approx(math.log(val), abs=1e-10)
+
     # 2-D: the isotropic integral factorises per component
     def gamma2(y, x):
         r2 = (x - mu) ** 2 + y**2

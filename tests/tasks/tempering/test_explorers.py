@@ -12,15 +12,20 @@ from pgmflow.tasks.tempering import explorers, targets
 def test_gaussian_level_moments(method, n_steps, step, b):
     d, R = 2, 400
     mu, sigma, s = 1.5, 0.6, 2.0
-    t = targets.GaussianMixtureTarget(means=np.full((1, d), mu), sigmas=np.array([sigma]), weights=np.array([1.0]),
-                                      reference=targets.GaussianReference(d, s))
+    t = targets.GaussianMixtureTarget(
+        means=np.full((1, d), mu),
+        sigmas=np.array([sigma]),
+        weights=np.array([1.0]),
+        reference=targets.GaussianReference(d, s),
+    )
     prec = (1 - b) / s**2 + b / sigma**2
     mean = (b * mu / sigma**2) / prec
     x = t.reference.sample(np.random.default_rng(0), R)
     ids = np.arange(R)
     for scan in range(4):
-        x, info = explorers.explore_continuous(t, x, np.full(R, b), np.full(R, step), ids, 3, 0, scan, n_steps,
-                                               method, n_leapfrog=8)
+        x, info = explorers.explore_continuous(
+            t, x, np.full(R, b), np.full(R, step), ids, 3, 0, scan, n_steps, method, n_leapfrog=8
+        )
     assert np.all(np.isfinite(x))
     np.testing.assert_allclose(x.mean(0), mean, atol=5 * np.sqrt(1 / prec / R))
     np.testing.assert_allclose(x.var(0), 1 / prec, rtol=0.25)
@@ -55,5 +60,6 @@ def test_nan_proposal_is_reported():
     t = targets.CustomTarget("tests.pipelines.densities:nan_far_out", "", targets.GaussianReference(1, 1.0))
     x = np.zeros((2, 1))
     with pytest.raises(FloatingPointError, match="returned NaN"):
-        explorers.explore_continuous(t, x, np.array([0.5, 1.0]), np.array([100.0, 100.0]), np.arange(2), 0, 0, 0, 20,
-                                     "rwm")
+        explorers.explore_continuous(
+            t, x, np.array([0.5, 1.0]), np.array([100.0, 100.0]), np.arange(2), 0, 0, 0, 20, "rwm"
+        )

@@ -36,10 +36,15 @@ def reference_uniforms(R, L, key, replica_ids, chain, t, c):
     W = (H + 63) // 64
     rid = np.asarray(replica_ids, dtype=np.int64)
     r_, f_, g_ = np.meshgrid(np.arange(R), np.arange(L * W), np.arange(16), indexing="ij")
-    ctr = np.stack([(f_ * 16 + g_) & 0xFFFFFFFF,
-                    np.full_like(f_, (2 * t + c) & 0xFFFFFFFF),
-                    rid[r_] & 0xFFFFFFFF,
-                    np.full_like(f_, chain & 0xFFFFFFFF)], axis=-1)
+    ctr = np.stack(
+        [
+            (f_ * 16 + g_) & 0xFFFFFFFF,
+            np.full_like(f_, (2 * t + c) & 0xFFFFFFFF),
+            rid[r_] & 0xFFFFFFFF,
+            np.full_like(f_, chain & 0xFFFFFFFF),
+        ],
+        axis=-1,
+    )
     words = philox4x32_numpy(ctr.astype(np.uint32), np.asarray(key, dtype=np.uint32)).astype(np.uint64)
     planes = np.empty((R, L * W, 32), dtype=np.uint64)  # [R, word, k]
     planes[:, :, 0::2] = words[..., 0] | (words[..., 1] << np.uint64(32))
@@ -69,10 +74,12 @@ def reference_sweep(spins, bonds_h, bonds_v, thr, key, replica_ids, chain, sweep
                             continue
                         u = u_all[r, i, j // 2]
                         s = int(spins[r, i, j])
-                        nbrs = [(bonds_h[i, j], spins[r, i, (j + 1) % L]),
-                                (bonds_h[i, (j - 1) % L], spins[r, i, (j - 1) % L]),
-                                (bonds_v[i, j], spins[r, (i + 1) % L, j]),
-                                (bonds_v[(i - 1) % L, j], spins[r, (i - 1) % L, j])]
+                        nbrs = [
+                            (bonds_h[i, j], spins[r, i, (j + 1) % L]),
+                            (bonds_h[i, (j - 1) % L], spins[r, i, (j - 1) % L]),
+                            (bonds_v[i, j], spins[r, (i + 1) % L, j]),
+                            (bonds_v[(i - 1) % L, j], spins[r, (i - 1) % L, j]),
+                        ]
                         n = sum(1 for b, sk in nbrs if int(b) * int(sk) > 0)
                         new = 1 if u < int(thr[r, n, (s + 1) // 2]) else -1
                         changed[r] += new != s
@@ -321,8 +328,9 @@ def test_sweep_rejects_bad_input():
     thr = K.ising_thresholds(np.array([0.3, 0.5]), 1.0, 0.0, "metropolis")
     rids = np.arange(2)
     with pytest.raises(ValueError, match="even"):
-        K.ising_sweep(np.ones((2, 5, 5), np.int8), np.ones((5, 5), np.int8), np.ones((5, 5), np.int8),
-                      thr, KEY, rids, 0, 0, 1)
+        K.ising_sweep(
+            np.ones((2, 5, 5), np.int8), np.ones((5, 5), np.int8), np.ones((5, 5), np.int8), thr, KEY, rids, 0, 0, 1
+        )
     with pytest.raises(TypeError, match="int8"):
         K.ising_sweep(spins.astype(np.int32), bh, bv, thr, KEY, rids, 0, 0, 1)
     bad = spins.copy()
@@ -415,8 +423,9 @@ def test_kernel_samples_the_boltzmann_distribution(glass):
     # Each chain starts from an exact draw: at beta 0.7 with a field a chain started in the minority
     # phase stays there for ~10**4 sweeps (two domain walls to cross), which is slow mixing, not a
     # wrong stationary distribution; started in equilibrium, any bias is the kernel's.
-    spins = np.concatenate([_exact_draws(bh.astype(np.int64), bv.astype(np.int64), J, h, b, per, rng)
-                            for _, h, b in configs])
+    spins = np.concatenate(
+        [_exact_draws(bh.astype(np.int64), bv.astype(np.int64), J, h, b, per, rng) for _, h, b in configs]
+    )
     rids = np.arange(R)
     burn, T = 100, 1500
     K.ising_sweep(spins, bh, bv, thr, KEY, rids, 0, 0, burn)

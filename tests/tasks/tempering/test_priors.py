@@ -9,10 +9,18 @@ from pgmflow.tasks.tempering import likelihoods
 from pgmflow.tasks.tempering.bayes import BayesTarget
 from pgmflow.tasks.tempering.priors import PriorBlock, PriorReference
 
-BLOCKS = [PriorBlock("normal", 1, loc=1.0, scale=2.0), PriorBlock("half_normal", 1, scale=1.5),
-          PriorBlock("log_normal", 1, loc=0.3, scale=0.5), PriorBlock("uniform", 1, low=-1.0, high=3.0)]
-THETA = [stats.norm(1.0, 2.0), stats.halfnorm(scale=1.5), stats.lognorm(s=0.5, scale=np.exp(0.3)),
-         stats.uniform(-1.0, 4.0)]
+BLOCKS = [
+    PriorBlock("normal", 1, loc=1.0, scale=2.0),
+    PriorBlock("half_normal", 1, scale=1.5),
+    PriorBlock("log_normal", 1, loc=0.3, scale=0.5),
+    PriorBlock("uniform", 1, low=-1.0, high=3.0),
+]
+THETA = [
+    stats.norm(1.0, 2.0),
+    stats.halfnorm(scale=1.5),
+    stats.lognorm(s=0.5, scale=np.exp(0.3)),
+    stats.uniform(-1.0, 4.0),
+]
 
 
 @pytest.mark.parametrize("i", range(4))
@@ -39,8 +47,13 @@ def test_conjugate_evidence_matches_quadrature_and_the_target_gradient():
     data = {"X": X, "y": y}
     blocks = (PriorBlock("normal", 1, loc=0.2, scale=0.8),)
     exact = likelihoods.gaussian_linear.exact_log_evidence(blocks, data, noise_std=0.5)
-    t = BayesTarget(PriorReference(blocks), data, "pgmflow.tasks.tempering.likelihoods:gaussian_linear",
-                    "pgmflow.tasks.tempering.likelihoods:gaussian_linear_grad", {"noise_std": 0.5})
+    t = BayesTarget(
+        PriorReference(blocks),
+        data,
+        "pgmflow.tasks.tempering.likelihoods:gaussian_linear",
+        "pgmflow.tasks.tempering.likelihoods:gaussian_linear_grad",
+        {"noise_std": 0.5},
+    )
     assert t.exact_log_z == exact
     f = lambda w: float(np.exp(t.log_gamma(np.array([[w]])) - exact)[0])  # noqa: E731
     assert integrate.quad(f, -10, 10, points=[0.7], limit=200)[0] == pytest.approx(1.0, abs=1e-6)

@@ -20,8 +20,9 @@ def test_full_and_diagonal_densities_match_scipy():
     q = V.full_gaussian(mean, cov)
     np.testing.assert_allclose(q.log_density(x), stats.multivariate_normal(mean, cov).logpdf(x), rtol=1e-10)
     g = V.DiagonalGaussian(mean=mean, std=np.sqrt(np.diag(cov)))
-    np.testing.assert_allclose(g.log_density(x), stats.multivariate_normal(mean, np.diag(np.diag(cov))).logpdf(x),
-                               rtol=1e-10)
+    np.testing.assert_allclose(
+        g.log_density(x), stats.multivariate_normal(mean, np.diag(np.diag(cov))).logpdf(x), rtol=1e-10
+    )
     # gradients by central differences
     for ref in (q, g):
         h = 1e-6
@@ -40,7 +41,7 @@ def test_moment_matching_recovers_the_gaussian_and_rows_do_not_depend_on_the_bat
     z = np.random.default_rng(4).standard_normal((9, d))
     for f in (q.log_density, q.grad_log_density, q.from_standard):
         batch = f(z)
-        rows = np.concatenate([f(z[i:i + 1]) for i in range(9)])
+        rows = np.concatenate([f(z[i : i + 1]) for i in range(9)])
         np.testing.assert_array_equal(batch, rows)
     # too few draws for a full covariance: the diagonal family
     q2, info2 = V.fit_gaussian(x[:10], "full")

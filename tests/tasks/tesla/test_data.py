@@ -181,8 +181,7 @@ def test_csv_column_order_sorting_and_01(tmp_path):
 
 
 def test_csv_string_times_sorted_lexicographically_and_numeric_merge(tmp_path):
-    text = "time,sample,node,value\n" + "".join(
-        f"{t},0,{n},1\n" for t in ("b", "a10", "a9") for n in ("u", "v"))
+    text = "time,sample,node,value\n" + "".join(f"{t},0,{n},1\n" for t in ("b", "a10", "a9") for n in ("u", "v"))
     d = D.load_csv(_write_csv(tmp_path / "s.csv", text))
     assert list(d.times) == ["a10", "a9", "b"]
     text = "time,sample,node,value\n1,0,u,1\n1,0,v,-1\n1.0,1,u,-1\n1.0,1,v,1\n2.5,0,u,1\n2.5,0,v,1\n"
@@ -372,8 +371,12 @@ def test_good_csv_reference(tmp_path):
 
 
 def test_csv_header_problems(tmp_path):
-    f = _write_csv(tmp_path / "x.csv", GOOD.replace("time,sample,node,value", "time,sample,node,value,batch")
-                   .replace(",1\n", ",1,q\n").replace(",-1\n", ",-1,q\n"))
+    f = _write_csv(
+        tmp_path / "x.csv",
+        GOOD.replace("time,sample,node,value", "time,sample,node,value,batch")
+        .replace(",1\n", ",1,q\n")
+        .replace(",-1\n", ",-1,q\n"),
+    )
     with pytest.raises(D.TeslaDataError) as ei:
         D.load_csv(f)
     _err(ei, "x.csv", "unexpected columns", "batch")
@@ -406,8 +409,10 @@ def test_csv_row_problems(tmp_path):
     _err(ei, "e.csv", "empty sample", "line 8")
 
 
-@pytest.mark.parametrize("value,word", [("2", "value 2 "), ("0.5", "value 0.5"), ("abc", "'abc'"),
-                                        ("nan", "NaN"), ("inf", "infinite"), ("", "''")])
+@pytest.mark.parametrize(
+    "value,word",
+    [("2", "value 2 "), ("0.5", "value 0.5"), ("abc", "'abc'"), ("nan", "NaN"), ("inf", "infinite"), ("", "''")],
+)
 def test_csv_bad_values(tmp_path, value, word):
     f = _write_csv(tmp_path / "v.csv", GOOD.replace("0,b,g2,1", f"0,b,g2,{value}"))
     with pytest.raises(D.TeslaDataError) as ei:

@@ -116,9 +116,11 @@ def test_recovery_perfect_and_empty():
 def test_recovery_f1_is_harmonic_mean():
     rng = np.random.default_rng(1)
     T, p = 20, 7
+
     def sym(a):
         a = np.triu(a, 1)
         return a | a.transpose(0, 2, 1)
+
     truth = sym(rng.random((T, p, p)) < 0.3)
     est = sym(rng.random((T, p, p)) < 0.3)
     r = E.recovery(est, truth)
@@ -134,14 +136,16 @@ def test_recovery_f1_is_harmonic_mean():
 
 def test_path_df_counts_runs():
     # node 1's path, T=6, p=4: column 1 is the field
-    th = np.array([
-        [0.0, 0.5, 1.0, 0.0],
-        [0.2, 0.5, 1.0, 0.0],
-        [0.2, 0.0, 1.0, 0.0],
-        [0.0, 0.0, 2.0, 0.0],
-        [0.2, 0.5, 2.0, 0.0],
-        [0.2, 0.5, 1.0, 0.0],
-    ])
+    th = np.array(
+        [
+            [0.0, 0.5, 1.0, 0.0],
+            [0.2, 0.5, 1.0, 0.0],
+            [0.2, 0.0, 1.0, 0.0],
+            [0.0, 0.0, 2.0, 0.0],
+            [0.2, 0.5, 2.0, 0.0],
+            [0.2, 0.5, 1.0, 0.0],
+        ]
+    )
     # col 0: runs of non-zero {0.2,0.2} and {0.2,0.2} -> 2 (a zero gap splits equal values)
     # col 1 (field): runs 0.5,0.5 | 0,0 | 0.5,0.5 -> 3 (a zero field run counts too)
     # col 2: 1,1,1 | 2,2 | 1 -> 3

@@ -140,13 +140,16 @@ def test_init_is_uniform_and_from_the_generator():
     assert np.array_equal(s.spins, G.init(np.random.default_rng(4), 3, 20000).spins)
 
 
-@pytest.mark.parametrize("h,J,match", [
-    (np.zeros(3), np.ones((3, 3)) - np.eye(3) + np.diag([0, 1, 0]), "zero diagonal"),
-    (np.zeros(3), np.array([[0, 1, 0], [0.5, 0, 0], [0, 0, 0]]), "symmetric"),
-    (np.zeros(3), np.zeros((3, 2)), "shape"),
-    (np.zeros(2), np.zeros((3, 3)), "shape"),
-    (np.array([0, np.nan, 0]), np.zeros((3, 3)), "NaN"),
-])
+@pytest.mark.parametrize(
+    "h,J,match",
+    [
+        (np.zeros(3), np.ones((3, 3)) - np.eye(3) + np.diag([0, 1, 0]), "zero diagonal"),
+        (np.zeros(3), np.array([[0, 1, 0], [0.5, 0, 0], [0, 0, 0]]), "symmetric"),
+        (np.zeros(3), np.zeros((3, 2)), "shape"),
+        (np.zeros(2), np.zeros((3, 3)), "shape"),
+        (np.array([0, np.nan, 0]), np.zeros((3, 3)), "NaN"),
+    ],
+)
 def test_bad_parameters(h, J, match):
     s = G.init(np.random.default_rng(0), 3, 2)
     with pytest.raises(ValueError, match=match):

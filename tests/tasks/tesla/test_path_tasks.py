@@ -147,20 +147,33 @@ def _hand_fit(loglik, df, n_train, lam2, thetas=None, heldout=None, n_iter=None,
     T, p = 3, 4
     if thetas is None:
         thetas = np.arange(n1 * T * p, dtype=float).reshape(n1, T, p) + 100 * lam2
-    return P.NodeFit(1, "tesla", np.array([0.3, 0.2, 0.1]), lam2, 0.0, thetas, np.asarray(loglik, float),
-                     np.full(n1, np.nan) if heldout is None else np.asarray(heldout, float),
-                     np.asarray(df, np.int64), np.full(n1, 10, np.int64) if n_iter is None else np.asarray(n_iter),
-                     np.ones(n1, bool) if converged is None else np.asarray(converged, bool), False, n_train, 0.0,
-                     np.zeros(n1, np.int64))
+    return P.NodeFit(
+        1,
+        "tesla",
+        np.array([0.3, 0.2, 0.1]),
+        lam2,
+        0.0,
+        thetas,
+        np.asarray(loglik, float),
+        np.full(n1, np.nan) if heldout is None else np.asarray(heldout, float),
+        np.asarray(df, np.int64),
+        np.full(n1, 10, np.int64) if n_iter is None else np.asarray(n_iter),
+        np.ones(n1, bool) if converged is None else np.asarray(converged, bool),
+        False,
+        n_train,
+        0.0,
+        np.zeros(n1, np.int64),
+    )
 
 
 def test_select_bic_argmin_on_a_2x3_grid():
     n = 100
-    fits = [_hand_fit([-60.0, -50.0, -45.0], [2, 4, 9], n, 0.01),
-            _hand_fit([-58.0, -47.0, -44.0], [2, 3, 9], n, 0.1, n_iter=[1, 2, 3], converged=[True, False, True])]
+    fits = [
+        _hand_fit([-60.0, -50.0, -45.0], [2, 4, 9], n, 0.01),
+        _hand_fit([-58.0, -47.0, -44.0], [2, 3, 9], n, 0.1, n_iter=[1, 2, 3], converged=[True, False, True]),
+    ]
     ln = np.log(n)
-    expect = np.array([[120 + 2 * ln, 100 + 4 * ln, 90 + 9 * ln],
-                       [116 + 2 * ln, 94 + 3 * ln, 88 + 9 * ln]])
+    expect = np.array([[120 + 2 * ln, 100 + 4 * ln, 90 + 9 * ln], [116 + 2 * ln, 94 + 3 * ln, 88 + 9 * ln]])
     c = P.select_node(fits, "bic")
     np.testing.assert_allclose(c.scores, expect, rtol=1e-14)
     assert (c.i_lam2, c.i_lam1) == (1, 1) == np.unravel_index(np.argmin(expect), expect.shape)
@@ -207,14 +220,17 @@ def test_select_heldout_refits_with_the_chosen_design(series):
     node, hs = 2, (0.7, 2.5)
     fit_designs = [S.keller_design(series.X, series.tix, series.T, h, train=train) for h in hs]
     refit_designs = [S.keller_design(series.X, series.tix, series.T, h) for h in hs]
-    fits = [P.fit_node(d, node, LAM1[:3], method="keller", bandwidth=h, train=train, tol=TOL)
-            for d, h in zip(fit_designs, hs)]
+    fits = [
+        P.fit_node(d, node, LAM1[:3], method="keller", bandwidth=h, train=train, tol=TOL)
+        for d, h in zip(fit_designs, hs)
+    ]
     for f in fits:
         assert np.all(np.isfinite(f.heldout_loglik))
 
     # natural choice: the largest held-out log-likelihood, recomputed here
-    held = np.array([[_loglik_rows(series.X, series.tix, node, f.thetas[k])[~train].sum() for k in range(3)]
-                     for f in fits])
+    held = np.array(
+        [[_loglik_rows(series.X, series.tix, node, f.thetas[k])[~train].sum() for k in range(3)] for f in fits]
+    )
     c = P.select_node(fits, "heldout", refit_designs=refit_designs, tol=TOL)
     np.testing.assert_allclose(c.scores, -held, rtol=1e-10)
     a, k = np.unravel_index(np.argmax(held), held.shape)
@@ -224,8 +240,10 @@ def test_select_heldout_refits_with_the_chosen_design(series):
     assert c.n_iter > sum(int(f.n_iter.sum()) for f in fits)  # the refit's iterations count too
 
     # forced choice of the second bandwidth and the last lambda1: the refit differs from one on design 0
-    rigged = [fits[0]._replace(heldout_loglik=np.array([-50.0, -40.0, -30.0])),
-              fits[1]._replace(heldout_loglik=np.array([-30.0, -25.0, -20.0]))]
+    rigged = [
+        fits[0]._replace(heldout_loglik=np.array([-50.0, -40.0, -30.0])),
+        fits[1]._replace(heldout_loglik=np.array([-30.0, -25.0, -20.0])),
+    ]
     c = P.select_node(rigged, "heldout", refit_designs=refit_designs, tol=TOL)
     assert (c.i_lam2, c.i_lam1) == (1, 2)
     ref1 = S.solve_path(refit_designs[1], node, float(LAM1[2]), 0.0, 1, tol=TOL).theta
@@ -241,8 +259,10 @@ def test_select_heldout_refits_at_the_chosen_lambda2(series):
     des_train = S.tesla_design(series.X, series.tix, series.T, train=train)
     full = S.tesla_design(series.X, series.tix, series.T)
     fits = [P.fit_node(des_train, node, LAM1[:3], l2, train=train, tol=TOL) for l2 in lam2s]
-    rigged = [fits[0]._replace(heldout_loglik=np.array([-9.0, -9.0, -9.0])),
-              fits[1]._replace(heldout_loglik=np.array([-9.0, -1.0, -1.0]))]  # tie at (1, 1) and (1, 2)
+    rigged = [
+        fits[0]._replace(heldout_loglik=np.array([-9.0, -9.0, -9.0])),
+        fits[1]._replace(heldout_loglik=np.array([-9.0, -1.0, -1.0])),
+    ]  # tie at (1, 1) and (1, 2)
     c = P.select_node(rigged, "heldout", refit_designs=[full, full], tol=TOL)
     assert (c.i_lam2, c.i_lam1, c.lam2, c.lam1) == (1, 1, 1.0, float(LAM1[1]))
     ref = S.solve_path(full, node, float(LAM1[1]), 1.0, 1, tol=TOL).theta
@@ -290,8 +310,22 @@ def test_ebic_adds_the_candidate_charge_and_picks_sparser_points():
     # a grid where BIC prefers the denser point and EBIC's extra charge flips the choice
     T, p = 2, 20
     thetas = np.zeros((2, T, p))
-    fit = P.NodeFit(0, "tesla", np.array([0.2, 0.1]), 0.5, 0.0, thetas, np.array([-60.0, -50.0]),
-                             np.full(2, np.nan), np.array([2, 4], np.int64), np.zeros(2, np.int64), np.ones(2, bool),
-                             False, 100, 0.0, np.zeros(2, np.int64))
+    fit = P.NodeFit(
+        0,
+        "tesla",
+        np.array([0.2, 0.1]),
+        0.5,
+        0.0,
+        thetas,
+        np.array([-60.0, -50.0]),
+        np.full(2, np.nan),
+        np.array([2, 4], np.int64),
+        np.zeros(2, np.int64),
+        np.ones(2, bool),
+        False,
+        100,
+        0.0,
+        np.zeros(2, np.int64),
+    )
     assert P.select_node([fit], "bic").i_lam1 == 1  # BIC 129.2 vs 118.4
     assert P.select_node([fit], "ebic", gamma=1.0).i_lam1 == 0  # EBIC 141.0 vs 142.0

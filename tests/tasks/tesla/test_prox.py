@@ -132,8 +132,9 @@ def test_known_answers():
     np.testing.assert_allclose(prox.tv_denoise_1d(np.array([0.0, 1.0]), 0.2), [0.2, 0.8], atol=1e-15)
     np.testing.assert_allclose(prox.tv_denoise_1d(np.array([0.0, 1.0]), 0.7), [0.5, 0.5], atol=1e-15)
     # a step of height 2 over 5 + 5 points: each side moves lam / 5 toward the other
-    np.testing.assert_allclose(prox.tv_denoise_1d(np.r_[np.zeros(5), 2 * np.ones(5)], 1.0),
-                               np.r_[np.full(5, 0.2), np.full(5, 1.8)], atol=1e-14)
+    np.testing.assert_allclose(
+        prox.tv_denoise_1d(np.r_[np.zeros(5), 2 * np.ones(5)], 1.0), np.r_[np.full(5, 0.2), np.full(5, 1.8)], atol=1e-14
+    )
     # the bound itself: max partial sum of y - mean
     assert prox.tv_lambda_max(np.array([0.0, 0.0, 3.0])) == pytest.approx(2.0)
 
@@ -206,8 +207,13 @@ def _fused_certificate_gap(y, x, lam1, lam2):
             le(M[k], -1.0, target)
     le(-M[n - 1], -1.0, -cw[n - 1])  # the full sum is 0
     le(M[n - 1], -1.0, cw[n - 1])
-    res = linprog(np.r_[np.zeros(m), 1.0], A_ub=np.array(rows), b_ub=np.array(rhs),
-                  bounds=[(-1, 1)] * m + [(0, None)], method="highs")
+    res = linprog(
+        np.r_[np.zeros(m), 1.0],
+        A_ub=np.array(rows),
+        b_ub=np.array(rhs),
+        bounds=[(-1, 1)] * m + [(0, None)],
+        method="highs",
+    )
     assert res.status == 0, res.message
     return res.fun / scale
 
@@ -266,10 +272,13 @@ def test_fused_lasso_is_soft_thresholded_tv_and_respects_penalized():
         else:
             np.testing.assert_array_equal(X[:, j], z)  # no soft thresholding at all
     # a scalar penalized applies to every column
-    np.testing.assert_array_equal(prox.prox_fused_lasso(Y, lam1, lam2, False),
-                                  np.column_stack([prox.tv_denoise_1d(Y[:, j].copy(), lam2) for j in range(9)]))
-    np.testing.assert_array_equal(prox.prox_fused_lasso(Y, lam1, lam2, True),
-                                  prox.prox_fused_lasso(Y, lam1, lam2, np.ones(9, bool)))
+    np.testing.assert_array_equal(
+        prox.prox_fused_lasso(Y, lam1, lam2, False),
+        np.column_stack([prox.tv_denoise_1d(Y[:, j].copy(), lam2) for j in range(9)]),
+    )
+    np.testing.assert_array_equal(
+        prox.prox_fused_lasso(Y, lam1, lam2, True), prox.prox_fused_lasso(Y, lam1, lam2, np.ones(9, bool))
+    )
 
 
 @pytest.mark.slow

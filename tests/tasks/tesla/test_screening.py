@@ -58,8 +58,9 @@ def _same_optimum(full, scr):
     assert full.converged and scr.converged
 
 
-@pytest.mark.parametrize("kind,q,lam2", [("tesla", 1, 0.1), ("tesla", 1, 1.0), ("tesla", 2, 0.3),
-                                         ("static", 1, 0.0), ("keller", 1, 0.0)])
+@pytest.mark.parametrize(
+    "kind,q,lam2", [("tesla", 1, 0.1), ("tesla", 1, 1.0), ("tesla", 2, 0.3), ("static", 1, 0.0), ("keller", 1, 0.0)]
+)
 @pytest.mark.parametrize("node", [0, 7])
 def test_screened_path_equals_full_solver(kind, q, lam2, node):
     des = _design(kind)

@@ -46,7 +46,7 @@ def weights_keller(tix, T, h, truncate=3.0, train=None):
     W = np.zeros((T, tix.size))
     for t in range(T):
         dt = (tix - t).astype(float)
-        k = np.where((np.abs(dt) <= truncate * h) & keep, np.exp(-dt ** 2 / (2.0 * h * h)), 0.0)
+        k = np.where((np.abs(dt) <= truncate * h) & keep, np.exp(-(dt**2) / (2.0 * h * h)), 0.0)
         if k.sum() > 0:
             W[t] = k / k.sum()
     return W
@@ -57,7 +57,7 @@ def dense_weights(design):
     W = np.zeros((design.T, design.X.shape[0]))
     for t in range(design.T):
         lo, hi, off = int(design.lo[t]), int(design.hi[t]), int(design.woff[t])
-        W[t, lo:hi] = design.w[off:off + hi - lo]
+        W[t, lo:hi] = design.w[off : off + hi - lo]
     return W
 
 
@@ -157,8 +157,10 @@ CASES = [
 
 def _design_and_weights(series, kind, train=None):
     if kind == "keller":
-        return (S.keller_design(series.X, series.tix, series.T, H, train=train),
-                weights_keller(series.tix, series.T, H, train=train))
+        return (
+            S.keller_design(series.X, series.tix, series.T, H, train=train),
+            weights_keller(series.tix, series.T, H, train=train),
+        )
     return S.tesla_design(series.X, series.tix, series.T, train=train), weights_tesla(series.tix, series.T, train)
 
 
@@ -355,9 +357,17 @@ def test_static_equals_separate_time_points(series, kind, q, l2):
             one = S.tesla_design(series.X[rows], np.zeros(int(rows.sum()), np.int64), 1)
         else:  # KELLER: the window's rows with their kernel weights, as one time point
             lo, hi, off = int(des.lo[t]), int(des.hi[t]), int(des.woff[t])
-            w = des.w[off:off + hi - lo].copy()
-            one = S.Design(series.X[lo:hi], np.zeros(hi - lo, np.int64), np.array([0]), np.array([hi - lo]),
-                           np.array([0]), w, des.L[t:t + 1].copy(), "keller")
+            w = des.w[off : off + hi - lo].copy()
+            one = S.Design(
+                series.X[lo:hi],
+                np.zeros(hi - lo, np.int64),
+                np.array([0]),
+                np.array([hi - lo]),
+                np.array([0]),
+                w,
+                des.L[t : t + 1].copy(),
+                "keller",
+            )
         sep = S.solve_path(one, node, lam1, 0.0, q, tol=TOL, max_iter=MAXIT)
         np.testing.assert_allclose(full.theta[t], sep.theta[0], rtol=0, atol=1e-7)
 
@@ -397,8 +407,9 @@ def test_time_point_without_training_rows(series):
     th2[T - 1] -= 3.0
     assert loss_grad(W, series.X, node, th)[0] == pytest.approx(loss_grad(W, series.X, node, th2)[0], rel=1e-14)
 
-    # q = 2: an empty time point minimises lam1 |x| + lam2 ((x - a)^2 + (b - x)^2) -> soft((a + b) / 2, lam1 / (4 lam2));
-    # the last one lam1 |x| + lam2 (x - a)^2 -> soft(a, lam1 / (2 lam2)); the field is never thresholded
+    # q = 2: an empty time point minimises lam1 |x| + lam2 ((x - a)^2 + (b - x)^2)
+    # -> soft((a + b) / 2, lam1 / (4 lam2)); the last one lam1 |x| + lam2 (x - a)^2 -> soft(a, lam1 / (2 lam2));
+    # the field is never thresholded
     res = S.solve_path(des, node, lam1, lam2, 2, tol=TOL, max_iter=MAXIT)
     th = res.theta
     assert res.converged and np.all(np.isfinite(th))
@@ -529,8 +540,9 @@ def test_path_gradient_cupy_matches_numpy(series):
     nodes = np.array([1, 2, 4])
     Theta = np.random.default_rng(12).normal(size=(nodes.size, T, series.p))
     g, l = S.path_gradient(Theta, series.X, series.tix, nodes, des.w, T)
-    gg, ll = S.path_gradient(cp.asarray(Theta), cp.asarray(series.X), cp.asarray(series.tix), cp.asarray(nodes),
-                             cp.asarray(des.w), T)
+    gg, ll = S.path_gradient(
+        cp.asarray(Theta), cp.asarray(series.X), cp.asarray(series.tix), cp.asarray(nodes), cp.asarray(des.w), T
+    )
     np.testing.assert_allclose(cp.asnumpy(gg), g, rtol=1e-11, atol=1e-13)
     np.testing.assert_allclose(cp.asnumpy(ll), l, rtol=1e-12)
 

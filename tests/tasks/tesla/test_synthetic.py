@@ -17,15 +17,18 @@ def _windows(T, rewire_every, ramp):
     """bool [T]: time points inside a ramp window [t0, t0 + ramp - 1]."""
     w = np.zeros(T, dtype=bool)
     for t0 in S.rewire_points(T, rewire_every):
-        w[t0:t0 + ramp] = True
+        w[t0 : t0 + ramp] = True
     return w
 
 
-@pytest.mark.parametrize("seed,p,T,kw", [
-    (0, 20, 100, KW),
-    (1, 30, 60, {"n_edges": 35, "rewire_every": 7, "n_rewire": 4, "max_degree": 3, "ramp": 7}),
-    (2, 12, 40, {"n_edges": 10, "rewire_every": 5, "n_rewire": 3, "max_degree": 2, "ramp": 1}),
-])
+@pytest.mark.parametrize(
+    "seed,p,T,kw",
+    [
+        (0, 20, 100, KW),
+        (1, 30, 60, {"n_edges": 35, "rewire_every": 7, "n_rewire": 4, "max_degree": 3, "ramp": 7}),
+        (2, 12, 40, {"n_edges": 10, "rewire_every": 5, "n_rewire": 3, "max_degree": 2, "ramp": 1}),
+    ],
+)
 def test_ground_truth_structure(seed, p, T, kw):
     J, h = S.ground_truth(seed, p, T, **kw)
     n_edges = kw.get("n_edges", p)
@@ -61,7 +64,7 @@ def test_ramps_are_linear_monotone_and_end_at_exactly_zero():
     W = J[:, iu[0], iu[1]]  # [T, pairs]
     n_up = n_down = 0
     for t0 in S.rewire_points(T, 10):
-        seg = W[t0 - 1:t0 + ramp]  # from the last time before the ramp to its end
+        seg = W[t0 - 1 : t0 + ramp]  # from the last time before the ramp to its end
         for k in np.flatnonzero(np.any(seg != seg[0], axis=0)):
             a = np.abs(seg[:, k])
             d = np.diff(a)
@@ -73,7 +76,7 @@ def test_ramps_are_linear_monotone_and_end_at_exactly_zero():
             else:  # disappearing: w -> exactly 0
                 n_down += 1
                 assert a[-1] == 0.0 and a[-2] > 0
-                assert np.all(W[t0 + ramp - 1:t0 + 10, k] == 0)
+                assert np.all(W[t0 + ramp - 1 : t0 + 10, k] == 0)
     assert n_up == n_down == 3 * 5
 
 
@@ -120,8 +123,9 @@ def test_strong_couplings_give_correlations_of_the_right_sign():
     # (a frustrated loop can flip the sign of a marginal correlation even in the exact model; this
     # seed has none at the strongly coupled pairs, the next test compares with exact moments)
     p, T, n = 12, 15, 3000
-    net = S.time_varying_ising(21, p, T, n, rewire_every=5, n_rewire=2, ramp=2, weight_low=0.7,
-                               weight_high=1.0, burn_in=100)
+    net = S.time_varying_ising(
+        21, p, T, n, rewire_every=5, n_rewire=2, ramp=2, weight_low=0.7, weight_high=1.0, burn_in=100
+    )
     checked = 0
     for t in range(T):
         X = net.X[t].astype(np.float64)
@@ -155,15 +159,18 @@ def test_p100_t100_is_fast():
     assert elapsed < 10.0, elapsed
 
 
-@pytest.mark.parametrize("kw,match", [
-    ({"p": 1}, "p must be"),
-    ({"n_edges": 100}, "n_edges"),
-    ({"ramp": 11}, "ramp"),
-    ({"ramp": 0}, "ramp"),
-    ({"n_rewire": 30}, "n_rewire"),
-    ({"weight_low": 1.5}, "weight_low"),
-    ({"rewire_every": 0}, "rewire_every"),
-])
+@pytest.mark.parametrize(
+    "kw,match",
+    [
+        ({"p": 1}, "p must be"),
+        ({"n_edges": 100}, "n_edges"),
+        ({"ramp": 11}, "ramp"),
+        ({"ramp": 0}, "ramp"),
+        ({"n_rewire": 30}, "n_rewire"),
+        ({"weight_low": 1.5}, "weight_low"),
+        ({"rewire_every": 0}, "rewire_every"),
+    ],
+)
 def test_bad_parameters(kw, match):
     args = {"seed": 0, "p": 20, "T": 30}
     args.update(kw)
