@@ -4,7 +4,11 @@
 - the core (pipelines/core/) imports no workload package: it finds them through the registry;
 - workload packages do not import each other, except tempering -> bounds (bounds=true is an add-on);
 - tasks/ imports nothing from pipelines/ or hydra_plugins/ (tests/test_layering.py: nor dask & co.);
-- no function in pipelines/ over 80 lines, no module over 500 lines.
+- no function in pipelines/ over 60 statement lines, no module over 340. Sizes are counted in lines where a
+  statement starts (docstrings, comments, blank lines and a statement's continuation lines do not count), so
+  the formatter's line breaks do not move them. Physical lines (80 a function, 500 a module) were the limit
+  until ruff format, which splits long calls one argument a line; the tree before it measured at most 68 and
+  337 statement lines, the tree after issue 32's typed plans at most 60 and 337.
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 ROOTS = ("pipelines", "tasks", "hydra_plugins", "tests/fixtures")
 ALLOWED_WORKLOAD_IMPORTS = {("tempering", "bounds")}
-MAX_FUNCTION_LINES, MAX_MODULE_LINES = 80, 500
+MAX_FUNCTION_STATEMENTS, MAX_MODULE_STATEMENTS = 60, 340
 
 
 def installed_name(rel: Path) -> str:
@@ -150,16 +154,21 @@ def test_tasks_import_no_pipelines_code():
     assert not bad, "\n".join(bad)
 
 
+def _statement_lines(node) -> int:
+    """Lines where a statement of ``node`` starts (the formatter's continuation lines are not counted)."""
+    return len({n.lineno for n in ast.walk(node) if isinstance(n, ast.stmt)})
+
+
 def test_functions_and_modules_stay_small():
     too_long = []
     for f in sorted((REPO / "pipelines").rglob("*.py")):
-        text = f.read_text()
+        tree = ast.parse(f.read_text())
         rel = f.relative_to(REPO)
-        if len(text.splitlines()) > MAX_MODULE_LINES:
-            too_long.append(f"{rel}: {len(text.splitlines())} lines")
-        for node in ast.walk(ast.parse(text)):
+        if _statement_lines(tree) > MAX_MODULE_STATEMENTS:
+            too_long.append(f"{rel}: {_statement_lines(tree)} statement lines")
+        for node in ast.walk(tree):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                n = node.end_lineno - node.lineno + 1
-                if n > MAX_FUNCTION_LINES:
-                    too_long.append(f"{rel}:{node.lineno} {node.name}(): {n} lines")
+                n = _statement_lines(node) - 1  # the def itself
+                if n > MAX_FUNCTION_STATEMENTS:
+                    too_long.append(f"{rel}:{node.lineno} {node.name}(): {n} statement lines")
     assert not too_long, "\n".join(too_long)
