@@ -1,7 +1,8 @@
 """Loopy belief propagation and the Bethe approximation of ``log Z`` for binary pairwise MRFs.
 
 Sum-product BP is tree-reweighted message passing with every edge appearance probability
-``rho_e = 1`` (``pgmflow.tasks.bounds.messages``; seed 001, "Bethe"; seed 002 lines 1632-1840): damped
+``rho_e = 1`` (``pgmflow.tasks.bounds.messages``; Yedidia, Freeman and Weiss 2005, "Constructing free-energy
+approximations and generalized belief propagation algorithms"): damped
 synchronous log-ratio messages, beliefs ``tau_s``, ``tau_st`` and the Bethe value
 
     log Z_Bethe = <theta, tau> + sum_s H(tau_s) - sum_st I_st(tau_st)      (= -F_Bethe(tau))

@@ -1,5 +1,5 @@
-"""Naive mean field for pairwise binary MRFs: a lower bound on ``log Z`` (seed 001, "Naive
-mean-field"; seed 002, lines 1397-1502, section 4.1).
+"""Naive mean field for pairwise binary MRFs: a lower bound on ``log Z`` (Wainwright and
+Jordan 2008, "Graphical models, exponential families, and variational inference", section 5.3).
 
 Model (``pgmflow.tasks.bounds.mrf``): ``P(x) ∝ exp(sum_i h_i x_i + sum_e J_e x_i x_j)``, x in {-1,+1}^n.
 With a fully factorised ``q(x) = prod_i q_i(x_i)`` and ``m_i = E_q[x_i]`` the Gibbs variational
@@ -10,7 +10,7 @@ principle ``log Z = max_q E_q[log-potential] + H(q)`` restricted to product dist
 for every m in [-1, 1]^n (H_b the binary entropy in nats). ``F`` is concave in each ``m_i``
 alone (a linear term plus the strictly concave ``H_b``), maximised over ``m_i`` at
 ``m_i = tanh(h_i + sum_j J_ij m_j)`` -- the mean-field update, "the mean field of the neighbours
-as a message" of seed 002. Updating one node at a time (Gauss-Seidel sweeps) is coordinate
+as a message". Updating one node at a time (Gauss-Seidel sweeps) is coordinate
 ascent: no update decreases ``F``, so the bound is monotone over sweeps and converges to a fixed
 point (a local maximum or, from a symmetric start, a saddle).
 

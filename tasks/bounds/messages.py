@@ -2,7 +2,7 @@
 
 Model (``pgmflow.tasks.bounds.mrf``): ``P(x) ∝ exp(sum_s h_s x_s + sum_st J_st x_s x_t)``, ``x`` in {-1, +1}^n,
 so ``theta_s(x_s) = h_s x_s`` and ``theta_st(x_s, x_t) = J_st x_s x_t``. Edge appearance
-probabilities ``rho_st`` in (0, 1] (seed 001, "tree-reweighted"; Wainwright, Jaakkola and Willsky
+probabilities ``rho_st`` in (0, 1] (Wainwright, Jaakkola and Willsky
 2005, "A new class of upper bounds on the log partition function").
 
 **Message update** (WJW 2005, the pairwise TRW update)::
@@ -30,7 +30,7 @@ synchronous (flooding) from ``u = 0``, damped in log space, ``u <- (1 - d) u + d
 directions), so ``E[x_s x_t] = tanh(K_st + atanh(tanh a_st tanh a_ts))``. At a fixed point
 ``tau_st`` marginalises to ``tau_s`` and ``tau_t``.
 
-**Objective** (seed 001; a concave maximisation over the local polytope for ``rho`` in the
+**Objective** (Wainwright, Jaakkola and Willsky 2005; a concave maximisation over the local polytope for ``rho`` in the
 spanning tree polytope)::
 
     B(tau; rho) = <theta, tau> + sum_s H(tau_s) - sum_st rho_st I_st(tau_st)

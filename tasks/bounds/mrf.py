@@ -1,7 +1,7 @@
 """Pairwise binary Markov random fields on any graph: the models the variational bounds work on.
 
 Spins ``x_i`` in {-1, +1}; ``P(x) = exp(sum_i h_i x_i + sum_e J_e x_i x_j) / Z`` over the edges
-``e = (i, j)``, ``i < j`` (seed 001; seed 002 lines 317-335). Couplings and fields are in units
+``e = (i, j)``, ``i < j`` (Wainwright and Jordan 2008, section 3.3). Couplings and fields are in units
 where the inverse temperature is already folded in (``J_e = beta * J``), so ``log Z`` of an Ising
 model at inverse temperature ``beta`` is ``log Z`` of ``ising_lattice(..., beta=beta)``.
 """

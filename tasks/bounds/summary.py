@@ -3,7 +3,7 @@
 ``compute_bounds`` runs naive mean field (a lower bound on log Z), loopy BP (the Bethe
 approximation) and TRW (an upper bound) on one pairwise binary MRF: what one Dask task computes
 for one temperature. ``marginal_bounds`` turns bounds on partition functions with one spin
-clamped into bounds on that spin's marginal (seed 001, last slide):
+clamped into bounds on that spin's marginal (Wainwright and Jordan 2008, section 7.2; Leisink and Kappen 2003):
 
     P(x_i = +1) = Z(x_i = +1) / Z,  so  exp(lo_+ - up) <= P(x_i = +1) <= exp(up_+ - lo),
 

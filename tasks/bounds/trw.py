@@ -2,7 +2,7 @@
 
 For edge appearance probabilities ``rho`` of a distribution over spanning trees (a point of the
 spanning tree polytope), Wainwright, Jaakkola and Willsky (2005) bound the entropy from above by
-``sum_s H(tau_s) - sum_st rho_st I_st(tau_st)`` (seed 001, "tree-reweighted"), so that
+``sum_s H(tau_s) - sum_st rho_st I_st(tau_st)``, so that
 
     log Z <= max_{tau in local polytope}  <theta, tau> + sum_s H(tau_s) - sum_st rho_st I_st(tau_st).
 

@@ -3,7 +3,7 @@
 Node ``i``'s path ``theta_i^t`` (``[T, p]``, column i its field) names the neighbours of i at time
 t: ``j`` with ``theta_i^t[j] != 0``. Two estimates meet at each pair: the **AND** rule keeps an
 edge when both ``i -> j`` and ``j -> i`` are non-zero, the **OR** rule when either is
-(Meinshausen and Buhlmann 2006; seed 002 eq. 6 is the OR rule).
+(Meinshausen and Buhlmann 2006, Ann. Statist. 34; their OR rule and AND rule).
 """
 
 from __future__ import annotations

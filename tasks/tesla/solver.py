@@ -1,7 +1,7 @@
 """One node's temporally smoothed L1 logistic regression path: TESLA, KELLER and the static baseline.
 
 Node ``i`` of a binary (+-1) network is regressed on the other nodes at every time point
-(seed 002, eqs. 11-13). With ``z_d`` the sample ``x_d`` with its own entry replaced by 1 (so that
+(Ahmed and Xing 2009, PNAS 106, eqs. 11-13). With ``z_d`` the sample ``x_d`` with its own entry replaced by 1 (so that
 ``theta^t[i]`` is node i's field, the paper's ``theta_ii``), the conditional log-likelihood of a
 sample is ``log sigmoid(2 x_{d,i} theta^t . z_d)`` (eq. 11). The parameters ``theta^1..theta^T``
 (``Theta``, [T, p]) minimise
@@ -743,7 +743,8 @@ def solve_path(
     tol: float = 1e-6,
     screen: bool = True,
 ) -> PathResult:
-    """Solve node ``node``'s whole path over time for one (lambda1, lambda2) (DESIGN.md's TESLA contract).
+    """Solve node ``node``'s whole path over time for one (lambda1, lambda2) (one task of the TESLA
+    workload).
 
     ``theta0`` ([T, p], optional) warm-starts the solver (e.g. the solution at the previous,
     larger lambda1 of a path). ``tol`` bounds the gradient-mapping norm ``L ||y - prox(y)||_inf``.
