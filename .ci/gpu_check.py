@@ -503,7 +503,7 @@ print(f"{repo} on sys.path through {site}/pgmflow-checkout.pth; {script} runs {m
 def entry_point() -> list[str]:
     """pgmflow's console script from pyproject.toml: [module, function]."""
     m = re.search(r'^pgmflow\s*=\s*"([\w.]+):(\w+)"', (REPO / "pyproject.toml").read_text(), flags=re.M)
-    return [m.group(1), m.group(2)] if m else ["pgmflow.pipelines.core.cli", "main"]
+    return [m.group(1), m.group(2)] if m else ["pgmflow.core.cli", "main"]
 
 
 def _source_of(name: str) -> str:

@@ -8,12 +8,12 @@
 The data: ``sklearn.datasets.make_friedman1(n_samples=n + n_test, n_features=10, noise=1.0,
 random_state=0)``; the first n = 100,000 rows train, the next 20,000 are held out. Both fits see the
 same standardised data (pgmflow's ``Standardizer`` of the training rows), start from the same
-m = 256 inducing inputs (``pgmflow.pipelines.sparse_gp.evaluations.initial_inducing``: k-means++ with 10 Lloyd
+m = 256 inducing inputs (``pgmflow.sparse_gp.evaluations.initial_inducing``: k-means++ with 10 Lloyd
 iterations on a 20,000-row subsample, seeded by ``pgmflow.tasks.rng``) and the same hyperparameters
 (lengthscale 1 in every input, scale 1, noise variance 0.1, in standardised units), and both
 optimise the hyperparameters and the inducing inputs.
 
-* pgmflow: the pipeline's own objective (``pgmflow.pipelines.sparse_gp.evaluations.Evaluations``: one Dask graph
+* pgmflow: the pipeline's own objective (``pgmflow.sparse_gp.evaluations.Evaluations``: one Dask graph
   per evaluation -- each worker computes the SGPR statistics of the chunks of 10,000 rows it holds, then each
   worker adds every worker's statistics in chunk order, does the m x m algebra and computes its chunks'
   gradient) on a
@@ -79,7 +79,7 @@ def _cluster(n_workers=2, memory_limit="auto"):
 
     from distributed import LocalCluster
 
-    from pgmflow.pipelines.core.cluster import local_start
+    from pgmflow.core.cluster import local_start
 
     with local_start():  # as the pipeline's local clusters start (pipelines/core/cluster.py)
         return LocalCluster(
@@ -218,10 +218,10 @@ def run_pgmflow(Xs, ys, Xts, yt, std, Z0, a):
     import distributed
     from distributed import Client
 
-    from pgmflow.pipelines.core.graph import Executor
-    from pgmflow.pipelines.sparse_gp import evaluations as sg
-    from pgmflow.pipelines.sparse_gp.fit import lbfgs_box
-    from pgmflow.pipelines.sparse_gp.plan import FitSettings
+    from pgmflow.core.graph import Executor
+    from pgmflow.sparse_gp import evaluations as sg
+    from pgmflow.sparse_gp.fit import lbfgs_box
+    from pgmflow.sparse_gp.plan import FitSettings
     from pgmflow.tasks.gp import chunks
     from pgmflow.tasks.gp import kernels as kern
     from pgmflow.tasks.gp import stats as gstats
@@ -417,7 +417,7 @@ def our_bound_at(params, Xs, ys):
 
 
 def compare(a):
-    from pgmflow.pipelines.sparse_gp import evaluations as sg
+    from pgmflow.sparse_gp import evaluations as sg
     from pgmflow.tasks.gp.data import Standardizer
 
     load0 = os.getloadavg()[0]
@@ -634,8 +634,8 @@ def _large_in(a, tmp: Path):
     from hydra import compose, initialize_config_dir
     from omegaconf import OmegaConf
 
-    from pgmflow.pipelines.core import runner
-    from pgmflow.pipelines.sparse_gp import data as gp_data
+    from pgmflow.core import runner
+    from pgmflow.sparse_gp import data as gp_data
 
     n = a.large_n
     tmp.mkdir(parents=True, exist_ok=True)

@@ -22,8 +22,8 @@ sys.path.insert(0, str(REPO))
 
 
 def fit(overrides, uri, cluster):
-    from pgmflow.pipelines.core.runner import execute
-    from pgmflow.pipelines.core.tracking import Tracker
+    from pgmflow.core.runner import execute
+    from pgmflow.core.tracking import Tracker
     from tests.conftest import compose
 
     ov = overrides + [

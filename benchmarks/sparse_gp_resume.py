@@ -60,7 +60,7 @@ def main():
     ]
     root = Path(tempfile.mkdtemp(prefix="pgmflow-resume-bench-"))
     uri = f"sqlite:///{root / 'mlflow.db'}"
-    from pgmflow.pipelines.core.tracking import Tracker
+    from pgmflow.core.tracking import Tracker
 
     tr = Tracker(uri, "pgmflow")
 

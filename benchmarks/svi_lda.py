@@ -142,8 +142,8 @@ def start_cluster():
 
 
 def run_pgmflow(info, a, workdir: Path, cluster):
-    from pgmflow.pipelines.core.runner import execute
-    from pgmflow.pipelines.core.tracking import Tracker
+    from pgmflow.core.runner import execute
+    from pgmflow.core.tracking import Tracker
     from tests.conftest import compose
 
     uri = f"sqlite:///{workdir / 'mlflow.db'}"

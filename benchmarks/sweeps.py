@@ -61,7 +61,7 @@ def run_sweep(launcher: str, workdir: Path, n_workers: int) -> tuple[float, str,
 
 def objectives(uri: str) -> tuple[dict, int, int]:
     """(overrides key -> objective, FINISHED child runs, parent runs)."""
-    from pgmflow.pipelines.core.tracking import Tracker
+    from pgmflow.core.tracking import Tracker
 
     tr = Tracker(uri, "pgmflow")
     exp = tr.client.get_experiment_by_name("pgmflow")

@@ -92,7 +92,7 @@ def run_sweep(name: str, launcher_args: list, workdir: Path) -> tuple[float, str
 
 def objectives(uri: str) -> dict:
     """(model.L, seed) -> objective of every finished run that is not a sweep's parent."""
-    from pgmflow.pipelines.core.tracking import Tracker
+    from pgmflow.core.tracking import Tracker
 
     tr = Tracker(uri, "pgmflow")
     exp = tr.client.get_experiment_by_name("pgmflow")

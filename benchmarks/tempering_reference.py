@@ -92,7 +92,7 @@ def compose(overrides):
 
 
 def one_run(target, reference, seed, rounds, replicas, uri, split="adaptive"):
-    from pgmflow.pipelines.core.runner import execute
+    from pgmflow.core.runner import execute
 
     ov = TARGETS[target] + [
         f"tempering.reference={reference}",

@@ -9,7 +9,7 @@ time points). The grid: lambda1 in {0.32, 0.16, 0.08, 0.04, 0.02} x lambda2 in {
 0.125}, i.e. 100 nodes x 25 grid points = 2,500 whole-path problems of 100 x 100 parameters,
 chosen per node by BIC.
 
-* pgmflow: the pipeline's own graph (``pgmflow.pipelines.tesla.run.build_fits``: one task per node and
+* pgmflow: the pipeline's own graph (``pgmflow.tesla.run.build_fits``: one task per node and
   lambda2 that solves the lambda1 path warm-started, one selection task per node) on a
   LocalCluster of 1 and of 2 worker processes (1 thread each), started and warmed up (numba
   kernels loaded) before the clock runs. Also timed: pgmflow's static baseline, the same
@@ -60,10 +60,10 @@ def run_pgmflow(series, n_workers, methods, a, screen=True, grid=False, nodes=No
     time the grid-check graph (:func:`grid_summary` per node and lambda2) for TESLA."""
     from distributed import Client, LocalCluster
 
-    from pgmflow.pipelines.core.graph import Executor
-    from pgmflow.pipelines.tesla.networks import NetworkData
-    from pgmflow.pipelines.tesla.plan import Estimation, Grid, Selection, SolverSettings
-    from pgmflow.pipelines.tesla.run import build_fits
+    from pgmflow.core.graph import Executor
+    from pgmflow.tesla.networks import NetworkData
+    from pgmflow.tesla.plan import Estimation, Grid, Selection, SolverSettings
+    from pgmflow.tesla.run import build_fits
 
     env = {"NUMBA_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
     os.environ.update(env)

@@ -1,2 +1,2 @@
 """pgmflow's Hydra configs, installed as package data of ``pgmflow.conf``
-(``pgmflow.pipelines.core.config.conf_dir``)."""
+(``pgmflow.core.config.conf_dir``)."""

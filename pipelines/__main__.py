@@ -1,6 +1,6 @@
-"""``python -m pgmflow.pipelines`` is the ``pgmflow`` command (as is ``python -m pgmflow``)."""
+"""``python -m pgmflow`` is the ``pgmflow`` command."""
 
-from pgmflow.pipelines.core.cli import main
+from pgmflow.core.cli import main
 
 if __name__ == "__main__":
     main()

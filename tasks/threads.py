@@ -9,7 +9,7 @@ every BLAS call with exactly :data:`BLAS_THREADS` thread(s) wherever it runs:
 
 * in the driver, for the whole run (:func:`pinned_blas`, entered by the runner): the driver's
   numerics and the tasks of the synchronous scheduler, which run in the driver's thread;
-* on every worker (``pgmflow.pipelines.core.graph.PinBlasThreads``, a worker plugin the runner registers, so
+* on every worker (``pgmflow.core.graph.PinBlasThreads``, a worker plugin the runner registers, so
   it also reaches workers pgmflow did not start: an address profile, SLURM jobs, late joiners).
 
 Parallelism comes from the tasks (one per chunk, node, replica group), never from inside a BLAS call.

@@ -23,12 +23,12 @@ MAX_FUNCTION_STATEMENTS, MAX_MODULE_STATEMENTS = 60, 340
 
 
 def installed_name(rel: Path) -> str:
-    """The import name of a source file (the package-dir mapping of pyproject.toml): pipelines/_pgmflow/x.py
-    -> pgmflow.x, pipelines/x.py -> pgmflow.pipelines.x, tasks/x.py -> pgmflow.tasks.x; others as they lie."""
+    """The import name of a source file (the package-dir mapping of pyproject.toml): pipelines/x.py -> pgmflow.x,
+    tasks/x.py -> pgmflow.tasks.x, conf/x.py -> pgmflow.conf.x; others as they lie."""
     parts = list(rel.with_suffix("").parts)
-    if parts[:2] == ["pipelines", "_pgmflow"]:
-        parts = ["pgmflow", *parts[2:]]
-    elif parts[0] in ("pipelines", "tasks", "conf"):
+    if parts[0] == "pipelines":
+        parts = ["pgmflow", *parts[1:]]
+    elif parts[0] in ("tasks", "conf"):
         parts = ["pgmflow", *parts]
     name = ".".join(parts)
     return name[: -len(".__init__")] if name.endswith(".__init__") else name
@@ -104,7 +104,7 @@ def strongly_connected(graph) -> list[list[str]]:
 
 def _workload(module: str) -> str | None:
     parts = module.split(".")
-    return parts[2] if parts[:2] == ["pgmflow", "pipelines"] and len(parts) > 2 and parts[2] != "core" else None
+    return parts[1] if parts[0] == "pgmflow" and len(parts) > 1 and parts[1] not in ("core", "tasks", "conf") else None
 
 
 def test_the_cycle_finder_finds_a_cycle():
@@ -122,7 +122,7 @@ def test_core_imports_no_workload():
     bad = [
         f"{m} imports {t}"
         for m, ts in import_graph().items()
-        if m.startswith("pgmflow.pipelines.core")
+        if m.startswith("pgmflow.core")
         for t in ts
         if _workload(t)
     ]

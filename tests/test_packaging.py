@@ -42,9 +42,68 @@ def test_every_source_package_is_installed():
 
 def test_one_version():
     import pgmflow
-    import pgmflow.pipelines
 
-    assert pgmflow.__version__ == pgmflow.pipelines.__version__ == PYPROJECT["project"]["version"]
+    assert pgmflow.__version__ == PYPROJECT["project"]["version"]
+
+
+def test_hydra_lists_pgmflows_plugins_from_the_editable_install(tmp_path):
+    """``make install``'s strict editable mode is a link tree that Hydra's pkgutil scan walks: ``--info plugins``
+    lists the launcher and the search-path plugin, and pgmflow registers nothing itself."""
+    r = subprocess.run(
+        [sys.executable, "-m", "pgmflow", "--info", "plugins"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert r.returncode == 0, r.stderr
+    launchers = r.stdout.split("Launcher:")[1].split("Sweeper:")[0]
+    assert "DaskLauncher" in launchers.split()
+    assert "PgmflowWorkloadsSearchPath" in r.stdout.split("SearchPathPlugin:")[1].split()
+    code = (
+        "import pkgutil, importlib.util, hydra_plugins; "
+        "print(sorted(m.name for m in pkgutil.iter_modules(list(hydra_plugins.__path__)) if 'pgmflow' in m.name)); "
+        "print(importlib.util.find_spec('pgmflow').submodule_search_locations[0])"
+    )
+    r = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    names, folder = r.stdout.split("\n")[:2]
+    assert names == "['pgmflow_dask_launcher', 'pgmflow_workloads']"
+    assert (
+        Path(folder).is_dir() and (Path(folder) / "core" / "runner.py").resolve() == REPO / "pipelines/core/runner.py"
+    )
+
+
+def test_the_names_before_0_3_are_the_same_modules():
+    """Models logged and configs recorded by pgmflow 0.2 name ``pgmflow.pipelines.<x>``: those names import the
+    module of ``pgmflow.<x>`` itself (pickled classes stay the same classes), with one DeprecationWarning each."""
+    code = (
+        "import warnings, pickle; warnings.simplefilter('always'); "
+        "import pgmflow.core.api as new\n"
+        "with warnings.catch_warnings(record=True) as w:\n"
+        "    warnings.simplefilter('always')\n"
+        "    import pgmflow.pipelines.core.api as old\n"
+        "    from pgmflow.pipelines.sparse_gp.plan import Start\n"
+        "import pgmflow.sparse_gp.plan as p\n"
+        "print(old is new, Start is p.Start, new.__spec__.name, old.__name__)\n"
+        "print(sorted({str(x.message).split()[0] for x in w}))\n"
+        "print(pickle.loads(pickle.dumps(p.Start)) is p.Start)"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.split("\n")
+    assert lines[0] == "True True pgmflow.core.api pgmflow.core.api"
+    assert lines[1] == str(
+        sorted(
+            [
+                "pgmflow.pipelines",
+                "pgmflow.pipelines.core",
+                "pgmflow.pipelines.core.api",
+                "pgmflow.pipelines.sparse_gp",
+                "pgmflow.pipelines.sparse_gp.plan",
+            ]
+        )
+    )
+    assert lines[2] == "True"
 
 
 @pytest.fixture(scope="module")
@@ -83,7 +142,7 @@ def test_the_wheel_holds_one_namespace_and_the_configs(wheel):
         "pgmflow/conf/pipeline/sparse_gp.yaml",
         "pgmflow/tasks/gp/data/diabetes.csv",
         "pgmflow/__init__.py",
-        "pgmflow/pipelines/core/api.py",
+        "pgmflow/core/api.py",
         "hydra_plugins/pgmflow_dask_launcher/__init__.py",
     ):
         assert f in names, f
@@ -115,8 +174,7 @@ def test_installed_wheel_runs_and_provides_no_tasks_or_pipelines(wheel, tmp_path
         assert proc.returncode != 0 and "ModuleNotFoundError" in proc.stderr, (name, proc.stderr)
     proc = py(
         "-c",
-        "import pgmflow, pgmflow.conf, pgmflow.pipelines.core.config as c; "
-        "print(pgmflow.__file__); print(c.conf_dir())",
+        "import pgmflow, pgmflow.conf, pgmflow.core.config as c; print(pgmflow.__file__); print(c.conf_dir())",
     )
     assert proc.returncode == 0, proc.stderr
     module_file, conf = proc.stdout.split()
@@ -165,7 +223,7 @@ def test_users_tasks_and_pipelines_modules_change_nothing(tmp_path, mlflow_uri):
     assert "on local (2 workers)" in proc.stdout
     assert not marker.exists(), marker.read_text()
 
-    from pgmflow.pipelines.core.tracking import Tracker
+    from pgmflow.core.tracking import Tracker
 
     tr = Tracker(mlflow_uri, compose(args)["tracking"]["experiment"])
     tr.run_id = proc.stdout.split("MLflow run ")[1].split()[0]

@@ -161,7 +161,7 @@ def test_a_tls_client_without_a_certificate_is_refused_by_the_scheduler(tls_clus
 def test_a_pipeline_runs_through_a_tls_address_profile(tls_cluster, certs, tmp_path):
     """pgmflow pipeline=tempering with cluster.file= a cluster file whose address profile has a tls:
     block (paths relative to the file): the run finishes and its tasks ran on the TLS cluster."""
-    from pgmflow.pipelines.core import cluster as cluster_mod
+    from pgmflow.core import cluster as cluster_mod
 
     good = certs["good"]
     (tmp_path / "certs").mkdir()
@@ -203,7 +203,7 @@ def test_a_pipeline_runs_through_a_tls_address_profile(tls_cluster, certs, tmp_p
 def test_sparse_gp_evaluations_reach_the_workers_over_tls(tls_cluster, certs, tmp_path):
     """The sparse GP's evaluations (one graph each: statistics and objective-and-gradient tasks) run on the
     workers of a TLS cluster, through the client's TLS connection."""
-    from pgmflow.pipelines.core.tracking import Tracker
+    from pgmflow.core.tracking import Tracker
 
     good = certs["good"]
     tls = {"ca_file": good["ca_file"], "cert": good["cert"], "key": good["key"], "require_encryption": True}
@@ -246,7 +246,7 @@ def test_the_local_tls_profile_starts_a_tls_cluster(certs, tmp_path):
     and its own client computes; a plain client is refused."""
     from distributed import Client
 
-    from pgmflow.pipelines.core import cluster as cluster_mod
+    from pgmflow.core import cluster as cluster_mod
 
     good = certs["good"]
     (tmp_path / "c.yaml").write_text(

@@ -32,7 +32,7 @@ RUNS = {
 
 
 def main(part: str, store: str) -> int:
-    from pgmflow.pipelines.core.runner import execute
+    from pgmflow.core.runner import execute
     from tests.conftest import compose
 
     t0 = time.monotonic()

@@ -150,7 +150,7 @@ def _resolved_task_config(job_cfg) -> dict:
     """The job's config as its task function will see it: resolved, without the hydra node."""
     from hydra.core.hydra_config import HydraConfig
 
-    from pgmflow.pipelines.core.config import resolved
+    from pgmflow.core.config import resolved
 
     saved = HydraConfig.instance().cfg
     HydraConfig.instance().set_config(job_cfg)  # for ${hydra:...} interpolations
@@ -172,8 +172,8 @@ def _failed(overrides, cfg, hydra_cfg, message: str) -> JobReturn:
 def launch(launcher, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
     import cloudpickle
 
-    from pgmflow.pipelines.core import sweep as sweep_mod
-    from pgmflow.pipelines.core import tracking
+    from pgmflow.core import sweep as sweep_mod
+    from pgmflow.core import tracking
 
     setup_globals()
     config = launcher.config
@@ -188,7 +188,7 @@ def launch(launcher, job_overrides: Sequence[Sequence[str]], initial_job_idx: in
     task_overrides = list(OmegaConf.to_container(config.hydra.overrides.task))
     sweeper = OmegaConf.to_container(config.hydra.sweeper, resolve=False)
     sweeper.pop("_target_", None)
-    from pgmflow.pipelines.core.errors import EXIT_BAD_INPUT, ConfigError
+    from pgmflow.core.errors import EXIT_BAD_INPUT, ConfigError
 
     try:
         session = sweep_mod.open_session(

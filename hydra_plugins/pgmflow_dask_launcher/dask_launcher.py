@@ -1,6 +1,6 @@
 """``hydra/launcher=dask``: a Hydra Launcher that runs each job of a sweep on the Dask cluster.
 
-How a job runs (see :mod:`pgmflow.pipelines.core.sweep` for the MLflow side):
+How a job runs (see :mod:`pgmflow.core.sweep` for the MLflow side):
 
 1. The launching process opens the cluster of ``dask_cluster.yaml`` once (``cluster.*`` of the
    sweep's config), creates the MLflow store, the sweep's parent run and one child run per job

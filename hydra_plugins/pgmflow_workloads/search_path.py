@@ -9,8 +9,8 @@ from hydra.plugins.search_path_plugin import SearchPathPlugin
 class PgmflowWorkloadsSearchPath(SearchPathPlugin):
     def manipulate_search_path(self, search_path: ConfigSearchPath) -> None:
         try:
-            from pgmflow.pipelines.core.config import conf_dir
-            from pgmflow.pipelines.core.registry import extra_conf_dirs
+            from pgmflow.core.config import conf_dir
+            from pgmflow.core.registry import extra_conf_dirs
 
             ours = conf_dir()
             if not any(e.path in (ours, f"file://{ours}") for e in search_path.get_path()):

@@ -6,11 +6,11 @@ per temperature), ``ladder`` (``bounds=true`` in tempering: the bounds at every 
 ``figures``. The numerics, the per-temperature task included, are in ``pgmflow.tasks.bounds``.
 """
 
-from pgmflow.pipelines.core.registry import Workload
+from pgmflow.core.registry import Workload
 
 WORKLOAD = Workload(
     name="bounds",
-    run="pgmflow.pipelines.bounds.run:run",
-    validate="pgmflow.pipelines.bounds.validate:check_bounds_pipeline",
+    run="pgmflow.bounds.run:run",
+    validate="pgmflow.bounds.validate:check_bounds_pipeline",
     summary="mean-field, Bethe and TRW bounds on log Z of Ising models and pairwise MRFs",
 )

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from pgmflow.pipelines.core.plotting import plt
+from pgmflow.core.plotting import plt
 
 
 def bounds_figure(betas, curves: dict, exact, tempering, tempering_se, title: str = "") -> plt.Figure:

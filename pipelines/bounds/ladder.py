@@ -7,8 +7,8 @@ import math
 import dask
 import numpy as np
 
-from pgmflow.pipelines.bounds.models import ising_model, ising_rho
-from pgmflow.pipelines.bounds.settings import VariationalSettings
+from pgmflow.bounds.models import ising_model, ising_rho
+from pgmflow.bounds.settings import VariationalSettings
 from pgmflow.tasks.bounds.per_temperature import bounds_task, lattice_of
 
 

@@ -10,8 +10,8 @@ from typing import NamedTuple
 
 import numpy as np
 
-from pgmflow.pipelines.bounds.settings import VariationalSettings
-from pgmflow.pipelines.core.errors import ConfigError
+from pgmflow.bounds.settings import VariationalSettings
+from pgmflow.core.errors import ConfigError
 from pgmflow.tasks.bounds import mrf as _mrf
 from pgmflow.tasks.bounds import trw
 from pgmflow.tasks.bounds.per_temperature import ising_model, lattice_of, small_exact

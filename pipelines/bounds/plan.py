@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pgmflow.pipelines.bounds.models import BoundsModel
-from pgmflow.pipelines.bounds.settings import VariationalSettings
+from pgmflow.bounds.models import BoundsModel
+from pgmflow.bounds.settings import VariationalSettings
 
 
 @dataclass(frozen=True)

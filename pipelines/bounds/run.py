@@ -11,12 +11,12 @@ from __future__ import annotations
 import dask
 import numpy as np
 
-from pgmflow.pipelines.bounds import figures
-from pgmflow.pipelines.bounds.models import Temperature
-from pgmflow.pipelines.bounds.plan import BoundsPlan
-from pgmflow.pipelines.core import artifacts, datasets
-from pgmflow.pipelines.core.partial import PartialResults
-from pgmflow.pipelines.core.progress import Progress
+from pgmflow.bounds import figures
+from pgmflow.bounds.models import Temperature
+from pgmflow.bounds.plan import BoundsPlan
+from pgmflow.core import artifacts, datasets
+from pgmflow.core.partial import PartialResults
+from pgmflow.core.progress import Progress
 from pgmflow.tasks.bounds import summary
 from pgmflow.tasks.bounds.per_temperature import bounds_task, small_exact_marginals
 
@@ -137,7 +137,7 @@ def run(ctx, plan: BoundsPlan) -> dict:
         datasets.arrays_of([job.model for job in model.temperatures]),
         parameters=model.spec,
         path=model.data_path,
-        generator="pgmflow.pipelines.bounds.models.ising_model",
+        generator="pgmflow.bounds.models.ising_model",
     )  # MLflow dataset tracking
     ctx.say(f"bounds on {model.name} ({n} nodes, {model.E} edges) at {len(model.temperatures)} temperature(s)")
     res = _solve(ctx, plan)

@@ -3,10 +3,10 @@ only reads of the config dict in the bounds workload; returns the typed plan."""
 
 from __future__ import annotations
 
-from pgmflow.pipelines.bounds.plan import BoundsPlan
-from pgmflow.pipelines.bounds.settings import VariationalSettings
-from pgmflow.pipelines.core.errors import ConfigError
-from pgmflow.pipelines.core.validation import apply, boolean, choice, get, integer, real, unknown_keys
+from pgmflow.bounds.plan import BoundsPlan
+from pgmflow.bounds.settings import VariationalSettings
+from pgmflow.core.errors import ConfigError
+from pgmflow.core.validation import apply, boolean, choice, get, integer, real, unknown_keys
 
 # The Ising model (model=ising) is a binary pairwise model: its rules live here, and tempering, which
 # samples it, takes them from here (tempering -> bounds is the one workload-to-workload import).
@@ -89,7 +89,7 @@ def check_bounds(cfg: dict) -> tuple | None:
     if name == "mrf":
         unknown_keys(cfg, "model", {"name", "path", "beta"})
         real(gt=0)("model.beta", get(cfg, "model.beta"))
-        from pgmflow.pipelines.bounds.models import load_mrf
+        from pgmflow.bounds.models import load_mrf
 
         return load_mrf(model)
     raise ConfigError(
@@ -103,7 +103,7 @@ def check_bounds(cfg: dict) -> tuple | None:
 def check_bounds_pipeline(cfg: dict) -> BoundsPlan:
     """Everything pipeline=bounds reads: the model, then the variational section. Returns the plan, its
     model built once (a model file read once per run)."""
-    from pgmflow.pipelines.bounds import models
+    from pgmflow.bounds import models
 
     loaded = check_bounds(cfg)
     settings = check_variational(cfg)

@@ -9,7 +9,7 @@
     mean, var = fitted.model.predict(x_new)                            # sparse_gp; svi: fitted.model.transform(docs)
 
 :func:`run` composes the config exactly as the ``pgmflow`` command does (the same Hydra composition, the
-same preflight checks) and raises :class:`~pgmflow.pipelines.core.errors.ConfigError` with the line the
+same preflight checks) and raises :class:`~pgmflow.core.errors.ConfigError` with the line the
 command would print (``err.field``, ``err.value``, ``err.fix``). It can run on a ``distributed.Client`` you
 already have (``cluster=client``): pgmflow submits its tasks there and leaves the client open.
 """
@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
-from pgmflow.pipelines.core.errors import ConfigError
+from pgmflow.core.errors import ConfigError
 
 DEFAULT_TRACKING_URI = "sqlite:///mlflow.db"
 
@@ -75,12 +75,11 @@ def compose(*overrides: str) -> dict:
     from hydra import initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
-    from pgmflow.pipelines.core.cli import override_error
-    from pgmflow.pipelines.core.config import conf_dir, resolved
-    from pgmflow.pipelines.core.hydra_setup import register_hydra_plugins
+    from pgmflow.core.cli import override_error
+    from pgmflow.core.config import check_install, conf_dir, resolved
 
     argv = _check_overrides(overrides)
-    register_hydra_plugins()
+    check_install()
     if GlobalHydra.instance().is_initialized():  # called from inside a Hydra app (a notebook's own, a job)
         GlobalHydra.instance().clear()
     try:
@@ -131,7 +130,7 @@ class RunResult:
 
 def _client_handle(client):
     """A ClusterHandle over a client the caller owns (it stays open when the run ends)."""
-    from pgmflow.pipelines.core.cluster import ClusterHandle
+    from pgmflow.core.cluster import ClusterHandle
 
     n = len(client.scheduler_info().get("workers", {}))
     return ClusterHandle(
@@ -199,7 +198,7 @@ def run(
     :class:`RunFailed` when the run fails later (its MLflow run ended FAILED; the cause is chained).
     KeyboardInterrupt ends the run KILLED and propagates; continue it with ``run(f"resume={run_id}")``.
     """
-    from pgmflow.pipelines.core import runner
+    from pgmflow.core import runner
 
     with _launch_dir():
         cfg = compose(*overrides)
@@ -225,7 +224,7 @@ def run(
 
 
 def _result(result: dict, cfg: dict) -> RunResult:
-    from pgmflow.pipelines.core.tracking import _absolute_uri
+    from pgmflow.core.tracking import _absolute_uri
 
     uri = _absolute_uri(cfg["tracking"]["uri"])
     client = _mlflow_client(uri)
@@ -329,7 +328,7 @@ def load(run_id: str, tracking_uri: str | None = None) -> LoadedRun:
     import numpy as np
     import yaml
 
-    from pgmflow.pipelines.core.tracking import _absolute_uri
+    from pgmflow.core.tracking import _absolute_uri
 
     if not isinstance(run_id, str) or not run_id.strip():
         raise ConfigError(
@@ -382,7 +381,7 @@ def load(run_id: str, tracking_uri: str | None = None) -> LoadedRun:
 def _fitted_model(pipeline: str | None, folder: Path):
     """The workload's fitted model read from the run's artifacts (its ``Workload.load_model``; None where the
     workload declares none, is not installed here, or the run logged no model)."""
-    from pgmflow.pipelines.core import registry
+    from pgmflow.core import registry
 
     try:
         workload = registry.get(pipeline) if pipeline else None

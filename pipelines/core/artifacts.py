@@ -2,7 +2,7 @@
 tables, figures, ``results.json``, and checkpoints (saved as MLflow artifacts, and the newest valid
 one found again on resume).
 
-Every function takes the run's :class:`~pgmflow.pipelines.core.tracking.Tracker`; none knows a workload.
+Every function takes the run's :class:`~pgmflow.core.tracking.Tracker`; none knows a workload.
 """
 
 from __future__ import annotations
@@ -63,7 +63,7 @@ def log_table(tracker, rows: list[dict], path: str):
 
 def log_figures(tracker, figures: dict, suffix: str = ""):
     """Log each ``{name: figure}`` as ``figures/<name><suffix>.png`` and close it."""
-    from pgmflow.pipelines.core.plotting import close
+    from pgmflow.core.plotting import close
 
     for name, fig in figures.items():
         tracker.log_figure(fig, f"figures/{name}{suffix}.png")

@@ -18,8 +18,7 @@ from __future__ import annotations
 import os
 import sys
 
-from pgmflow.pipelines.core.config import conf_dir, conf_groups, resolved
-from pgmflow.pipelines.core.hydra_setup import register_hydra_plugins
+from pgmflow.core.config import check_install, conf_dir, conf_groups, resolved
 
 
 def _report(message: str, code: int):
@@ -31,14 +30,14 @@ def run_from_hydra(cfg):
     """The Hydra task function: resolve, execute, map errors to exit codes; returns the objective."""
     from omegaconf import OmegaConf
 
-    from pgmflow.pipelines.core.errors import EXIT_BAD_INPUT, EXIT_FAILED, ConfigError
+    from pgmflow.core.errors import EXIT_BAD_INPUT, EXIT_FAILED, ConfigError
 
     verbose = (
         OmegaConf.select(cfg, "verbose", default=False) is True
     )  # a mistyped verbose=2 is refused by preflight, not obeyed
     try:
         cfg_dict = resolved(cfg)
-        from pgmflow.pipelines.core.runner import execute
+        from pgmflow.core.runner import execute
 
         result = execute(cfg_dict)
         return result.get("objective")
@@ -62,7 +61,7 @@ def override_error(argv, exc):
 
     from hydra.errors import MissingConfigException
 
-    from pgmflow.pipelines.core.errors import ConfigError
+    from pgmflow.core.errors import ConfigError
 
     text = str(exc)
     first = " ".join(text.strip().splitlines()[0].split()) if text.strip() else type(exc).__name__
@@ -108,7 +107,7 @@ def _precheck(argv) -> None:
         return  # --help, --cfg, -m/--multirun, --info...: Hydra's own handling
     from hydra import compose, initialize_config_dir
 
-    from pgmflow.pipelines.core.errors import EXIT_BAD_INPUT
+    from pgmflow.core.errors import EXIT_BAD_INPUT
 
     try:
         with initialize_config_dir(config_dir=conf_dir(), version_base="1.3"):
@@ -123,7 +122,7 @@ def _is_multirun(argv) -> bool:
 
 def _multirun(app) -> None:
     """Run a sweep; exit with the number of failed jobs (Hydra's own errors: its exit code)."""
-    from pgmflow.pipelines.core import sweep
+    from pgmflow.core import sweep
 
     code = 0
     try:
@@ -144,13 +143,16 @@ def _multirun(app) -> None:
 
 def main():
     os.environ.setdefault("PGMFLOW_ORIG_CWD", os.getcwd())
-    register_hydra_plugins()
     argv = sys.argv[1:]
     if argv and argv[0] == "reproduce":
-        from pgmflow.pipelines.core.reproduce import main as reproduce_main
+        from pgmflow.core.reproduce import main as reproduce_main
 
         sys.exit(reproduce_main(argv[1:]))
     _precheck(argv)
+    try:
+        check_install()
+    except RuntimeError as exc:
+        _report(str(exc), 2)
     import hydra
 
     app = hydra.main(config_path=conf_dir(), config_name="config", version_base="1.3")(run_from_hydra)

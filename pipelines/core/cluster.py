@@ -28,9 +28,9 @@ from pathlib import Path
 
 import yaml
 
-from pgmflow.pipelines.core.errors import ConfigError
-from pgmflow.pipelines.core.internals import KilledWorkerLogFilter
-from pgmflow.pipelines.core.tls import check_tls, make_security  # noqa: F401  (check_tls: part of this module's API)
+from pgmflow.core.errors import ConfigError
+from pgmflow.core.internals import KilledWorkerLogFilter
+from pgmflow.core.tls import check_tls, make_security  # noqa: F401  (check_tls: part of this module's API)
 
 TYPES = ("local", "address", "slurm", "pbs", "kubernetes", "local_cuda", "synchronous")
 EXTRAS = {
@@ -447,7 +447,7 @@ def check_cluster_config(ccfg: dict) -> dict:
             f"pip install 'pgmflow[{extra[1]}]'",
         )
     if prof["type"] in ("slurm", "pbs"):
-        from pgmflow.pipelines.core import slurm
+        from pgmflow.core import slurm
 
         slurm.check_profile(path, name, prof, options)
     else:
@@ -575,7 +575,7 @@ def open_cluster(ccfg: dict):
             except (OSError, TimeoutError) as exc:
                 raise _address_error(name, address, timeout, exc) from None
         elif kind in ("slurm", "pbs"):
-            from pgmflow.pipelines.core import slurm
+            from pgmflow.core import slurm
 
             client, tags, want = slurm.open_jobqueue(
                 stack, name, kind, prof, n_override, ccfg.get("file"), _options(ccfg)

@@ -21,9 +21,30 @@ def conf_dir() -> str:
     return str(here)
 
 
+@functools.lru_cache(maxsize=1)
+def check_install() -> None:
+    """Stop with one line when Hydra cannot see pgmflow's plugins (the Dask launcher, the workloads' search path).
+
+    Hydra finds plugins by walking the folders of the ``hydra_plugins`` namespace with ``pkgutil``. A wheel and
+    the strict editable install (``make install``) put pgmflow's there; setuptools' default editable mode maps
+    them with an import hook that the walk cannot see."""
+    import pkgutil
+
+    import hydra_plugins
+
+    found = {m.name for m in pkgutil.iter_modules(list(hydra_plugins.__path__))}
+    missing = sorted({"pgmflow_dask_launcher", "pgmflow_workloads"} - found)
+    if missing:
+        raise RuntimeError(
+            f"Hydra cannot see pgmflow's plugins ({', '.join(missing)}): pgmflow is installed in setuptools' default "
+            "editable mode, whose import hook Hydra's plugin scan does not walk; fix: make install, or "
+            "pip install -e . --config-settings editable_mode=strict"
+        )
+
+
 def conf_dirs() -> list[str]:
     """pgmflow's own configs, then those of plug-in workloads (Hydra's search path, in order)."""
-    from pgmflow.pipelines.core import registry
+    from pgmflow.core import registry
 
     return [conf_dir(), *registry.extra_conf_dirs()]
 
@@ -92,7 +113,7 @@ def resolved(cfg) -> dict:
     from omegaconf import OmegaConf, open_dict
     from omegaconf.errors import OmegaConfBaseException
 
-    from pgmflow.pipelines.core.errors import ConfigError
+    from pgmflow.core.errors import ConfigError
 
     cfg = copy.deepcopy(cfg)
     if "hydra" in cfg:

@@ -270,7 +270,7 @@ class PinBlasThreads(_WorkerPlugin):
 def chunk_settings() -> list[tuple[str, str]]:
     """What cuts each workload's work into tasks, by the prefix of its task keys: the first setting to
     change when one task does not fit in a worker (each workload's ``memory_hint``)."""
-    from pgmflow.pipelines.core import registry
+    from pgmflow.core import registry
 
     return [w.memory_hint for w in registry.workloads() if w.memory_hint]
 

@@ -7,10 +7,10 @@ the workload named by ``pipeline.name`` checks its own sections (its ``validate`
 
 from __future__ import annotations
 
-from pgmflow.pipelines.core import registry
-from pgmflow.pipelines.core.config import conf_dir, conf_keys
-from pgmflow.pipelines.core.errors import ConfigError
-from pgmflow.pipelines.core.validation import (
+from pgmflow.core import registry
+from pgmflow.core.config import conf_dir, conf_keys
+from pgmflow.core.errors import ConfigError
+from pgmflow.core.validation import (
     ALLOWED_MODULES_ENV,
     apply,
     boolean,
@@ -129,7 +129,7 @@ def preflight_checks(cfg: dict):
     _flag_types(cfg)
     name = get(cfg, "pipeline.name")
     workload = registry.get(name)  # an unknown pipeline.name: one line listing the workloads found
-    from pgmflow.pipelines.core import cluster
+    from pgmflow.core import cluster
 
     cluster.check_cluster_config(cfg.get("cluster") or {})
     plan = workload.load_validate()(cfg)

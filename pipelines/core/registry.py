@@ -29,6 +29,8 @@ from pathlib import Path
 
 WORKLOADS_ENV = "PGMFLOW_WORKLOADS"
 ENTRY_POINT_GROUP = "pgmflow.workloads"
+# the sub-packages of pgmflow that are not workloads: the core, the numerics (tasks/) and the configs (conf/)
+NOT_WORKLOADS = frozenset({"core", "tasks", "conf"})
 
 
 @dataclass(frozen=True)
@@ -36,7 +38,7 @@ class Workload:
     """What a workload declares about itself.
 
     name: the value of ``pipeline.name`` that selects it (``conf/pipeline/<name>.yaml``).
-    run: ``"module:function"``; the function takes a :class:`~pgmflow.pipelines.core.runner.RunContext` and
+    run: ``"module:function"``; the function takes a :class:`~pgmflow.core.runner.RunContext` and
         the plan ``validate`` returned, ``run(ctx, plan)``, and returns the result dict (``objective`` in it,
         optionally ``objective_name`` / ``_direction``).
     validate: ``"module:function"``; takes the resolved config (a dict), raises ``ConfigError`` on the
@@ -93,19 +95,19 @@ def _from_module(name: str, where: str) -> Workload:
     wl = getattr(mod, "WORKLOAD", None)
     if not isinstance(wl, Workload):
         raise WorkloadError(
-            f"{where}: module {name!r} defines no WORKLOAD (a pgmflow.pipelines.core.registry.Workload); "
+            f"{where}: module {name!r} defines no WORKLOAD (a pgmflow.core.registry.Workload); "
             "fix: declare WORKLOAD = Workload(name=..., run=..., validate=...) in it"
         )
     return wl
 
 
 def _builtin_modules() -> list[str]:
-    import pgmflow.pipelines
+    import pgmflow
 
     return [
-        f"pgmflow.pipelines.{m.name}"
-        for m in pkgutil.iter_modules(pgmflow.pipelines.__path__)
-        if m.ispkg and m.name != "core" and not m.name.startswith("_")
+        f"pgmflow.{m.name}"
+        for m in pkgutil.iter_modules(pgmflow.__path__)
+        if m.ispkg and m.name not in NOT_WORKLOADS and not m.name.startswith("_")
     ]
 
 
@@ -152,7 +154,7 @@ def get(name: str) -> Workload:
     for w in workloads():
         if w.name == name:
             return w
-    from pgmflow.pipelines.core.errors import ConfigError
+    from pgmflow.core.errors import ConfigError
 
     known = names()
     raise ConfigError(

@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 import sys
 
-from pgmflow.pipelines.core.errors import EXIT_BAD_INPUT, ConfigError
+from pgmflow.core.errors import EXIT_BAD_INPUT, ConfigError
 
 TIMING = re.compile(r"(seconds|_per_s$|_per_ns$|per_second|throughput|wall|_eta$|elapsed)")
 MAY_CHANGE = ("cluster", "tracking", "progress", "verbose", "backend")
@@ -86,8 +86,8 @@ def reproduce(run_id: str, overrides: dict, stream=sys.stdout) -> tuple[int, dic
     """Re-run ``run_id``; returns (exit code, report dict)."""
     import yaml
 
-    from pgmflow.pipelines.core import tracking
-    from pgmflow.pipelines.core.runner import execute
+    from pgmflow.core import tracking
+    from pgmflow.core.runner import execute
 
     uri = overrides.get("tracking.uri") or "sqlite:///mlflow.db"
     tr = tracking.Tracker(uri, "pgmflow")

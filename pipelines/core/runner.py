@@ -16,9 +16,9 @@ import sys
 import time
 from dataclasses import dataclass, field
 
-from pgmflow.pipelines.core import registry
-from pgmflow.pipelines.core.errors import ConfigError
-from pgmflow.pipelines.core.graph import Executor
+from pgmflow.core import registry
+from pgmflow.core.errors import ConfigError
+from pgmflow.core.graph import Executor
 
 # Fields a resumed run may change: where and how it runs, not what it computes.
 RESUME_MAY_CHANGE = ("cluster", "progress", "verbose", "tracking", "backend", "resume")
@@ -98,7 +98,7 @@ SWEEP_SCHEDULER = "PGMFLOW_SWEEP_SCHEDULER"  # the sweep's cluster: the job's ow
 
 
 def _tracker(cfg: dict):
-    from pgmflow.pipelines.core import tracking
+    from pgmflow.core import tracking
 
     tcfg = cfg["tracking"]
     return tracking.Tracker(
@@ -114,7 +114,7 @@ def _sweep_cluster(ccfg: dict, address: str):
     """A sweep job's cluster: the scheduler its launcher opened (no new cluster per job)."""
     from distributed import Client
 
-    from pgmflow.pipelines.core import cluster as cluster_mod
+    from pgmflow.core import cluster as cluster_mod
 
     security = None
     make_security = getattr(cluster_mod, "security_for", None)
@@ -144,7 +144,7 @@ class RunRecord:
 def execute(cfg: dict, stream=None, cluster=None, record: RunRecord | None = None) -> dict:
     """Run one experiment from a resolved config (plain dict). Returns the pipeline's result dict.
 
-    ``cluster``: a :class:`~pgmflow.pipelines.core.cluster.ClusterHandle` over a client the caller owns (the
+    ``cluster``: a :class:`~pgmflow.core.cluster.ClusterHandle` over a client the caller owns (the
     Python API's ``cluster=client``); None opens the config's profile.
 
     In a sweep job (``PGMFLOW_SWEEP_RUN_ID`` set by the launcher) the run already exists: it is
@@ -169,8 +169,8 @@ def execute(cfg: dict, stream=None, cluster=None, record: RunRecord | None = Non
 
 
 def _execute(cfg: dict, stream, sweep_run: str | None, given, record: RunRecord) -> dict:
-    from pgmflow.pipelines.core import cluster as cluster_mod
-    from pgmflow.pipelines.core import preflight, tracking
+    from pgmflow.core import cluster as cluster_mod
+    from pgmflow.core import preflight, tracking
     from pgmflow.tasks import backend as backend_mod
     from pgmflow.tasks import threads
 
@@ -187,7 +187,7 @@ def _execute(cfg: dict, stream, sweep_run: str | None, given, record: RunRecord)
         opened = _sweep_cluster(cfg["cluster"], address) if address else cluster_mod.open_cluster(cfg["cluster"])
     with opened as ch:
         if ch.client is not None and threads.configured_threads() is not None:
-            from pgmflow.pipelines.core.graph import PinBlasThreads
+            from pgmflow.core.graph import PinBlasThreads
 
             ch.client.register_plugin(PinBlasThreads(threads.configured_threads()), name=PinBlasThreads.name)
         tcfg = cfg["tracking"]

@@ -32,7 +32,7 @@ import sys
 import threading
 import time
 
-from pgmflow.pipelines.core.errors import ConfigError
+from pgmflow.core.errors import ConfigError
 
 # pgmflow's own keys of a jobqueue profile; every other key is an option of the dask-jobqueue class
 PGMFLOW_KEYS = ("type", "n_jobs", "wait_for_workers", "wait_timeout", "adapt")

@@ -30,8 +30,8 @@ import sys
 import time
 from dataclasses import dataclass, field
 
-from pgmflow.pipelines.core import tracking
-from pgmflow.pipelines.core.artifacts import csv_table
+from pgmflow.core import tracking
+from pgmflow.core.artifacts import csv_table
 
 PARENT_KEY_TAG = "pgmflow.sweep_key"
 CHILD_TAGS = ("pgmflow.config_hash", "pgmflow.sweep.job", "pgmflow.sweep.overrides")
@@ -72,7 +72,7 @@ class SweepSession:
         """The sweep's cluster, opened on first need (a resumed sweep with nothing left to run
         opens none) and kept until the sweep ends."""
         if self.cluster is None:
-            from pgmflow.pipelines.core import cluster as cluster_mod
+            from pgmflow.core import cluster as cluster_mod
 
             cm = cluster_mod.open_cluster(self.cluster_cfg)
             self.cluster = cm.__enter__()
@@ -359,7 +359,7 @@ def open_session(
     global _SESSION
     if _SESSION is not None:
         return _SESSION
-    from pgmflow.pipelines.core import cluster as cluster_mod
+    from pgmflow.core import cluster as cluster_mod
 
     cluster_mod.check_cluster_config(cluster_cfg)  # a bad cluster section is refused before the parent exists
     tr = tracking.Tracker(

@@ -1,7 +1,7 @@
 """TLS blocks of ``local`` and ``address`` profiles (``ca_file``, ``cert``, ``key``,
 ``require_encryption``): :func:`check_tls` validates one (files exist and load, cert and key are a
 pair, a TLS handshake in memory succeeds), :func:`make_security` turns it into a
-``distributed.security.Security``. Used by :mod:`pgmflow.pipelines.core.cluster`.
+``distributed.security.Security``. Used by :mod:`pgmflow.core.cluster`.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import difflib
 import os
 from pathlib import Path
 
-from pgmflow.pipelines.core.errors import ConfigError
+from pgmflow.core.errors import ConfigError
 
 TLS_KEYS = ("ca_file", "cert", "key", "require_encryption")
 

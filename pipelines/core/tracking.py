@@ -152,7 +152,7 @@ def versions() -> dict:
     import distributed
     import numpy
 
-    from pgmflow.pipelines import __version__
+    from pgmflow import __version__
 
     out = {
         "version.pgmflow": __version__,

@@ -1,6 +1,6 @@
 """Declarative validation rules (scikit-learn style) with one message format.
 
-Every rule raises :class:`~pgmflow.pipelines.core.errors.ConfigError` naming the field, the value, the problem
+Every rule raises :class:`~pgmflow.core.errors.ConfigError` naming the field, the value, the problem
 and the fix. Workloads declare their own rule tables beside their code (``<workload>/validate.py``)
 and apply them with :func:`apply` and :func:`unknown_keys`.
 """
@@ -12,7 +12,7 @@ import numbers
 import os
 from collections.abc import Callable
 
-from pgmflow.pipelines.core.errors import ConfigError
+from pgmflow.core.errors import ConfigError
 
 
 def get(cfg: dict, path: str):

@@ -7,13 +7,13 @@ evaluations), ``fit`` (L-BFGS-B, restarts, SVGP, exact), ``run`` (``run(ctx, pla
 ``figures``. Worker-side code is in ``pgmflow.tasks.gp`` (``pgmflow.tasks.gp.chunks``).
 """
 
-from pgmflow.pipelines.core.registry import Workload
+from pgmflow.core.registry import Workload
 
 WORKLOAD = Workload(
     name="sparse_gp",
-    run="pgmflow.pipelines.sparse_gp.run:run",
-    validate="pgmflow.pipelines.sparse_gp.validate:check_sparse_gp",
+    run="pgmflow.sparse_gp.run:run",
+    validate="pgmflow.sparse_gp.validate:check_sparse_gp",
     summary="inducing-point Gaussian process regression (SGPR, FITC, DTC, SVGP, exact)",
     memory_hint=("gp-", "a smaller sparse_gp.chunk_size (fewer rows per task)"),
-    load_model="pgmflow.pipelines.sparse_gp.model:load_predictor",
+    load_model="pgmflow.sparse_gp.model:load_predictor",
 )

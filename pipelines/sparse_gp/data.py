@@ -33,7 +33,7 @@ from typing import NamedTuple
 import numpy as np
 
 import pgmflow.tasks.gp
-from pgmflow.pipelines.core.errors import ConfigError
+from pgmflow.core.errors import ConfigError
 from pgmflow.tasks.gp.data import Standardizer, heldout_rows, open_npy, split_key  # noqa: F401  (part of this module's API)
 
 KINDS = ("synthetic", "diabetes", "csv", "npz", "npy")

@@ -14,8 +14,8 @@ from typing import NamedTuple
 import dask
 import numpy as np
 
-from pgmflow.pipelines.core.errors import ConfigError
-from pgmflow.pipelines.core.graph import Dep, Executor, TaskSpec
+from pgmflow.core.errors import ConfigError
+from pgmflow.core.graph import Dep, Executor, TaskSpec
 from pgmflow.tasks import rng as trng
 from pgmflow.tasks.gp import bounds as gbounds
 from pgmflow.tasks.gp import kernels as kern
@@ -151,7 +151,7 @@ class Evaluations:
 
     chunks: :class:`Chunks`. method: sgpr | dtc | fitc; kernel: rbf | matern32 | matern52. Z0 [m, d]: the
     inducing inputs (the starting point, or fixed without ``fit.optimize_inducing``). fit:
-    :class:`~pgmflow.pipelines.sparse_gp.plan.FitSettings` (jitter, max_tries, optimize_inducing).
+    :class:`~pgmflow.sparse_gp.plan.FitSettings` (jitter, max_tries, optimize_inducing).
     """
 
     def __init__(self, chunks: Chunks, method: str, kernel: str, Z0: np.ndarray, fit):

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from pgmflow.pipelines.core.plotting import plt
+from pgmflow.core.plotting import plt
 
 BOUND_NAMES = {
     "sgpr": "SGPR lower bound (Titsias 2009)",
@@ -75,7 +75,7 @@ def lengthscale_figure(names, lengthscales) -> plt.Figure:
 
 def gp_figures(method, fit, sl, data, lengthscales) -> dict:
     """``{"bound": ..., "slice": ..., "lengthscales": ...}`` of a finished fit
-    (``pgmflow.pipelines.sparse_gp.fit.FitResult``), its slice (``pgmflow.pipelines.sparse_gp.run.Slice``, with the
+    (``pgmflow.sparse_gp.fit.FitResult``), its slice (``pgmflow.sparse_gp.run.Slice``, with the
     latent mean and variance), the data (``GPData``) and the lengthscales in original units."""
     std, names, j, median = data.standardizer, data.input_names, sl.j, sl.median
     d = len(names)

@@ -14,12 +14,12 @@ from typing import NamedTuple
 import dask
 import numpy as np
 
-from pgmflow.pipelines.core import artifacts
-from pgmflow.pipelines.core.errors import ConfigError
-from pgmflow.pipelines.core.progress import Progress
-from pgmflow.pipelines.core.tracking import QuietTracker
-from pgmflow.pipelines.sparse_gp import lbfgsb
-from pgmflow.pipelines.sparse_gp.evaluations import Chunks, Evaluations
+from pgmflow.core import artifacts
+from pgmflow.core.errors import ConfigError
+from pgmflow.core.progress import Progress
+from pgmflow.core.tracking import QuietTracker
+from pgmflow.sparse_gp import lbfgsb
+from pgmflow.sparse_gp.evaluations import Chunks, Evaluations
 from pgmflow.tasks import rng as trng
 from pgmflow.tasks.gp import kernels as kern
 from pgmflow.tasks.gp import svgp as gsvgp
@@ -38,7 +38,7 @@ def lbfgs_box(d, m, opt):
 
 
 def initial_params(start, d: int) -> kern.GPParams:
-    """The configured starting point (:class:`~pgmflow.pipelines.sparse_gp.plan.Start`) for ``d`` inputs."""
+    """The configured starting point (:class:`~pgmflow.sparse_gp.plan.Start`) for ``d`` inputs."""
     ls = start.lengthscale
     return kern.make_params(list(ls) if isinstance(ls, tuple) else ls, start.variance, start.noise, d=d)
 

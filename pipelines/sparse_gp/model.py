@@ -12,7 +12,7 @@ The run logs the same predictor as an MLflow pyfunc model under the artifact pat
 with the columns ``mean`` and ``variance`` (of a new observation ``y``, noise included); the
 signature names the input columns, so MLflow takes a DataFrame (or a dict of columns), while
 :meth:`GPPredictor.predict` also takes arrays. The model folder holds ``artifacts/model.npz`` and a
-models-from-code file that imports :class:`GPPyfunc` from pgmflow (``pgmflow.pipelines.core.models``):
+models-from-code file that imports :class:`GPPyfunc` from pgmflow (``pgmflow.core.models``):
 nothing is pickled.
 """
 
@@ -23,8 +23,8 @@ from pathlib import Path
 
 import numpy as np
 
-from pgmflow.pipelines.core import models
-from pgmflow.pipelines.core.models import NPZ_KEY
+from pgmflow.core import models
+from pgmflow.core.models import NPZ_KEY
 from pgmflow.tasks.gp import kernels as kern
 from pgmflow.tasks.gp import stats as gstats
 from pgmflow.tasks.gp.data import Standardizer
@@ -201,7 +201,7 @@ def log_model(ctx, arrays: dict, example_X) -> None:
 def _rows(data, fraction: float, seed: int, test: bool):
     """``(name, array)`` pairs of the training (or held-out) rows of ``data``, in row order; an ``.npy``
     file is streamed block by block (bounded memory) from the memory map the validation opened."""
-    from pgmflow.pipelines.sparse_gp import data as gp_data
+    from pgmflow.sparse_gp import data as gp_data
 
     key = gp_data.split_key(seed)
     if not data.memmap:
@@ -220,9 +220,9 @@ def _rows(data, fraction: float, seed: int, test: bool):
 
 def log_inputs(ctx, plan) -> None:
     """Record the run's GP data (``plan.data``, ``plan.test_rows``) with
-    ``pgmflow.pipelines.core.datasets.log_input``: the training rows (context ``training``), the held-out
+    ``pgmflow.core.datasets.log_input``: the training rows (context ``training``), the held-out
     rows and ``gp_data.test_path`` (context ``test``)."""
-    from pgmflow.pipelines.core import datasets
+    from pgmflow.core import datasets
 
     data, seed, fraction = plan.data, plan.seed, plan.test_fraction
     origin = data.origin

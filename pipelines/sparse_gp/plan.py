@@ -1,4 +1,4 @@
-"""The typed plan of a sparse-GP run: what :func:`pgmflow.pipelines.sparse_gp.validate.check_sparse_gp`
+"""The typed plan of a sparse-GP run: what :func:`pgmflow.sparse_gp.validate.check_sparse_gp`
 returns and ``run(ctx, plan)`` works from. The config is read there only; below it, code takes the
 plan or one of its pieces."""
 
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pgmflow.pipelines.sparse_gp.data import GPData, TestRows
+from pgmflow.sparse_gp.data import GPData, TestRows
 
 
 @dataclass(frozen=True)
@@ -62,7 +62,7 @@ class Plan:
     Vassilvitskii 2007). in_process: ``"auto"``, True or False (``sparse_gp.in_process``). figures: log the
     figures. slice_dim: the input of the slice figure (an index), or None (the shortest lengthscale).
     start, fit, svgp: see :class:`Start`, :class:`FitSettings`, :class:`SVGPSettings`. data: the data,
-    read once (:class:`~pgmflow.pipelines.sparse_gp.data.GPData`); test_rows: ``gp_data.test_path``'s
+    read once (:class:`~pgmflow.sparse_gp.data.GPData`); test_rows: ``gp_data.test_path``'s
     rows, read once, or None.
     """
 

@@ -42,13 +42,13 @@ from typing import NamedTuple
 import dask
 import numpy as np
 
-from pgmflow.pipelines.core import artifacts
-from pgmflow.pipelines.core.graph import Executor
-from pgmflow.pipelines.sparse_gp import data as gp_data
-from pgmflow.pipelines.sparse_gp import model as gp_model
-from pgmflow.pipelines.sparse_gp.evaluations import Chunks, chunk_ranges, chunk_refs, inducing_pool, initial_inducing
-from pgmflow.pipelines.sparse_gp.fit import FitResult, fit_collapsed, fit_exact, fit_restarts, fit_svgp, initial_params
-from pgmflow.pipelines.sparse_gp.plan import Plan
+from pgmflow.core import artifacts
+from pgmflow.core.graph import Executor
+from pgmflow.sparse_gp import data as gp_data
+from pgmflow.sparse_gp import model as gp_model
+from pgmflow.sparse_gp.evaluations import Chunks, chunk_ranges, chunk_refs, inducing_pool, initial_inducing
+from pgmflow.sparse_gp.fit import FitResult, fit_collapsed, fit_exact, fit_restarts, fit_svgp, initial_params
+from pgmflow.sparse_gp.plan import Plan
 from pgmflow.tasks.gp import stats as gstats
 from pgmflow.tasks.gp.chunks import Chunk, chunk_test_task, predict_f
 
@@ -281,7 +281,7 @@ def finish(ctx, plan: Plan, fit: FitResult, scores: Scores, sl: Slice) -> dict:
     gp_model.log_model(ctx, arrays, std.invert_X(sl.grid[:: SLICE_POINTS // 5]))  # the pyfunc model "model"
     artifacts.log_results(tracker, result)
     if plan.figures:
-        from pgmflow.pipelines.sparse_gp import figures
+        from pgmflow.sparse_gp import figures
 
         artifacts.log_figures(tracker, figures.gp_figures(method, fit, sl, data, ls_orig))
     _print_summary(ctx.say, result)

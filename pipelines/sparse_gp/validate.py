@@ -1,12 +1,12 @@
 """Validation of pipeline=sparse_gp: every field, then the data itself, then what depends on both; the
-result is the run's typed plan (:class:`pgmflow.pipelines.sparse_gp.plan.Plan`), the data read once."""
+result is the run's typed plan (:class:`pgmflow.sparse_gp.plan.Plan`), the data read once."""
 
 from __future__ import annotations
 
 import math
 
-from pgmflow.pipelines.core.errors import ConfigError
-from pgmflow.pipelines.core.validation import apply, boolean, choice, get, integer, real, unknown_keys
+from pgmflow.core.errors import ConfigError
+from pgmflow.core.validation import apply, boolean, choice, get, integer, real, unknown_keys
 
 SPARSE_GP = {
     "method": choice("sgpr", "fitc", "dtc", "svgp", "exact"),
@@ -47,10 +47,10 @@ GP_SYNTHETIC = {
 def check_sparse_gp(cfg: dict):
     """pipeline=sparse_gp: every field, then the data itself (read and checked -- every value finite,
     the target column present -- before any MLflow run starts), then what depends on both. Returns the
-    run's :class:`~pgmflow.pipelines.sparse_gp.plan.Plan`."""
-    from pgmflow.pipelines.sparse_gp import data as gp_data
-    from pgmflow.pipelines.sparse_gp.fit import EXACT_MAX_N, LOG_BOX
-    from pgmflow.pipelines.sparse_gp.plan import FitSettings, Plan, Start, SVGPSettings
+    run's :class:`~pgmflow.sparse_gp.plan.Plan`."""
+    from pgmflow.sparse_gp import data as gp_data
+    from pgmflow.sparse_gp.fit import EXACT_MAX_N, LOG_BOX
+    from pgmflow.sparse_gp.plan import FitSettings, Plan, Start, SVGPSettings
 
     unknown_keys(cfg, "sparse_gp", set(SPARSE_GP) | set(SPARSE_GP_OPTIONAL) | {"lengthscale", "slice_dim"})
     apply(cfg, {f"sparse_gp.{k}": r for k, r in SPARSE_GP.items()})

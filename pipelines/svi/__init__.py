@@ -5,13 +5,13 @@ Modules: ``validate`` (the config rules), ``corpora`` (corpus sources, converted
 ``figures``. Worker-side code is in ``pgmflow.tasks.lda``.
 """
 
-from pgmflow.pipelines.core.registry import Workload
+from pgmflow.core.registry import Workload
 
 WORKLOAD = Workload(
     name="svi",
-    run="pgmflow.pipelines.svi.run:run",
-    validate="pgmflow.pipelines.svi.validate:check_svi",
+    run="pgmflow.svi.run:run",
+    validate="pgmflow.svi.validate:check_svi",
     summary="stochastic variational inference for LDA on a sharded corpus, with posterior regularization",
     memory_hint=("svi-", "a smaller corpus.docs_per_shard (fewer documents per task)"),
-    load_model="pgmflow.pipelines.svi.model:load_transformer",
+    load_model="pgmflow.svi.model:load_transformer",
 )

@@ -1,7 +1,7 @@
 """From a typed corpus source to a checked, sharded corpus on disk, before any task runs.
 
 Sources (``corpus.kind``), one class each, built from the ``corpus`` config section by the
-validation (``pgmflow.pipelines.svi.validate``): :class:`Shipped` (a corpus inside pgmflow),
+validation (``pgmflow.svi.validate``): :class:`Shipped` (a corpus inside pgmflow),
 :class:`Synthetic` (LDA's generative process with known topics; Blei, Ng, Jordan 2003),
 :class:`UCI` (docword.txt + vocab.txt), :class:`TextFolder` (a folder of plain-text files),
 :class:`MatrixMarket` (.mtx), :class:`Npz` (scipy.sparse.save_npz) and :class:`Sharded` (a pgmflow
@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
 
-from pgmflow.pipelines.core.errors import ConfigError
+from pgmflow.core.errors import ConfigError
 
 KINDS = ("shipped", "synthetic", "uci", "text", "matrix_market", "npz", "sharded")
 DEFAULT_CACHE = ".pgmflow/corpora"

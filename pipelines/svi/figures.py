@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from pgmflow.pipelines.core.plotting import plt
+from pgmflow.core.plotting import plt
 
 
 def svi_figures(history: list, lam: np.ndarray, topics: tuple, vocab: tuple | None) -> dict:

@@ -26,12 +26,12 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from pgmflow.pipelines.core import models
-from pgmflow.pipelines.core.models import NPZ_KEY
+from pgmflow.core import models
+from pgmflow.core.models import NPZ_KEY
 
 if TYPE_CHECKING:
-    from pgmflow.pipelines.svi.corpora import Source
-    from pgmflow.pipelines.svi.plan import EStep, Plan
+    from pgmflow.svi.corpora import Source
+    from pgmflow.svi.plan import EStep, Plan
 
 ARTIFACT_PATH = "lda_model"  # the pyfunc model's artifact path in the run
 NPZ_NAME = "lda_model.npz"
@@ -238,10 +238,10 @@ def log_model(ctx, plan: Plan, lam) -> None:
 
 
 def log_corpus(ctx, source: Source, info) -> None:
-    """Record the run's corpus ``info`` with ``pgmflow.pipelines.core.datasets.log_input``: its shards'
+    """Record the run's corpus ``info`` with ``pgmflow.core.datasets.log_input``: its shards'
     arrays (read one at a time) and vocabulary, under the name and origin (a path, or the generator and
     its parameters) of its ``source``."""
-    from pgmflow.pipelines.core import datasets
+    from pgmflow.core import datasets
     from pgmflow.tasks.lda import corpus as C
 
     def arrays():

@@ -1,6 +1,6 @@
 """The plan of an SVI run for LDA: every setting with its type, and the corpus resolved once.
 
-``pgmflow.pipelines.svi.validate.check_svi`` reads the config and returns a :class:`Plan`; ``run(ctx, plan)``
+``pgmflow.svi.validate.check_svi`` reads the config and returns a :class:`Plan`; ``run(ctx, plan)``
 and everything below it work from the plan and its small typed pieces, never from the config.
 Stochastic variational inference for LDA follows Hoffman, Blei, Bach (2010) and Hoffman et al.
 (2013); LDA is Blei, Ng, Jordan (2003); the constraints of the E-step are the posterior
@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from pgmflow.pipelines.svi.corpora import Source
+from pgmflow.svi.corpora import Source
 
 if TYPE_CHECKING:
     from pgmflow.tasks.lda.corpus import CorpusInfo

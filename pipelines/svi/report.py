@@ -11,7 +11,7 @@ from typing import NamedTuple
 import dask
 import numpy as np
 
-from pgmflow.pipelines.core import artifacts
+from pgmflow.core import artifacts
 from pgmflow.tasks.lda import evaluate, shard_tasks, svi
 
 
@@ -136,7 +136,7 @@ def _log_artifacts(ctx, plan, trained, result: dict, topics: Topics):
     tracker.log_text(_top_words_markdown(topics.names, topics.coherence), "tables/top_words.md")
     artifacts.log_results(tracker, result)
     if plan.outputs.figures:
-        from pgmflow.pipelines.svi import figures
+        from pgmflow.svi import figures
 
         artifacts.log_figures(tracker, figures.svi_figures(trained.history, lam, topics, plan.corpus.vocab))
 

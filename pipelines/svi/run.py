@@ -25,11 +25,11 @@ from typing import NamedTuple
 import dask
 import numpy as np
 
-from pgmflow.pipelines.core import artifacts
-from pgmflow.pipelines.core.progress import Progress
-from pgmflow.pipelines.svi import model as lda_model
-from pgmflow.pipelines.svi import report
-from pgmflow.pipelines.svi.plan import Plan
+from pgmflow.core import artifacts
+from pgmflow.core.progress import Progress
+from pgmflow.svi import model as lda_model
+from pgmflow.svi import report
+from pgmflow.svi.plan import Plan
 from pgmflow.tasks.lda import shard_tasks, svi
 
 
@@ -291,7 +291,7 @@ def _restarts(ctx, fit: Fit, first: Trained) -> Trained:
     The documents seen add up over all fits."""
     import dataclasses
 
-    from pgmflow.pipelines.core.tracking import QuietTracker
+    from pgmflow.core.tracking import QuietTracker
 
     plan = fit.plan
     best = (report.heldout_perplexity(ctx, fit, first.state.lam)[0], 0, first)

@@ -1,7 +1,7 @@
 """Validation of pipeline=svi: the svi, model (LDA), pr and corpus sections, then the corpus itself.
 
 The only module of the workload that reads the config: :func:`check_svi` returns the run's
-:class:`~pgmflow.pipelines.svi.plan.Plan`, with the corpus opened and checked once.
+:class:`~pgmflow.svi.plan.Plan`, with the corpus opened and checked once.
 """
 
 from __future__ import annotations
@@ -9,10 +9,10 @@ from __future__ import annotations
 import json
 import math
 
-from pgmflow.pipelines.core.errors import ConfigError
-from pgmflow.pipelines.core.validation import apply, boolean, get, integer, real, unknown_keys
-from pgmflow.pipelines.svi import corpora
-from pgmflow.pipelines.svi.plan import EStep, HeldOut, LDAModel, Outputs, Plan, PRSettings, Schedule, StepSize
+from pgmflow.core.errors import ConfigError
+from pgmflow.core.validation import apply, boolean, get, integer, real, unknown_keys
+from pgmflow.svi import corpora
+from pgmflow.svi.plan import EStep, HeldOut, LDAModel, Outputs, Plan, PRSettings, Schedule, StepSize
 
 SVI_MODELS = ("lda",)
 

@@ -5,12 +5,12 @@ Modules: ``validate`` (the config rules), ``targets`` (the task-side target and 
 the traces), ``with_bounds`` (``bounds=true``: variational bounds along the ladder), ``figures``.
 """
 
-from pgmflow.pipelines.core.registry import Workload
+from pgmflow.core.registry import Workload
 
 WORKLOAD = Workload(
     name="tempering",
-    run="pgmflow.pipelines.tempering.run:run",
-    validate="pgmflow.pipelines.tempering.validate:check_tempering",
+    run="pgmflow.tempering.run:run",
+    validate="pgmflow.tempering.validate:check_tempering",
     summary="parallel tempering: log Z by stepping stone and thermodynamic integration, adaptive ladder",
     memory_hint=("pt-", "tempering.layout=blocks with a larger tempering.n_blocks (fewer replicas per task)"),
     flags={

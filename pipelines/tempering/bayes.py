@@ -14,8 +14,8 @@ from pathlib import Path
 
 import numpy as np
 
-from pgmflow.pipelines.core.errors import ConfigError
-from pgmflow.pipelines.core.validation import check_importable, choice, integer, real
+from pgmflow.core.errors import ConfigError
+from pgmflow.core.validation import check_importable, choice, integer, real
 
 BLOCK_KEYS = {"name", "size", "loc", "scale", "low", "high"}
 DATA_KEYS = {"path", "target", "features", "standardize", "binarize"}

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from pgmflow.pipelines.core.plotting import plt
+from pgmflow.core.plotting import plt
 from pgmflow.tasks.tempering import schedule
 
 
@@ -25,7 +25,7 @@ def tempering_figures(target, betas, traces, history, results, legs=None) -> dic
         "log_z": _log_z,
     }
     if legs is not None and any(lg is not None and int(np.max(lg)) > 0 for lg in legs):
-        from pgmflow.pipelines.tempering.figures_legs import leg_curves, legs_figure
+        from pgmflow.tempering.figures_legs import leg_curves, legs_figure
 
         makers["swap_acceptance"] = lambda target, b, tr, h, r: swap_acceptance_figure(
             leg_curves(b, tr, legs),

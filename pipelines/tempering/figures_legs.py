@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from pgmflow.pipelines.core.plotting import plt
+from pgmflow.core.plotting import plt
 from pgmflow.tasks.tempering import variational
 
 

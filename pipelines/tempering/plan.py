@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from pgmflow.pipelines.bounds.settings import VariationalSettings
-from pgmflow.pipelines.tempering.targets import Target
+from pgmflow.bounds.settings import VariationalSettings
+from pgmflow.tempering.targets import Target
 
 
 @dataclass(frozen=True)

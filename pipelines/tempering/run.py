@@ -22,15 +22,15 @@ from dataclasses import dataclass
 import dask
 import numpy as np
 
-from pgmflow.pipelines.core import artifacts, datasets
-from pgmflow.pipelines.core.progress import Progress
-from pgmflow.pipelines.tempering import analysis
-from pgmflow.pipelines.tempering import reference as ref_mod
-from pgmflow.pipelines.tempering.plan import TemperingPlan, TemperingSettings
-from pgmflow.pipelines.tempering.targets import Target
+from pgmflow.core import artifacts, datasets
+from pgmflow.core.progress import Progress
 from pgmflow.tasks import backend as backend_mod
 from pgmflow.tasks import rng as _rng
 from pgmflow.tasks.tempering import diagnostics, engine, schedule
+from pgmflow.tempering import analysis
+from pgmflow.tempering import reference as ref_mod
+from pgmflow.tempering.plan import TemperingPlan, TemperingSettings
+from pgmflow.tempering.targets import Target
 
 TARGET_ACCEPT = {"rwm": 0.3, "hmc": 0.65}
 LOG_Z_KEYS = {"log_z_ss", "log_z_ss_se", "log_z_ti", "log_z_ti_se", "log_z_ss_error"}
@@ -144,7 +144,7 @@ def _setup(ctx, plan: TemperingPlan) -> Setup:
             datasets.arrays_of(t.task),
             context="training",
             parameters=t.spec,
-            generator="pgmflow.pipelines.tempering.targets.build_target",
+            generator="pgmflow.tempering.targets.build_target",
             path=t.data_path,
         )
     group_h = [ctx.executor.scatter(t.task) for t in targets]
@@ -488,7 +488,7 @@ def _finish(ctx, su: Setup, chains: Chains, last_traces: list, t_start: float) -
         res_g["model_overrides"] = su.plan.overrides[g]
         per_group.append(res_g)
     if su.plan.bounds is not None:
-        from pgmflow.pipelines.tempering.with_bounds import log_bounds
+        from pgmflow.tempering.with_bounds import log_bounds
 
         log_bounds(ctx, su.plan.bounds, su.targets, per_group, final_betas, last_traces)
     if G == 1:
@@ -529,7 +529,7 @@ def _log_tables_and_state(ctx, su: Setup, chains: Chains, per_group: list, final
 
 
 def _log_figures(ctx, su: Setup, chains: Chains, per_group: list, final_betas: list, last_traces: list):
-    from pgmflow.pipelines.tempering import figures
+    from pgmflow.tempering import figures
 
     for g, res_g in enumerate(per_group):
         cs = res_g["chains"]

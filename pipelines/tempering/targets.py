@@ -17,7 +17,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from pgmflow.pipelines.core.errors import ConfigError
+from pgmflow.core.errors import ConfigError
 
 
 @dataclass(frozen=True, eq=False)
@@ -266,7 +266,7 @@ class BayesianModel(Target):
 
     @classmethod
     def make_task(cls, model: Mapping, data: dict | None = None):
-        from pgmflow.pipelines.tempering.bayes import build_bayes
+        from pgmflow.tempering.bayes import build_bayes
 
         return build_bayes(model, data)
 

@@ -3,11 +3,11 @@ reads of the config dict in the tempering workload; returns the typed plan, its 
 
 from __future__ import annotations
 
-from pgmflow.pipelines.bounds.validate import ISING_RULES
-from pgmflow.pipelines.core.errors import ConfigError
-from pgmflow.pipelines.core.validation import apply, boolean, check_importable, choice, integer, real, unknown_keys
-from pgmflow.pipelines.tempering.plan import TemperingPlan, TemperingSettings
-from pgmflow.pipelines.tempering.targets import MODELS, TARGETS, Target, build_target
+from pgmflow.bounds.validate import ISING_RULES
+from pgmflow.core.errors import ConfigError
+from pgmflow.core.validation import apply, boolean, check_importable, choice, integer, real, unknown_keys
+from pgmflow.tempering.plan import TemperingPlan, TemperingSettings
+from pgmflow.tempering.targets import MODELS, TARGETS, Target, build_target
 
 TEMPERING = {
     "n_replicas": integer(lo=2, hi=4096),
@@ -280,7 +280,7 @@ def check_model(model: dict, name: str, explorer: str) -> Target:
                 f"use a value in ({-1.0 / max(d - 1, 1):.4g}, 1)",
             )
     if name == "bayes":
-        from pgmflow.pipelines.tempering.bayes import check_bayes
+        from pgmflow.tempering.bayes import check_bayes
 
         return TARGETS[name].build(model, check_bayes(model, explorer))
     return build_target(model)
@@ -305,8 +305,8 @@ def check_tempering(cfg: dict) -> TemperingPlan:
     check_reference(t, name)
 
     bounds = None
-    if cfg.get("bounds"):  # bounds=true: the variational bounds along the ladder (pgmflow.pipelines.bounds)
-        from pgmflow.pipelines.bounds.validate import check_variational
+    if cfg.get("bounds"):  # bounds=true: the variational bounds along the ladder (pgmflow.bounds)
+        from pgmflow.bounds.validate import check_variational
 
         bounds = check_variational(cfg)
         if not target.supports_bounds:

@@ -1,14 +1,14 @@
 """``bounds=true``: MF, Bethe and TRW at every temperature of chain 0's ladder of each target (one
-task per temperature, by ``pgmflow.pipelines.bounds.ladder``), beside the tempering estimate there; a
+task per temperature, by ``pgmflow.bounds.ladder``), beside the tempering estimate there; a
 table, a figure and the gaps at the target. Tempering -> bounds is the one workload-to-workload
 import (bounds is the add-on)."""
 
 from __future__ import annotations
 
-from pgmflow.pipelines.bounds import figures as bounds_figures
-from pgmflow.pipelines.bounds.ladder import tempering_bounds
-from pgmflow.pipelines.bounds.settings import VariationalSettings
-from pgmflow.pipelines.core import artifacts
+from pgmflow.bounds import figures as bounds_figures
+from pgmflow.bounds.ladder import tempering_bounds
+from pgmflow.bounds.settings import VariationalSettings
+from pgmflow.core import artifacts
 
 
 def log_bounds(

@@ -7,11 +7,11 @@ per node and grid point, one selection task per node), ``edges`` (edge sets and 
 (metrics and artifacts), ``figures``. Worker-side code is in ``pgmflow.tasks.tesla``.
 """
 
-from pgmflow.pipelines.core.registry import Workload
+from pgmflow.core.registry import Workload
 
 WORKLOAD = Workload(
     name="tesla",
-    run="pgmflow.pipelines.tesla.run:run",
-    validate="pgmflow.pipelines.tesla.validate:check_tesla",
+    run="pgmflow.tesla.run:run",
+    validate="pgmflow.tesla.validate:check_tesla",
     summary="TESLA time-varying networks (and KELLER, static) by L1 logistic paths per node",
 )

@@ -8,8 +8,8 @@ from typing import NamedTuple
 
 import numpy as np
 
-from pgmflow.pipelines.tesla.plan import TeslaPlan
 from pgmflow.tasks.tesla import evaluate
+from pgmflow.tesla.plan import TeslaPlan
 
 
 class Estimates(NamedTuple):

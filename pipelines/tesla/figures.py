@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import numpy as np
 
-from pgmflow.pipelines.core.plotting import plt
-from pgmflow.pipelines.tesla.edges import Estimates
-from pgmflow.pipelines.tesla.plan import Grid, TeslaPlan
+from pgmflow.core.plotting import plt
+from pgmflow.tesla.edges import Estimates
+from pgmflow.tesla.plan import Grid, TeslaPlan
 
 
 def tesla_figures(plan: TeslaPlan, est: Estimates, choices) -> dict:
     """Figures of a TESLA run: network snapshots at chosen time points (one fixed networkx layout,
     so rewiring shows), edges over time, F1 over time (with a known truth), and the chosen grid
-    points per node. est: the edge sets and recovery (:class:`~pgmflow.pipelines.tesla.edges.Estimates`);
+    points per node. est: the edge sets and recovery (:class:`~pgmflow.tesla.edges.Estimates`);
     choices: ``{method: [NodeChoice per node]}``."""
     methods, rule, truth = list(plan.estimation.methods), plan.report.rule, plan.data.truth
     adj = {m: est.edges[(m, rule)] for m in methods}

@@ -20,7 +20,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from pgmflow.pipelines.core.errors import ConfigError
+from pgmflow.core.errors import ConfigError
 
 KINDS = ("synthetic", "npz", "csv")
 SYNTHETIC_KEYS = (

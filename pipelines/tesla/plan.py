@@ -1,6 +1,6 @@
 """The plan of a TESLA run: every setting with its type, and the data, resolved once.
 
-:func:`pgmflow.pipelines.tesla.validate.check_tesla` reads the config and returns a :class:`TeslaPlan`;
+:func:`pgmflow.tesla.validate.check_tesla` reads the config and returns a :class:`TeslaPlan`;
 ``run(ctx, plan)`` and everything below it work from the plan and its pieces only. The estimators
 are TESLA (Ahmed & Xing 2009, eq. 13: temporally smoothed L1 logistic regression per node),
 KELLER (Song, Kolar & Xing 2009; Kolar et al. 2010: kernel-weighted L1 logistic regression) and
@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from pgmflow.pipelines.tesla.networks import NetworkData, NetworkFile, SyntheticNetwork
+from pgmflow.tesla.networks import NetworkData, NetworkFile, SyntheticNetwork
 
 NetworkSource = SyntheticNetwork | NetworkFile  # where the data comes from
 

@@ -8,10 +8,10 @@ import json
 
 import numpy as np
 
-from pgmflow.pipelines.core import artifacts
-from pgmflow.pipelines.tesla.edges import Estimates, edge_sets
-from pgmflow.pipelines.tesla.plan import TeslaPlan
+from pgmflow.core import artifacts
 from pgmflow.tasks.tesla import evaluate
+from pgmflow.tesla.edges import Estimates, edge_sets
+from pgmflow.tesla.plan import TeslaPlan
 
 
 def _objective(plan: TeslaPlan, result, choices) -> dict:
@@ -57,7 +57,7 @@ def finish(ctx, plan: TeslaPlan, choices, seconds: float) -> dict:
     tracker.log_text(_selection_csv(methods, choices, series.node_names), "tables/selection.csv")
     artifacts.log_results(tracker, result)
     if plan.report.figures:
-        from pgmflow.pipelines.tesla import figures
+        from pgmflow.tesla import figures
 
         artifacts.log_figures(tracker, figures.tesla_figures(plan, est, choices))
     _print_summary(ctx.say, result, methods, data.truth is not None, rule)

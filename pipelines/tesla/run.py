@@ -16,13 +16,13 @@ import time
 import dask
 import numpy as np
 
-from pgmflow.pipelines.core import datasets
-from pgmflow.pipelines.core.partial import PartialResults
-from pgmflow.pipelines.core.progress import Progress
-from pgmflow.pipelines.tesla import report
-from pgmflow.pipelines.tesla.networks import NetworkData
-from pgmflow.pipelines.tesla.plan import Estimation, TeslaPlan
+from pgmflow.core import datasets
+from pgmflow.core.partial import PartialResults
+from pgmflow.core.progress import Progress
 from pgmflow.tasks.tesla import path_tasks, solver
+from pgmflow.tesla import report
+from pgmflow.tesla.networks import NetworkData
+from pgmflow.tesla.plan import Estimation, TeslaPlan
 
 
 def build_fits(ex, tok: str, data: NetworkData, est: Estimation, skip=frozenset()) -> dict:
@@ -100,7 +100,7 @@ def build_fits(ex, tok: str, data: NetworkData, est: Estimation, skip=frozenset(
 
 
 def run(ctx, plan: TeslaPlan) -> dict:
-    """One TESLA run from its plan (:func:`pgmflow.pipelines.tesla.validate.check_tesla`)."""
+    """One TESLA run from its plan (:func:`pgmflow.tesla.validate.check_tesla`)."""
     data, est, tracker = plan.data, plan.estimation, ctx.tracker
     series, grid = data.series, est.grid
     T, p, N = len(series.n_per_time), series.X.shape[1], series.X.shape[0]

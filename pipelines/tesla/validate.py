@@ -1,7 +1,7 @@
 """Validation of pipeline=tesla: the tesla, model and network sections, then the data itself.
 
 The one place the TESLA run reads its config: :func:`check_tesla` returns the run's
-:class:`~pgmflow.pipelines.tesla.plan.TeslaPlan` (typed settings and the data, loaded once here).
+:class:`~pgmflow.tesla.plan.TeslaPlan` (typed settings and the data, loaded once here).
 """
 
 from __future__ import annotations
@@ -10,10 +10,10 @@ import numbers
 
 import numpy as np
 
-from pgmflow.pipelines.core.errors import ConfigError
-from pgmflow.pipelines.core.validation import apply, boolean, choice, get, integer, number_list, real, unknown_keys
-from pgmflow.pipelines.tesla import networks
-from pgmflow.pipelines.tesla.plan import Estimation, Grid, ReportSettings, Selection, SolverSettings, TeslaPlan
+from pgmflow.core.errors import ConfigError
+from pgmflow.core.validation import apply, boolean, choice, get, integer, number_list, real, unknown_keys
+from pgmflow.tesla import networks
+from pgmflow.tesla.plan import Estimation, Grid, ReportSettings, Selection, SolverSettings, TeslaPlan
 
 TESLA_KEYS = {
     "methods",

@@ -1,5 +1,5 @@
 """The catalogue of bad input. Every case runs the real ``pgmflow`` command (``helpers.pgmflow``: the
-real ``pgmflow.pipelines.core.cli.main`` in this process, or a subprocess with PGMFLOW_BAD_INPUT_SUBPROCESS=1) and
+real ``pgmflow.core.cli.main`` in this process, or a subprocess with PGMFLOW_BAD_INPUT_SUBPROCESS=1) and
 checks, through ``helpers.assert_refused``: exit code 2; one stderr line ``pgmflow: error: <field or
 file>=<value>: <problem>; fix: <fix>`` that holds the case's field, value and problem; no traceback;
 no run started; no MLflow run left RUNNING or FINISHED (a run that was started ends FAILED with the

@@ -1,6 +1,6 @@
 """Run the real ``pgmflow`` command on bad input and check the refusal.
 
-``pgmflow(args, cwd)`` calls the real entry point :func:`pgmflow.pipelines.core.cli.main` with ``args`` as its
+``pgmflow(args, cwd)`` calls the real entry point :func:`pgmflow.core.cli.main` with ``args`` as its
 command line, in this process (about 0.2 s a case instead of about 1 s for a new Python process),
 and returns what a subprocess would: the exit code, stdout and stderr. Hydra's and pgmflow's
 process-wide state is reset around each call, so each case starts as a fresh process would:
@@ -11,7 +11,7 @@ process-wide state is reset around each call, so each case starts as a fresh pro
 - the root logger's handlers (Hydra reconfigures logging for each run);
 - warnings are recorded under Python's default filters and appended to stderr, as a new
   process would print them;
-- ``pgmflow.pipelines.core.runner.execute`` prints "<pipeline> run <id>" to the ``sys.stdout`` it saw at import;
+- ``pgmflow.core.runner.execute`` prints "<pipeline> run <id>" to the ``sys.stdout`` it saw at import;
   it is pointed at the captured stdout for the call.
 
 ``test_in_process_matches_subprocess`` runs cases both ways and compares. Set
@@ -61,7 +61,7 @@ def pgmflow_subprocess(args, cwd, timeout=120) -> Result:
 def pgmflow_in_process(args, cwd) -> Result:
     from hydra.core.global_hydra import GlobalHydra
 
-    from pgmflow.pipelines.core import cli, runner
+    from pgmflow.core import cli, runner
 
     out, err = io.StringIO(), io.StringIO()
     saved_env, saved_argv, saved_cwd = dict(os.environ), sys.argv, os.getcwd()
@@ -122,7 +122,7 @@ def run_statuses(tmp_path, uri) -> list:
     """(status, pgmflow.error tag) of every MLflow run in the store at ``uri`` (none without a store)."""
     if not (Path(tmp_path) / "mlflow.db").exists():
         return []
-    from pgmflow.pipelines.core.tracking import Tracker
+    from pgmflow.core.tracking import Tracker
 
     tr = Tracker(uri, "pgmflow")
     exp = tr.client.get_experiment_by_name("pgmflow")

@@ -131,7 +131,7 @@ def test_killed_driver_resumes_running_only_unsaved_work(tmp_path, name):
     from distributed import LocalCluster
     from distributed.diagnostics.plugin import SchedulerPlugin
 
-    from pgmflow.pipelines.core.tracking import Tracker
+    from pgmflow.core.tracking import Tracker
 
     args, artifact, unit_prefix, sub_prefix, n_units, subs_per_unit = CASES[name]
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
@@ -181,7 +181,7 @@ def test_killed_driver_resumes_stabilized_tempering(tmp_path):
     average 10 on a shared 2-core machine (an idle one: an estimated ~20 s, much of it the CLI's start
     and its LocalCluster); worth it as the only check that a *killed* process (not a checkpoint
     removed by hand) resumes the two-leg state."""
-    from pgmflow.pipelines.core.tracking import Tracker
+    from pgmflow.core.tracking import Tracker
 
     args = [
         "pipeline=tempering",

@@ -40,7 +40,7 @@ def test_killed_sparse_gp_fit_continues_from_its_last_iteration(tmp_path):
     from distributed import LocalCluster
     from distributed.diagnostics.plugin import SchedulerPlugin
 
-    from pgmflow.pipelines.core.tracking import Tracker
+    from pgmflow.core.tracking import Tracker
 
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     args = ARGS  # every evaluation one graph (sparse_gp.evaluate direct, the default, and graph alike)

@@ -68,7 +68,7 @@ def test_tracking_server_outage_mid_run(tmp_path, mlflow_server):
 
     # A: everything delivered once the server came back.
     assert a.returncode == 0, err_a[-3000:]
-    from pgmflow.pipelines.core.tracking import Tracker
+    from pgmflow.core.tracking import Tracker
 
     tr = Tracker(mlflow_server.uri, "outage")
     run = tr.client.get_run(run_a)

@@ -31,8 +31,8 @@ SMALL_GMM = [
 def run(overrides, mlflow_uri, cluster=None, n_workers=None):
     """Execute one experiment in this process; ``cluster`` is a LocalCluster to connect to (or None:
     the synchronous scheduler). Returns (result dict, Tracker bound to the run)."""
-    from pgmflow.pipelines.core.runner import execute
-    from pgmflow.pipelines.core.tracking import Tracker
+    from pgmflow.core.runner import execute
+    from pgmflow.core.tracking import Tracker
 
     ov = list(overrides) + [f"tracking.uri={mlflow_uri}"]
     if cluster is None:
@@ -78,7 +78,7 @@ def assert_one_value_per_step(client, run_id):
 def assert_same_metric_histories(client, run_a, run_b):
     """Every metric (timings and memory measurements excluded) has the same values at the same steps in
     both runs."""
-    from pgmflow.pipelines.core.reproduce import TIMING
+    from pgmflow.core.reproduce import TIMING
 
     def results(run_id):
         return {k for k in client.get_run(run_id).data.metrics if not TIMING.search(k) and "rss" not in k}

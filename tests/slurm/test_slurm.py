@@ -15,7 +15,7 @@ import time
 import numpy as np
 import pytest
 
-from pgmflow.pipelines.core.reproduce import TIMING  # timings: recorded apart, never compared
+from pgmflow.core.reproduce import TIMING  # timings: recorded apart, never compared
 from tests.conftest import REPO, compose
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
@@ -47,8 +47,8 @@ def on_slurm(tmp_path, *more):
 
 
 def execute(overrides, uri):
-    from pgmflow.pipelines.core.runner import execute as run
-    from pgmflow.pipelines.core.tracking import Tracker
+    from pgmflow.core.runner import execute as run
+    from pgmflow.core.tracking import Tracker
 
     cfg = compose([*overrides, f"tracking.uri={uri}"])
     res = run(cfg, stream=io.StringIO())
@@ -213,7 +213,7 @@ def test_every_worker_job_cancelled_stops_the_run_with_one_line(slurm_idle, tmp_
     assert p.returncode == 1, (out[-2000:], err[-3000:])
     assert len(lines) == 1 and "every SLURM worker job of this run ended" in lines[0], err[-3000:]
     assert "CANCELLED" in lines[0] and "Traceback" not in err
-    from pgmflow.pipelines.core.tracking import Tracker
+    from pgmflow.core.tracking import Tracker
 
     tr = Tracker(uri, "pgmflow")
     exp = tr.client.get_experiment_by_name("pgmflow")

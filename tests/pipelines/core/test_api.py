@@ -131,7 +131,7 @@ def test_progress_bar_renders_in_a_jupyter_kernel(tmp_path, mlflow_uri):
 
 
 def _tracker(res):
-    from pgmflow.pipelines.core.tracking import Tracker
+    from pgmflow.core.tracking import Tracker
 
     tr = Tracker(res.tracking_uri, res.config["tracking"]["experiment"])
     tr.run_id = res.run_id

@@ -78,7 +78,7 @@ def greedy_worker():
 
 def _timing(key: str) -> bool:
     """Timings (as ``pgmflow reproduce`` defines them) and memory measurements."""
-    from pgmflow.pipelines.core.reproduce import TIMING
+    from pgmflow.core.reproduce import TIMING
 
     return bool(TIMING.search(key)) or any(t in key for t in MEMORY_KEY)
 

@@ -102,8 +102,8 @@ def cli_cluster(tmp_path_factory):
 def _run_at(address, uri):
     import io
 
-    from pgmflow.pipelines.core.runner import execute
-    from pgmflow.pipelines.core.tracking import Tracker
+    from pgmflow.core.runner import execute
+    from pgmflow.core.tracking import Tracker
 
     cfg = compose([*RUN, "cluster.profile=address", f"cluster.address={address}", f"tracking.uri={uri}"])
     res = execute(cfg, stream=io.StringIO())

@@ -2,7 +2,7 @@
 to the default SQLite store and to a real ``mlflow server`` on 127.0.0.1.
 
 As in a sweep, the launching process creates the store, the parent run and the 32 child runs
-(``pgmflow.pipelines.core.sweep.SweepSession.child_run``); then 32 tasks on a real LocalCluster (4 worker
+(``pgmflow.core.sweep.SweepSession.child_run``); then 32 tasks on a real LocalCluster (4 worker
 processes x 8 threads, so writers contend both across processes and within one) take over their
 child run by id (``Tracker.attach``) and log params, tags and metric histories through pgmflow's
 retrying client. Everything is counted afterwards."""
@@ -17,7 +17,7 @@ N_JOBS, N_PARAMS, N_STEPS, METRICS = 32, 24, 20, ("loss", "accuracy")
 
 
 def _job(uri: str, experiment: str, run_id: str, job: int) -> str:
-    from pgmflow.pipelines.core.tracking import Tracker
+    from pgmflow.core.tracking import Tracker
 
     tr = Tracker(uri, experiment, max_wait=120)
     cfg = {"job": job, "model": {f"p{i}": job * 100 + i for i in range(N_PARAMS)}}
@@ -42,8 +42,8 @@ def busy_cluster():
 def _log_32_jobs_and_count(uri: str, cluster, experiment="concurrent-logging"):
     from distributed import Client
 
-    from pgmflow.pipelines.core.sweep import SweepSession
-    from pgmflow.pipelines.core.tracking import Tracker, config_hash
+    from pgmflow.core.sweep import SweepSession
+    from pgmflow.core.tracking import Tracker, config_hash
 
     tr = Tracker(uri, experiment)
     exp = tr._experiment_id()

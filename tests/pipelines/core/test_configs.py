@@ -2,7 +2,7 @@
 
 import pytest
 
-from pgmflow.pipelines.core.preflight import preflight_checks
+from pgmflow.core.preflight import preflight_checks
 from tests.conftest import CONF, compose
 from tests.pipelines.helpers import run
 

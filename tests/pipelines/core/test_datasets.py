@@ -1,4 +1,4 @@
-"""MLflow dataset tracking (``pgmflow.pipelines.core.datasets.log_input``): every pipeline's run records
+"""MLflow dataset tracking (``pgmflow.core.datasets.log_input``): every pipeline's run records
 its input data with a content digest, a source and a profile; the same data gives the same digest,
 different data (another seed of a generator) a different one. Real runs on a real MLflow store
 (the synchronous scheduler)."""
@@ -10,7 +10,7 @@ import json
 import numpy as np
 import pytest
 
-from pgmflow.pipelines.core import datasets
+from pgmflow.core import datasets
 from tests.pipelines.helpers import run
 
 BASE = ["debug=default", "progress=false"]

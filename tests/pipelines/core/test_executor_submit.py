@@ -8,7 +8,7 @@ import operator
 
 import pytest
 
-from pgmflow.pipelines.core.graph import Dep, Executor, TaskSpec
+from pgmflow.core.graph import Dep, Executor, TaskSpec
 
 
 def _where(x):

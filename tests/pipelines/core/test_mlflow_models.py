@@ -65,7 +65,7 @@ def _pyfunc(store, uri):
 
 def _heldout(tr):
     """The run's held-out rows (X [t, d], y [t]) in original units, from its recorded config."""
-    from pgmflow.pipelines.sparse_gp import data as gp_data
+    from pgmflow.sparse_gp import data as gp_data
 
     cfg = yaml.safe_load(tr.read_text("config.yaml"))
     data = gp_data.resolve(cfg)
@@ -83,7 +83,7 @@ def _scores(mean, var, y):
 def _check_gp(store, tr, res):
     import pandas as pd
 
-    from pgmflow.pipelines.sparse_gp.model import load_predictor
+    from pgmflow.sparse_gp.model import load_predictor
 
     X, y, names = _heldout(tr)
     model = _pyfunc(store, f"runs:/{tr.run_id}/model")
@@ -195,7 +195,7 @@ def test_register_model_bad_value_is_refused(tmp_path, value, needles):
 
 def _heldout_halves(tr):
     """Per shard (in order): the observed and test halves of the held-out documents, as the run made them."""
-    from pgmflow.pipelines.svi import validate
+    from pgmflow.svi import validate
     from pgmflow.tasks.lda import shard_tasks
 
     cfg = yaml.safe_load(tr.read_text("config.yaml"))
@@ -236,7 +236,7 @@ def test_lda_raw_text_gives_the_theta_of_its_counts(store, lda_run):
     import pandas as pd
     import scipy.sparse as sp
 
-    from pgmflow.pipelines.svi.model import load_transformer
+    from pgmflow.svi.model import load_transformer
 
     res, tr = lda_run
     model = _pyfunc(store, f"runs:/{tr.run_id}/lda_model")

@@ -12,7 +12,7 @@ from tests.conftest import compose
 
 
 def _names():
-    from pgmflow.pipelines.core import registry
+    from pgmflow.core import registry
 
     return registry.names()
 
@@ -31,8 +31,8 @@ def _no_metric_twice_at_one_step(client, run_id):
 def test_the_mlflow_view_of_a_finished_run(name, tmp_path, cluster2):
     from mlflow.tracking import MlflowClient
 
-    from pgmflow.pipelines.core.runner import execute
-    from pgmflow.pipelines.core.tracking import DESCRIPTION_TAG, EXPERIMENT_KIND_TAG
+    from pgmflow.core.runner import execute
+    from pgmflow.core.tracking import DESCRIPTION_TAG, EXPERIMENT_KIND_TAG
 
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     where = ["cluster.profile=address", f"cluster.address={cluster2.scheduler_address}", f"tracking.uri={uri}"]
@@ -59,7 +59,7 @@ def test_the_mlflow_view_of_a_finished_run(name, tmp_path, cluster2):
 def test_an_existing_experiment_is_tagged_as_model_training(tmp_path):
     from mlflow.tracking import MlflowClient
 
-    from pgmflow.pipelines.core.tracking import EXPERIMENT_KIND_TAG, Tracker
+    from pgmflow.core.tracking import EXPERIMENT_KIND_TAG, Tracker
 
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     client = MlflowClient(tracking_uri=uri)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import io
 
-from pgmflow.pipelines.core.progress import Progress
+from pgmflow.core.progress import Progress
 
 
 class Clock:

@@ -44,7 +44,7 @@ def test_the_core_names_no_workload():
 
 
 def test_builtin_workloads_are_found():
-    from pgmflow.pipelines.core import registry
+    from pgmflow.core import registry
 
     assert {"tempering", "svi", "tesla", "bounds", "sparse_gp"} <= set(registry.names())
     for w in registry.workloads():
@@ -52,7 +52,7 @@ def test_builtin_workloads_are_found():
 
 
 def test_a_workload_module_without_workload_is_refused(monkeypatch):
-    from pgmflow.pipelines.core import registry
+    from pgmflow.core import registry
 
     monkeypatch.setenv("PGMFLOW_WORKLOADS", "tests.fixtures")
     with pytest.raises(registry.WorkloadError, match="defines no WORKLOAD"):
@@ -83,7 +83,7 @@ def test_toy_workload_runs_end_to_end_from_the_command_line(tmp_path):
     assert r.returncode == 0, r.stderr[-3000:]
     # the debug shrinking and the config group (toy_data/) of the toy's own conf/
     assert "toy: 4 chunks of 20000 samples (normal proposal)" in r.stdout
-    from pgmflow.pipelines.core.tracking import Tracker
+    from pgmflow.core.tracking import Tracker
 
     tr = Tracker(uri, "pgmflow")
     run = tr.client.search_runs([tr.client.get_experiment_by_name("pgmflow").experiment_id])[0]
@@ -102,14 +102,14 @@ def test_toy_workload_runs_end_to_end_from_the_command_line(tmp_path):
 
 
 def _contract_cases():
-    from pgmflow.pipelines.core import registry
+    from pgmflow.core import registry
 
     return [*registry.names(), "toy"]
 
 
 # Timings differ between runs and are never compared (as pgmflow reproduce does).
 def _estimates(result: dict) -> dict:
-    from pgmflow.pipelines.core.reproduce import TIMING
+    from pgmflow.core.reproduce import TIMING
 
     return {k: v for k, v in result.items() if not TIMING.search(k) and k not in ("driver_peak_rss_mb",)}
 
@@ -119,8 +119,8 @@ def _estimates(result: dict) -> dict:
 def test_workload_contract(name, tmp_path, cluster2, monkeypatch):
     """Every workload the registry finds: its debug run finishes with a valid results.json, and a run
     stopped before its end and resumed (``resume=<run id>``) ends with the same results."""
-    from pgmflow.pipelines.core.runner import execute
-    from pgmflow.pipelines.core.tracking import Tracker
+    from pgmflow.core.runner import execute
+    from pgmflow.core.tracking import Tracker
 
     if name == "toy":
         monkeypatch.setenv("PGMFLOW_WORKLOADS", TOY)

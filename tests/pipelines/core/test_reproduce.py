@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import io
 
-from pgmflow.pipelines.core.reproduce import TIMING, reproduce
+from pgmflow.core.reproduce import TIMING, reproduce
 from tests.pipelines.helpers import SMALL_ISING, run
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from pgmflow.pipelines.core.sweep import JobRow, objective_figure
+from pgmflow.core.sweep import JobRow, objective_figure
 
 NAME = "test NLPD (mean negative log predictive density of the held-out rows, original units; lower is better)"
 

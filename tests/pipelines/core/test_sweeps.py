@@ -39,7 +39,7 @@ def sweep(args, cwd, uri, timeout=400):
 
 
 def runs(uri):
-    from pgmflow.pipelines.core.tracking import Tracker
+    from pgmflow.core.tracking import Tracker
 
     tr = Tracker(uri, "pgmflow")
     exp = tr.client.get_experiment_by_name("pgmflow")
@@ -190,7 +190,7 @@ def test_plugin_import_loads_neither_dask_nor_mlflow():
     """Hydra imports every plugin at start-up: the launcher's module must stay light."""
     code = (
         "import sys, hydra_plugins.pgmflow_dask_launcher.dask_launcher as d; "
-        "print(sorted(m for m in ('dask', 'distributed', 'mlflow', 'pgmflow.pipelines') if m in sys.modules)); "
+        "print(sorted(m for m in ('dask', 'distributed', 'mlflow', 'pgmflow.core') if m in sys.modules)); "
         "print(d.DaskLauncher.__name__)"
     )
     r = subprocess.run([sys.executable, "-c", code], env=_env(), capture_output=True, text=True, timeout=60)

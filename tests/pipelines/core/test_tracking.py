@@ -61,7 +61,7 @@ def test_run_records_everything(mlflow_uri, cluster2):
 
 def test_failure_mid_run_ends_failed_with_message(mlflow_uri):
     """A log-density that is fine at preflight but NaN far out fails during the run: FAILED + message."""
-    from pgmflow.pipelines.core.tracking import Tracker
+    from pgmflow.core.tracking import Tracker
 
     with pytest.raises(FloatingPointError):
         run(

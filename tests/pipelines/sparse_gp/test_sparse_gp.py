@@ -120,7 +120,7 @@ def test_sparse_gp_evaluate_direct_and_graph_are_both_one_graph_per_evaluation(s
 
 
 def test_a_config_recorded_before_sparse_gp_evaluate_still_passes_preflight():
-    from pgmflow.pipelines.core.preflight import preflight_checks
+    from pgmflow.core.preflight import preflight_checks
     from tests.conftest import compose
 
     cfg = compose(["pipeline=sparse_gp", "gp_data=diabetes"])
@@ -167,9 +167,9 @@ def test_svgp_minibatches_improve_the_elbo(store, cluster2):
 
 
 def test_npy_data_is_read_by_path_in_the_chunk_tasks(tmp_path, store, cluster2):
-    from pgmflow.pipelines.core.graph import Executor
-    from pgmflow.pipelines.sparse_gp import data as gp_data
-    from pgmflow.pipelines.sparse_gp import evaluations as sparse_gp
+    from pgmflow.core.graph import Executor
+    from pgmflow.sparse_gp import data as gp_data
+    from pgmflow.sparse_gp import evaluations as sparse_gp
     from pgmflow.tasks.gp import data as gdata
     from pgmflow.tasks.gp.chunks import FileRows
     from tests.conftest import compose

@@ -7,7 +7,7 @@ import io
 
 import numpy as np
 
-from pgmflow.pipelines.core.runner import execute
+from pgmflow.core.runner import execute
 from tests.conftest import compose
 from tests.pipelines.helpers import run
 

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import scipy.optimize
 
-from pgmflow.pipelines.sparse_gp import lbfgsb
+from pgmflow.sparse_gp import lbfgsb
 
 
 def rosen(x):

@@ -1,5 +1,5 @@
 """Each data file of a sparse-GP run is read once per run: by the validation, which puts the data in the run's
-plan (``pgmflow.pipelines.sparse_gp.plan.Plan``); the run takes it from there, and no module-level cache
+plan (``pgmflow.sparse_gp.plan.Plan``); the run takes it from there, and no module-level cache
 carries it from one call (or run) to the next.
 
 Real runs (``runner.execute`` through ``tests.pipelines.helpers.run``) on a real LocalCluster with a real MLflow
@@ -21,7 +21,7 @@ import threading
 import numpy as np
 import pytest
 
-from pgmflow.pipelines.sparse_gp import data as gp_data
+from pgmflow.sparse_gp import data as gp_data
 from tests.pipelines.helpers import run
 
 BASE = [

@@ -10,9 +10,9 @@ import os
 import numpy as np
 import pytest
 
-from pgmflow.pipelines.core.graph import Executor
-from pgmflow.pipelines.sparse_gp import evaluations as sg
-from pgmflow.pipelines.sparse_gp.plan import FitSettings
+from pgmflow.core.graph import Executor
+from pgmflow.sparse_gp import evaluations as sg
+from pgmflow.sparse_gp.plan import FitSettings
 from pgmflow.tasks.gp import bounds, chunks
 from pgmflow.tasks.gp import kernels as kern
 from pgmflow.tasks.threads import pinned_blas
@@ -93,7 +93,7 @@ def test_pgmflow_local_workers_start_with_the_malloc_thresholds():
 
     from distributed import Client, LocalCluster
 
-    from pgmflow.pipelines.core.cluster import WORKER_MALLOC_ENV, worker_malloc
+    from pgmflow.core.cluster import WORKER_MALLOC_ENV, worker_malloc
 
     with worker_malloc({"MALLOC_TRIM_THRESHOLD_": "123456", "OTHER": "x"}):
         cluster = LocalCluster(
@@ -119,7 +119,7 @@ def test_pgmflow_local_workers_start_with_the_malloc_thresholds():
 def _housekeeping():
     import dask
 
-    from pgmflow.pipelines.core.cluster import LOCAL_DASK_CONFIG
+    from pgmflow.core.cluster import LOCAL_DASK_CONFIG
 
     return {k: dask.config.get(k) for k in [*LOCAL_DASK_CONFIG, "distributed.admin.tick.limit"]}
 
@@ -130,7 +130,7 @@ def test_local_clusters_start_with_fewer_housekeeping_wakeups(tmp_path):
     import dask
     from distributed import Client
 
-    from pgmflow.pipelines.core.cluster import LOCAL_DASK_CONFIG, open_cluster
+    from pgmflow.core.cluster import LOCAL_DASK_CONFIG, open_cluster
 
     path = tmp_path / "cluster.yaml"
     path.write_text(
@@ -156,8 +156,8 @@ def test_local_clusters_start_with_fewer_housekeeping_wakeups(tmp_path):
 
 
 def test_a_local_profile_refuses_a_dask_config_that_is_not_a_mapping_of_dotted_keys(tmp_path):
-    from pgmflow.pipelines.core.cluster import check_cluster_config
-    from pgmflow.pipelines.core.errors import ConfigError
+    from pgmflow.core.cluster import check_cluster_config
+    from pgmflow.core.errors import ConfigError
 
     path = tmp_path / "cluster.yaml"
     for bad in ("[1, 2]", "{profile: 10ms}"):

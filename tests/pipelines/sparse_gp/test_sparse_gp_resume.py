@@ -14,10 +14,10 @@ import json
 import numpy as np
 import pytest
 
-from pgmflow.pipelines.core import artifacts
-from pgmflow.pipelines.core.runner import execute
-from pgmflow.pipelines.sparse_gp import lbfgsb
-from pgmflow.pipelines.sparse_gp.evaluations import Evaluations
+from pgmflow.core import artifacts
+from pgmflow.core.runner import execute
+from pgmflow.sparse_gp import lbfgsb
+from pgmflow.sparse_gp.evaluations import Evaluations
 from tests.conftest import compose
 from tests.pipelines.helpers import assert_one_value_per_step, assert_same_metric_histories, run
 
@@ -117,7 +117,7 @@ def test_resume_continues_the_optimiser_exactly(monkeypatch, tmp_path, evaluatio
 
 def _newest_readable(uri, run_id) -> dict:
     """The iteration and evaluation count of the newest readable checkpoint of the run."""
-    from pgmflow.pipelines.core.tracking import Tracker
+    from pgmflow.core.tracking import Tracker
 
     tr = Tracker(uri, "pgmflow")
     tr.run_id = run_id
@@ -143,7 +143,7 @@ def test_resume_without_exact_continuation_restarts_from_the_checkpointed_point(
     res = execute(cfg, stream=out)
     assert "cannot be continued exactly; restarting it from iteration 5's point with a fresh memory" in out.getvalue()
     assert 5 < res["iterations"] <= 25 and np.isfinite(res["test_rmse"])
-    from pgmflow.pipelines.core.tracking import Tracker
+    from pgmflow.core.tracking import Tracker
 
     tr = Tracker(uri, "pgmflow")
     assert tr.client.get_run(run_id).data.tags["pgmflow.gp.resume_exact"] == "false"

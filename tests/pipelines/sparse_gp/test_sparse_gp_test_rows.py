@@ -8,8 +8,8 @@ import math
 import numpy as np
 import pytest
 
-from pgmflow.pipelines.core.errors import ConfigError
-from pgmflow.pipelines.sparse_gp.data import DIABETES
+from pgmflow.core.errors import ConfigError
+from pgmflow.sparse_gp.data import DIABETES
 from tests.pipelines.helpers import run
 
 BASE = [

@@ -153,9 +153,9 @@ def test_each_corpus_source_is_opened_once_per_run(kind, tmp_path, mlflow_uri, m
 
 
 def test_validation_returns_a_frozen_typed_plan(tmp_path, monkeypatch):
-    from pgmflow.pipelines.svi import corpora
-    from pgmflow.pipelines.svi.plan import Plan
-    from pgmflow.pipelines.svi.validate import check_svi
+    from pgmflow.svi import corpora
+    from pgmflow.svi.plan import Plan
+    from pgmflow.svi.validate import check_svi
 
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("PGMFLOW_ORIG_CWD", str(tmp_path))

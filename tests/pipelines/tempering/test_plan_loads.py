@@ -51,7 +51,7 @@ def test_an_mrf_file_is_read_once_per_bounds_run(tmp_path, mlflow_uri, monkeypat
 
 
 def test_the_data_of_a_bayesian_target_is_read_once_per_tempering_run(tmp_path, mlflow_uri, monkeypatch):
-    from pgmflow.pipelines.tempering import bayes
+    from pgmflow.tempering import bayes
 
     path = tmp_path / "diabetes.csv"
     shutil.copy(bayes._shipped_diabetes(), path)

@@ -66,7 +66,7 @@ def test_killed_driver_resumes_to_identical_result(tmp_path):
     assert "finished" not in out
     assert not checkpoint_of_round(10), "the run finished before it was killed; the test proves nothing"
 
-    from pgmflow.pipelines.core.tracking import Tracker
+    from pgmflow.core.tracking import Tracker
 
     tr = Tracker(uri, "pgmflow")
     assert tr.client.get_run(run_id).info.status == "RUNNING"  # killed: nobody could end it
@@ -79,7 +79,7 @@ def test_killed_driver_resumes_to_identical_result(tmp_path):
     assert_one_value_per_step(tr.client, run_id)
     assert_same_metric_histories(tr.client, run_id, tr_full.run_id)
 
-    from pgmflow.pipelines.core.errors import ConfigError
+    from pgmflow.core.errors import ConfigError
 
     with pytest.raises(ConfigError, match="already finished"):
         run(OVERRIDES + [f"resume={run_id}"], uri)

@@ -113,7 +113,7 @@ def _drop_checkpoints_after(tracker, run_id, keep: int):
 
 @pytest.mark.parametrize("reference", ["variational", "stabilized"])
 def test_resume_after_a_fit_is_identical(reference, mlflow_uri):
-    from pgmflow.pipelines.core.runner import execute
+    from pgmflow.core.runner import execute
 
     ov = SMALL + [f"tempering.reference={reference}", "tempering.figures=false", "tempering.checkpoint_every=1"]
     full, tr_full = run(ov, mlflow_uri)

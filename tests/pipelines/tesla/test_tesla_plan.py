@@ -35,9 +35,9 @@ COMMON = [
 @pytest.fixture
 def loads(monkeypatch):
     """Counts the calls of every data loader of a TESLA run, by what each call loaded."""
-    from pgmflow.pipelines.tesla import networks
     from pgmflow.tasks.tesla import data as tdata
     from pgmflow.tasks.tesla import synthetic
+    from pgmflow.tesla import networks
 
     seen = Counter()
 
@@ -93,9 +93,9 @@ def test_each_data_file_is_loaded_once_per_run(tmp_path, mlflow_uri, cluster2, l
 
 
 def test_check_tesla_returns_a_frozen_typed_plan():
-    from pgmflow.pipelines.core.preflight import preflight_checks
-    from pgmflow.pipelines.tesla.networks import NetworkData, SyntheticNetwork
-    from pgmflow.pipelines.tesla.plan import TeslaPlan
+    from pgmflow.core.preflight import preflight_checks
+    from pgmflow.tesla.networks import NetworkData, SyntheticNetwork
+    from pgmflow.tesla.plan import TeslaPlan
 
     cfg = compose(
         [

@@ -7,9 +7,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from pgmflow.pipelines.tempering import reference as ref_mod
 from pgmflow.tasks.tempering import diagnostics as D
 from pgmflow.tasks.tempering import variational as V
+from pgmflow.tempering import reference as ref_mod
 
 
 def pigeons_counts(levels, ends):
