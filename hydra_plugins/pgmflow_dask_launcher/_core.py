@@ -172,8 +172,8 @@ def _failed(overrides, cfg, hydra_cfg, message: str) -> JobReturn:
 def launch(launcher, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
     import cloudpickle
 
+    from pgmflow.core import stagekey, tracking
     from pgmflow.core import sweep as sweep_mod
-    from pgmflow.core import tracking
 
     setup_globals()
     config = launcher.config
@@ -220,9 +220,12 @@ def launch(launcher, job_overrides: Sequence[Sequence[str]], initial_job_idx: in
             with open_dict(job_cfg):
                 job_cfg.hydra.job.id = f"{job_cfg.hydra.job.name}_{idx}"
                 job_cfg.hydra.job.num = idx
-            h = tracking.config_hash(_resolved_task_config(job_cfg))
+            resolved_cfg = _resolved_task_config(job_cfg)
+            h = stagekey.job_key(resolved_cfg)
+            reuse = (resolved_cfg.get("cache") or {}).get("mode", "auto") in ("auto", "readonly")
             error = None
         except Exception as exc:
+            reuse = True
             job_cfg, h = None, "overrides-" + hashlib.sha256(" ".join(overrides).encode()).hexdigest()[:16]
             error = _one_line(f"the job's config cannot be composed: {exc}")
         row.config_hash = h
@@ -232,7 +235,7 @@ def launch(launcher, job_overrides: Sequence[Sequence[str]], initial_job_idx: in
             session.record(row)
             continue
         first_of_hash[h] = idx
-        run_id, finished, objective = session.child_run(idx, shown, h)
+        run_id, finished, objective = session.child_run(idx, shown, h, reuse=reuse)
         row.run_id = run_id
         if finished:
             row.status, row.objective = "SKIPPED", objective

@@ -6,11 +6,16 @@ per temperature), ``ladder`` (``bounds=true`` in tempering: the bounds at every 
 ``figures``. The numerics, the per-temperature task included, are in ``pgmflow.tasks.bounds``.
 """
 
-from pgmflow.core.registry import Workload
+from pgmflow.core.registry import Port, Stage, Workload
 
 WORKLOAD = Workload(
     name="bounds",
     run="pgmflow.bounds.run:run",
     validate="pgmflow.bounds.validate:check_bounds_pipeline",
     summary="mean-field, Bethe and TRW bounds on log Z of Ising models and pairwise MRFs",
+    stage=Stage(  # as a stage of a study (docs/stages.md)
+        inputs=(Port("model", "npz", field="model.path"),),
+        outputs=(Port("bounds", "npz", path="bounds.npz"),),
+        sections=("pipeline", "model", "variational", "backend"),
+    ),
 )

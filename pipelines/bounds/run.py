@@ -146,6 +146,8 @@ def run(ctx, plan: BoundsPlan) -> dict:
     artifacts.log_table(
         tracker, [{k: ("" if v is None else v) for k, v in r.items()} for r in rows], "tables/bounds.csv"
     )
+    cols = ("beta", "mf", "bethe", "trw")  # the stage output (docs/stages.md): log Z bounds per temperature
+    artifacts.log_npz(tracker, "bounds.npz", {k: np.array([float(r[k]) for r in rows]) for k in cols})
     if v.marginals and model.node_marginals:
         result.update(_marginals(ctx, plan))
     artifacts.log_results(tracker, result)

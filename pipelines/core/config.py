@@ -42,6 +42,25 @@ def check_install() -> None:
         )
 
 
+def nested_compose(overrides: list[str]) -> dict:
+    """A resolved config for ``overrides``, composable from inside a running Hydra app (a study's stages, under
+    ``pgmflow`` itself): the app's global Hydra state is set aside and put back after, with Hydra's public
+    ``GlobalHydra`` calls."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    gh = GlobalHydra.instance()
+    saved = gh.hydra if gh.is_initialized() else None
+    gh.clear()
+    try:
+        with initialize_config_dir(config_dir=conf_dir(), version_base="1.3"):
+            return resolved(compose("config", overrides=list(overrides)))
+    finally:
+        if saved is not None:
+            GlobalHydra.instance().clear()
+            GlobalHydra.instance().initialize(saved)
+
+
 def conf_dirs() -> list[str]:
     """pgmflow's own configs, then those of plug-in workloads (Hydra's search path, in order)."""
     from pgmflow.core import registry

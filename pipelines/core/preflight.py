@@ -18,6 +18,7 @@ from pgmflow.core.validation import (
     get,
     integer,
     optional_str,
+    real,
     unknown_keys,
 )
 
@@ -51,7 +52,16 @@ TOP = {
     "tracking.uri": optional_str,
     "tracking.experiment": optional_str,
     "tracking.register_model": registered_model_name,
+    "cache.mode": choice("auto", "off", "refresh", "readonly"),
+    "cache.env": choice("normal", "strict"),
+    "cache.verify": lambda path, v: _fraction(path, v),
 }
+
+
+def _fraction(path, v):
+    real(ge=0.0)(path, v)
+    if v > 1:
+        raise ConfigError(path, v, "must be a fraction in [0, 1]", f"set {path}=0.1 (a tenth of the hits) or 0")
 
 
 def check_backend(cfg: dict):

@@ -34,6 +34,42 @@ NOT_WORKLOADS = frozenset({"core", "tasks", "conf"})
 
 
 @dataclass(frozen=True)
+class Port:
+    """One typed input or output of a stage (docs/stages.md).
+
+    name: how a study refers to it (``in: {network: learn.estimates}``).
+    kind: ``npz`` (one array file, read without pickle) or ``npz_list`` (a folder of them, one per unit:
+        what ``foreach`` iterates over).
+    field: inputs only: the dotted config field that takes the file's path (``model.path``); the stage
+        key covers the file's digest, not the path.
+    path: outputs only: the artifact path in the run (``estimates.npz``, or the folder ``mrf/``).
+    """
+
+    name: str
+    kind: str = "npz"
+    field: str = ""
+    path: str = ""
+
+
+@dataclass(frozen=True)
+class Stage:
+    """What a workload declares as a stage of a study: its typed inputs and outputs, whether it draws
+    random numbers (the seed enters its key only then), and the config sections its key covers (None: all
+    but the core's own: where and how it runs)."""
+
+    inputs: tuple[Port, ...] = ()
+    outputs: tuple[Port, ...] = ()
+    random: bool = True
+    sections: tuple[str, ...] | None = None
+
+    def input(self, name: str) -> Port | None:
+        return next((p for p in self.inputs if p.name == name), None)
+
+    def output(self, name: str) -> Port | None:
+        return next((p for p in self.outputs if p.name == name), None)
+
+
+@dataclass(frozen=True)
 class Workload:
     """What a workload declares about itself.
 
@@ -54,6 +90,7 @@ class Workload:
     load_model: ``"module:function"`` or None; the function takes a finished run's artifact folder and
         returns its fitted model as an object (what ``pgmflow.load(run_id).model`` is), or None when the
         run logged none.
+    stage: the workload as a stage of a study (:class:`Stage`: inputs, outputs, randomness).
     """
 
     name: str
@@ -64,6 +101,7 @@ class Workload:
     flags: dict = field(default_factory=dict)
     conf_dir: str | None = None
     load_model: str | None = None
+    stage: Stage = field(default_factory=Stage)
 
     def load_run(self) -> Callable:
         return _load(self.run)

@@ -21,7 +21,7 @@ from pgmflow.core.errors import ConfigError
 from pgmflow.core.graph import Executor
 
 # Fields a resumed run may change: where and how it runs, not what it computes.
-RESUME_MAY_CHANGE = ("cluster", "progress", "verbose", "tracking", "backend", "resume")
+RESUME_MAY_CHANGE = ("cluster", "progress", "verbose", "tracking", "backend", "resume", "cache")
 
 
 @dataclass
@@ -141,7 +141,7 @@ class RunRecord:
     ended: bool = False
 
 
-def execute(cfg: dict, stream=None, cluster=None, record: RunRecord | None = None) -> dict:
+def execute(cfg: dict, stream=None, cluster=None, record: RunRecord | None = None, under: dict | None = None) -> dict:
     """Run one experiment from a resolved config (plain dict). Returns the pipeline's result dict.
 
     ``cluster``: a :class:`~pgmflow.core.cluster.ClusterHandle` over a client the caller owns (the
@@ -152,12 +152,15 @@ def execute(cfg: dict, stream=None, cluster=None, record: RunRecord | None = Non
 
     ``record``: filled in as the run goes (its run id once started, whether it was ended), for a caller that
     reports a failure with the run's id (the Python API).
+
+    ``under``: more tags for a new run, and its name under ``"run_name"`` (a study's stage: the parent run's
+    id in ``mlflow.parentRunId``, the stage's name; docs/stages.md).
     """
-    sweep_run = os.environ.get(SWEEP_RUN_ID)
+    sweep_run = None if under else os.environ.get(SWEEP_RUN_ID)  # a study's stage is never the sweep's run
     stream = sys.stdout if stream is None else stream  # looked up per call (tests swap sys.stdout)
     record = RunRecord() if record is None else record
     try:
-        return _execute(cfg, stream, sweep_run, cluster, record)
+        return _execute(cfg, stream, sweep_run, cluster, record, dict(under or {}))
     except BaseException as exc:
         if sweep_run and not record.ended:
             message = getattr(exc, "message", None) or f"{type(exc).__name__}: {exc}"
@@ -168,15 +171,16 @@ def execute(cfg: dict, stream=None, cluster=None, record: RunRecord | None = Non
         raise
 
 
-def _execute(cfg: dict, stream, sweep_run: str | None, given, record: RunRecord) -> dict:
+def _execute(cfg: dict, stream, sweep_run: str | None, given, record: RunRecord, under: dict) -> dict:
     from pgmflow.core import cluster as cluster_mod
-    from pgmflow.core import preflight, tracking
+    from pgmflow.core import preflight, stagekey, tracking
     from pgmflow.tasks import backend as backend_mod
     from pgmflow.tasks import threads
 
     if cfg.get("resume"):
         cfg = load_recorded_config(cfg)
     plan = preflight.preflight_checks(cfg)
+    key, material = stagekey.for_run(cfg)
     backend = backend_mod.resolve_backend(cfg["backend"])
     device = backend_mod.gpu_status()[1] if backend == "cupy" else "cpu"
 
@@ -203,7 +207,10 @@ def _execute(cfg: dict, stream, sweep_run: str | None, given, record: RunRecord)
             **getattr(ch, "tags", {}),
             **tracking.git_info(),
             **tracking.versions(),
+            stagekey.KEY_TAG: key,
         }
+        name = under.pop("run_name", None)
+        tags.update(under)
         if sweep_run:
             tracker.attach(sweep_run, cfg, tags)
         elif cfg.get("resume"):
@@ -211,11 +218,13 @@ def _execute(cfg: dict, stream, sweep_run: str | None, given, record: RunRecord)
             tracker.set_tags({**tags, "pgmflow.resumed_at": time.strftime("%Y-%m-%dT%H:%M:%S")})
         else:
             name = (
-                tcfg.get("run_name")
+                name
+                or tcfg.get("run_name")
                 or f"{cfg['pipeline']['name']}-{cfg.get('model', {}).get('name')}-{time.strftime('%Y%m%d-%H%M%S')}"
             )
             tracker.start(name, cfg, tags)
         record.run_id = tracker.run_id
+        tracker.log_text(stagekey.canonical(material), "stage_key.json")
         gpu_note = (
             f" on {device}"
             if backend == "cupy"

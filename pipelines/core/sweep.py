@@ -8,9 +8,11 @@ for (Optuna asks for several):
 - it creates the MLflow store and the parent run before any job starts. The parent is keyed by
   the sweep's command (its overrides and the sweeper's search space): running the same command
   again finds the same parent and resumes it;
-- it creates each job's child run, keyed by the hash of the job's resolved config
-  (``pgmflow.config_hash``), so creating it twice (a job retried after a worker died, a sweep run
-  again) gives the same run; a child that already FINISHED is not run again;
+- it creates each job's child run, keyed by the job's stage key (``pgmflow.stage_key``: its config, the
+  normalised code of its workload, its input files' digests and its seed; docs/stages.md), so creating it
+  twice (a job retried after a worker died, a sweep run again) gives the same run; a child that already
+  FINISHED with an equal key is not run again (``cache.mode=auto`` or ``readonly``; ``off`` and ``refresh``
+  run every job again). A sweep re-run after a code change re-runs its jobs;
 - at the end it prints the summary table (every job's overrides, status, objective, run id), logs
   it to the parent as ``sweep_summary.csv`` with a figure of the objective against each swept
   parameter, and ends the parent FINISHED (or FAILED when a job failed).
@@ -34,7 +36,8 @@ from pgmflow.core import tracking
 from pgmflow.core.artifacts import csv_table
 
 PARENT_KEY_TAG = "pgmflow.sweep_key"
-CHILD_TAGS = ("pgmflow.config_hash", "pgmflow.sweep.job", "pgmflow.sweep.overrides")
+KEY_TAG = "pgmflow.stage_key"
+CHILD_TAGS = (KEY_TAG, "pgmflow.sweep.job", "pgmflow.sweep.overrides")
 
 
 @dataclass
@@ -86,7 +89,7 @@ class SweepSession:
 
     # --- child runs ------------------------------------------------------------------------------
     def children(self) -> dict:
-        """config hash -> the newest child run of the parent with that hash."""
+        """stage key -> the newest child run of the parent with that key."""
         if self._children is None:
             exp = self.tracker._experiment_id()
             runs = self.tracker.client.search_runs(
@@ -94,16 +97,17 @@ class SweepSession:
             )
             out = {}
             for r in sorted(runs, key=lambda r: r.info.start_time or 0):
-                h = r.data.tags.get("pgmflow.config_hash")
+                h = r.data.tags.get(KEY_TAG)
                 if h:
                     out[h] = r
             self._children = out
         return self._children
 
-    def child_run(self, job: int, overrides: list, config_hash: str):
-        """The child run of a job: (run_id, finished_before, objective). Idempotent per hash."""
+    def child_run(self, job: int, overrides: list, config_hash: str, reuse: bool = True):
+        """The child run of a job: (run_id, finished_before, objective). Idempotent per key; ``reuse=False``
+        (cache.mode off or refresh) runs a finished job again, in a new child run."""
         existing = self.children().get(config_hash)
-        if existing is not None:
+        if existing is not None and (reuse or existing.info.status != "FINISHED"):
             if existing.info.status == "FINISHED":
                 return existing.info.run_id, True, existing.data.metrics.get("objective")
             run_id = existing.info.run_id
@@ -112,7 +116,7 @@ class SweepSession:
         text = " ".join(overrides)
         tags = {
             "mlflow.parentRunId": self.parent_id,
-            "pgmflow.config_hash": config_hash,
+            KEY_TAG: config_hash,
             "pgmflow.sweep.job": str(job),
             "pgmflow.sweep.overrides": text[:5000],
         }

@@ -7,11 +7,16 @@ per node and grid point, one selection task per node), ``edges`` (edge sets and 
 (metrics and artifacts), ``figures``. Worker-side code is in ``pgmflow.tasks.tesla``.
 """
 
-from pgmflow.core.registry import Workload
+from pgmflow.core.registry import Port, Stage, Workload
 
 WORKLOAD = Workload(
     name="tesla",
     run="pgmflow.tesla.run:run",
     validate="pgmflow.tesla.validate:check_tesla",
     summary="TESLA time-varying networks (and KELLER, static) by L1 logistic paths per node",
+    stage=Stage(  # as a stage of a study (docs/stages.md)
+        inputs=(Port("network", "npz", field="network.path"),),
+        outputs=(Port("estimates", "npz", path="estimates.npz"),),
+        sections=("pipeline", "tesla", "network", "model", "backend"),
+    ),
 )
