@@ -36,6 +36,12 @@ def edge_sets(plan: TeslaPlan, choices, result: dict) -> Estimates:
         result[f"{m}_edges_mean"] = float(counts[m].mean())
         result[f"{m}_iterations"] = int(sum(c.n_iter for c in choices[m]))
         result[f"{m}_all_converged"] = bool(all(c.all_converged for c in choices[m]))
+        result[f"{m}_grid_edge_nodes"] = grid_edge_nodes(
+            plan.estimation.grid.lambda1, plan.estimation.grid.second_axis(m), choices[m]
+        )
+        if plan.data.groups is not None:
+            share = within_group_share(adj[(m, rule)], plan.data.groups)
+            result[f"{m}_within_group_share"] = float(np.nanmean(share)) if np.isfinite(share).any() else float("nan")
         if truth is not None:
             for r in evaluate.RULES:
                 rec = evaluate.recovery(adj[(m, r)], truth)
@@ -47,3 +53,32 @@ def edge_sets(plan: TeslaPlan, choices, result: dict) -> Estimates:
     if truth is not None:
         result["true_edges_mean"] = float(evaluate.edge_counts(truth).mean())
     return Estimates(thetas, adj, recov, counts)
+
+
+def grid_edge_nodes(lambda1, second, choices) -> int:
+    """How many (fitted) nodes chose a grid point on an edge of the grid: the largest or smallest lambda1,
+    or the largest or smallest lambda2 (bandwidth) when that axis has more than one value. A selection on
+    an edge says the grid may not contain the criterion's optimum."""
+    l1, l2 = np.asarray(lambda1), np.asarray(second)
+    n = 0
+    for c in choices:
+        if c.isolated:
+            continue
+        on1 = c.lam1 in (l1.max(), l1.min()) and l1.size > 1
+        v2 = c.bandwidth if c.method == "keller" else c.lam2
+        on2 = l2.size > 1 and v2 in (l2.max(), l2.min())
+        n += bool(on1 or on2)
+    return n
+
+
+def within_group_share(adj, groups) -> np.ndarray:
+    """float [T]: the share of each time point's edges that join two nodes of the same group (a legislator's
+    party); NaN where there is no edge. adj: bool [T, p, p] symmetric."""
+    g = np.asarray(groups)
+    same = g[:, None] == g[None, :]
+    iu = np.triu_indices(g.size, 1)
+    e = adj[:, iu[0], iu[1]]
+    total = e.sum(axis=1)
+    within = (e & same[iu][None, :]).sum(axis=1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(total > 0, within / np.maximum(total, 1), np.nan)

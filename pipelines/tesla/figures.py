@@ -16,19 +16,34 @@ def tesla_figures(plan: TeslaPlan, est: Estimates, choices) -> dict:
     choices: ``{method: [NodeChoice per node]}``."""
     methods, rule, truth = list(plan.estimation.methods), plan.report.rule, plan.data.truth
     adj = {m: est.edges[(m, rule)] for m in methods}
+    series, groups = plan.data.series, plan.data.groups
+    snaps = plan.report.snapshot_times
     figs = {
-        "network_snapshots": _snapshots(
-            methods, adj, truth, plan.report.snapshot_times, plan.data.series.node_names, rule
-        ),
+        "network_snapshots": _snapshots(methods, adj, truth, snaps, series.node_names, rule, groups, series.times),
         "edges_over_time": _edges_over_time(methods, adj, truth, rule),
     }
+    if groups is not None:
+        figs["within_group_share"] = _within_group(methods, adj, groups, rule, series.times)
+        figs["changing_edges"] = _changing_edges(adj[methods[0]], series.node_names, methods[0], rule, series.times)
     if truth is not None:
         figs["f1_over_time"] = _f1_over_time(methods, {m: est.recovery[(m, rule)] for m in methods}, rule)
     figs["chosen_grid_points"] = _chosen_grid_points(methods, choices, plan.estimation.grid)
     return figs
 
 
-def _snapshots(methods, adj, truth, snaps, names, rule):
+GROUP_COLOURS = {"D": "tab:blue", "R": "tab:red", "Indep": "tab:green"}
+
+
+def _colours(groups, p):
+    """A colour per node: its group's (party: D blue, R red, independent green; others from a cycle)."""
+    if groups is None:
+        return "tab:blue"
+    cycle = ["tab:purple", "tab:orange", "tab:brown", "tab:gray", "tab:olive", "tab:cyan"]
+    other = {g: cycle[k % len(cycle)] for k, g in enumerate(sorted(set(groups) - set(GROUP_COLOURS)))}
+    return [GROUP_COLOURS.get(g, other.get(g)) for g in groups]
+
+
+def _snapshots(methods, adj, truth, snaps, names, rule, groups=None, times=None):
     import networkx as nx
 
     T, p = next(iter(adj.values())).shape[:2]
@@ -58,12 +73,12 @@ def _snapshots(methods, adj, truth, snaps, names, rule):
             else:
                 colors = ["0.2"] * len(e)
             nx.draw_networkx_edges(g, pos, edgelist=e, ax=ax, edge_color=colors, width=1.5)
-            nx.draw_networkx_nodes(g, pos, ax=ax, node_size=60 if p <= 30 else 15, node_color="tab:blue")
+            nx.draw_networkx_nodes(g, pos, ax=ax, node_size=60 if p <= 30 else 15, node_color=_colours(groups, p))
             if labels:
                 nx.draw_networkx_labels(g, pos, labels=labels, ax=ax, font_size=6, font_color="white")
             ax.set_axis_off()
             if r == 0:
-                ax.set_title(f"t = {t}", fontsize=10)
+                ax.set_title(f"t = {t}" if times is None else f"t = {t}: {times[t]}", fontsize=9)
             if c == 0:
                 ax.text(-0.05, 0.5, label, transform=ax.transAxes, rotation=90, va="center", ha="right", fontsize=11)
     fig.suptitle(
@@ -126,3 +141,46 @@ def _chosen_grid_points(methods, choices, grid: Grid):
         fig.colorbar(im, ax=ax, fraction=0.05)
     fig.tight_layout()
     return fig
+
+
+def _within_group(methods, adj, groups, rule, times):
+    """The share of each time point's edges inside one group (party), per method."""
+    from pgmflow.tesla.edges import within_group_share
+
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for m in methods:
+        ax.plot(within_group_share(adj[m], groups), label=m, lw=1)
+    _time_ticks(ax, times)
+    ax.set_ylabel("within-party share of edges")
+    ax.set_ylim(0, 1.02)
+    ax.set_title(f"within-party vs across-party edges ({rule} rule)")
+    ax.legend()
+    ax.grid(alpha=0.3)
+    return fig
+
+
+def _changing_edges(adj, names, method, rule, times, top=12):
+    """The edges that switch on or off most often over time, as a raster (rows: edges, black: present)."""
+    T, p = adj.shape[:2]
+    iu = np.triu_indices(p, 1)
+    e = adj[:, iu[0], iu[1]]  # [T, pairs]
+    flips = np.abs(np.diff(e.astype(np.int8), axis=0)).sum(axis=0)
+    order = np.argsort(-flips, kind="stable")[: min(top, flips.size)]
+    order = order[flips[order] > 0]
+    fig, ax = plt.subplots(figsize=(8, 0.35 * max(len(order), 1) + 1.5))
+    if len(order):
+        ax.imshow(e[:, order].T, aspect="auto", cmap="Greys", interpolation="nearest")
+    ax.set_yticks(range(len(order)))
+    ax.set_yticklabels([f"{names[iu[0][k]]} - {names[iu[1][k]]} ({flips[k]})" for k in order], fontsize=6)
+    _time_ticks(ax, times)
+    ax.set_title(f"{method}: the edges that change most ({rule} rule; switches in brackets)", fontsize=9)
+    fig.tight_layout()
+    return fig
+
+
+def _time_ticks(ax, times):
+    T = len(times)
+    ticks = sorted(set(np.linspace(0, T - 1, min(6, T)).round().astype(int).tolist()))
+    ax.set_xticks(ticks)
+    ax.set_xticklabels([str(times[t])[:10] for t in ticks], rotation=30, fontsize=7)
+    ax.set_xlabel("time point")

@@ -4,7 +4,9 @@
 
 * ``synthetic`` -- a time-varying Ising network with known edges (``pgmflow.tasks.tesla.synthetic``);
 * ``npz`` -- an array ``X`` [T, n, p], or arrays ``x_0 .. x_{T-1}`` of shape [n_t, p];
-* ``csv`` -- long format with columns ``time, sample, node, value``.
+* ``csv`` -- long format with columns ``time, sample, node, value``;
+* ``rollcall`` -- roll-call votes (legislators are the nodes, roll calls the samples): the ``s109`` object
+  of Debian's ``r-cran-pscl``, or Voteview's CSV triple (``pgmflow.tasks.tesla.rollcall``).
 
 Every problem with the data is a :class:`ConfigError` naming the file, the value and the fix,
 raised by the preflight checks before any task runs. The validation reads the ``network`` section
@@ -22,7 +24,8 @@ import numpy as np
 
 from pgmflow.core.errors import ConfigError
 
-KINDS = ("synthetic", "npz", "csv")
+KINDS = ("synthetic", "npz", "csv", "rollcall")
+ROLLCALL_KEYS = ("source", "path", "prefix", "object", "time_axis", "window_days", "missing", "partial")
 SYNTHETIC_KEYS = (
     "p",
     "T",
@@ -86,6 +89,30 @@ class NetworkFile:
         return asdict(self)
 
 
+@dataclass(frozen=True)
+class RollCallSource:
+    """Roll-call votes (``pgmflow.tasks.tesla.rollcall``). source: ``pscl`` (the installed package's lazy-load
+    database, or the ``.rdb`` at path) or ``voteview`` (the folder path with ``<prefix>_votes.csv``,
+    ``_rollcalls.csv``, ``_members.csv``). object: pscl's object (``s109``). time_axis: one time point per
+    ``rollcall``, per voting ``day``, or per ``window`` of window_days days. missing: ``skip`` (left out of
+    the likelihood) or ``nay``. partial: legislators who served part of the term, ``merge`` (one seat held in
+    turn is one node) or ``drop``."""
+
+    source: str
+    path: str | None
+    prefix: str
+    object: str
+    time_axis: str
+    window_days: int
+    missing: str
+    partial: str
+
+    kind = "rollcall"
+
+    def parameters(self) -> dict:
+        return {"kind": self.kind, **asdict(self)}
+
+
 class NetworkData(NamedTuple):
     """Samples over time and, for synthetic data, the true edges."""
 
@@ -94,16 +121,20 @@ class NetworkData(NamedTuple):
     source: str  # what the data is (a path, or "synthetic p=.. T=..")
     isolated: np.ndarray  # int64 node indices whose value never changes (not fitted, no edges)
     notes: tuple  # lines worth telling the user (recoding, isolated nodes)
+    groups: tuple | None = None  # a label per node (a legislator's party), or None
 
 
-def resolve(network: SyntheticNetwork | NetworkFile, seed: int) -> NetworkData:
+def resolve(network: SyntheticNetwork | NetworkFile | RollCallSource, seed: int) -> NetworkData:
     """The run's data (validated), generated with ``seed`` or read from the file; ConfigError on any
     problem with it. Called once per run, by the validation."""
     from pgmflow.tasks.tesla import data as tdata
 
     truth = None
     notes = []
-    if isinstance(network, SyntheticNetwork):
+    groups = None
+    if isinstance(network, RollCallSource):
+        series, groups, source, notes = _rollcalls(network)
+    elif isinstance(network, SyntheticNetwork):
         series, truth, source = _generate(network, seed)
     else:
         path = network.path
@@ -134,7 +165,25 @@ def resolve(network: SyntheticNetwork | NetworkFile, seed: int) -> NetworkData:
             f"warning: {isolated.size} node(s) never change value and are reported as isolated "
             f"(no edges): {', '.join(names)}{more}"
         )
-    return NetworkData(series, truth, source, isolated, tuple(notes))
+    return NetworkData(series, truth, source, isolated, tuple(notes), groups)
+
+
+def _rollcalls(net: RollCallSource):
+    """(series, parties per node, source line, notes) of roll-call data; ConfigError naming the fix."""
+    from pgmflow.tasks.tesla import rollcall
+
+    try:
+        if net.source == "pscl":
+            rc = rollcall.read_pscl(net.path, net.object)
+        else:
+            rc = rollcall.read_voteview(str(net.path), net.prefix)
+        series, parties, notes = rollcall.to_series(rc, net.time_axis, net.window_days, net.missing, net.partial)
+    except rollcall.RollCallError as exc:
+        key = "network.time_axis" if exc.problem.startswith("time axis") else f"network.source={net.source}"
+        raise ConfigError(key, exc.path, exc.problem, exc.fix) from None
+    what = f"{net.object} (pscl)" if net.source == "pscl" else f"{net.prefix} (Voteview)"
+    source = f"roll calls {what} from {rc.source}, one time point per {net.time_axis}"
+    return series, tuple(parties), source, list(notes)
 
 
 def _generate(net: SyntheticNetwork, seed: int):

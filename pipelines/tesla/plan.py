@@ -13,9 +13,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from pgmflow.tesla.networks import NetworkData, NetworkFile, SyntheticNetwork
+from pgmflow.tesla.networks import NetworkData, NetworkFile, RollCallSource, SyntheticNetwork
 
-NetworkSource = SyntheticNetwork | NetworkFile  # where the data comes from
+NetworkSource = SyntheticNetwork | NetworkFile | RollCallSource  # where the data comes from
 
 
 @dataclass(frozen=True)

@@ -163,7 +163,7 @@ def _floats(values) -> tuple[float, ...]:
     return tuple(float(v) for v in values)
 
 
-def _network_source(cfg: dict) -> networks.SyntheticNetwork | networks.NetworkFile:
+def _network_source(cfg: dict) -> networks.SyntheticNetwork | networks.NetworkFile | networks.RollCallSource:
     """The ``network`` section, checked and typed: the generator's settings, or the file to read."""
     n = cfg.get("network")
     if not isinstance(n, dict) or "kind" not in n:
@@ -171,10 +171,13 @@ def _network_source(cfg: dict) -> networks.SyntheticNetwork | networks.NetworkFi
             "network",
             n,
             "pipeline=tesla needs data",
-            "use network=synthetic, or network=npz network.path=FILE.npz, or network=csv network.path=FILE.csv",
+            "use network=synthetic, network=npz network.path=FILE.npz, network=csv network.path=FILE.csv, "
+            "or network=rollcall",
         )
     if n["kind"] not in networks.KINDS:
         raise ConfigError("network.kind", n["kind"], "unknown data source", f"use one of: {', '.join(networks.KINDS)}")
+    if n["kind"] == "rollcall":
+        return _rollcall(cfg, n)
     if n["kind"] != "synthetic":
         unknown_keys(cfg, "network", {"kind", "path", "truth"})
         return _network_file(n)
@@ -187,6 +190,36 @@ def _network_source(cfg: dict) -> networks.SyntheticNetwork | networks.NetworkFi
             "network.weight_low", n["weight_low"], f"is above network.weight_high={n['weight_high']}", "swap them"
         )
     return _synthetic(n)
+
+
+def _rollcall(cfg: dict, n: dict) -> networks.RollCallSource:
+    """``network=rollcall``: the source (pscl or voteview) and the choices of time axis, missing votes and
+    partial terms (``pgmflow.tasks.tesla.rollcall``)."""
+    from pgmflow.tasks.tesla import rollcall
+
+    unknown_keys(cfg, "network", set(networks.ROLLCALL_KEYS) | {"kind"})
+    rules = {
+        "source": choice("pscl", "voteview"),
+        "time_axis": choice(*rollcall.TIME_AXES),
+        "window_days": integer(lo=1),
+        "missing": choice(*rollcall.MISSING),
+        "partial": choice(*rollcall.PARTIAL),
+    }
+    apply(cfg, {f"network.{k}": r for k, r in rules.items()})
+    if n["source"] == "voteview" and not n.get("path"):
+        raise ConfigError(
+            "network.path", None, "network.source=voteview needs the folder of the CSV files", "add network.path=DIR"
+        )
+    return networks.RollCallSource(
+        source=str(n["source"]),
+        path=str(n["path"]) if n.get("path") else None,
+        prefix=str(n.get("prefix") or "S109"),
+        object=str(n.get("object") or "s109"),
+        time_axis=str(n["time_axis"]),
+        window_days=int(n["window_days"]),
+        missing=str(n["missing"]),
+        partial=str(n["partial"]),
+    )
 
 
 def _synthetic(n: dict) -> networks.SyntheticNetwork:

@@ -127,11 +127,12 @@ class BinaryTimeSeries(NamedTuple):
 
 
 def constant_nodes(data: BinaryTimeSeries) -> np.ndarray:
-    """int64 indices of the nodes whose value is the same in every row."""
+    """int64 indices of the nodes whose value is the same in every row where it is observed (0 marks a
+    missing value, as roll-call data has: ``pgmflow.tasks.tesla.rollcall``)."""
     X = data.X
     if X.shape[0] == 0:
         return np.arange(X.shape[1], dtype=np.int64)
-    return np.flatnonzero(np.all(X == X[:1], axis=0)).astype(np.int64)
+    return np.flatnonzero(~(X == 1).any(axis=0) | ~(X == -1).any(axis=0)).astype(np.int64)
 
 
 # ------------------------------------------------------------------------------------------------

@@ -101,7 +101,11 @@ def fit_node(
     n_iter = np.zeros(n1, np.int64)
     converged = np.ones(n1, bool)
     flops = np.zeros(n1, np.int64)
+    if not 0 <= node < p:
+        raise ValueError(f"node {node} out of range for p={p}")
     train = np.ones(design.X.shape[0], bool) if train is None else np.asarray(train, bool)
+    train = train & (design.X[:, node] != 0)  # a missing value (0) is neither fitted nor held out
+    scored = ~train & (design.X[:, node] != 0)
     if not isolated:
         theta = None
         for k in np.argsort(-lam1s, kind="stable"):  # largest lambda1 first: a warm-started path
@@ -112,8 +116,8 @@ def fit_node(
             thetas[k] = theta
             ll = _solver.row_loglik(design.X, design.tix, node, theta)
             loglik[k] = float(ll[train].sum())
-            if not train.all():
-                held[k] = float(ll[~train].sum())
+            if scored.any():
+                held[k] = float(ll[scored].sum())
             df[k] = _evaluate.path_df(theta, node)
             n_iter[k] = res.n_iter
             converged[k] = res.converged

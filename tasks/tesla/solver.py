@@ -165,6 +165,31 @@ def keller_design(X, tix, T: int, bandwidth: float, truncate: float = 3.0, train
     return Design(X, tix, lo, hi, woff, w, _lipschitz(X, lo, hi, woff, w), "keller")
 
 
+def node_design(design: Design, node: int) -> Design:
+    """The data term of node ``node``: ``design`` itself unless the node has missing values (0 in ``X``,
+    e.g. a vote not cast). Rows where the node is missing leave its likelihood (weight 0; the others of
+    each window are re-weighted to sum as before, so TESLA's ``l_avg`` averages the observed samples), and
+    ``L[t]`` grows by the same factor (a bound still: dropping rows lowers the curvature). A missing value
+    of another node contributes nothing to the node's margins (``x = 0``)."""
+    y = design.X[:, node]
+    if y.all():
+        return design
+    w = design.w.copy()
+    L = design.L.copy()
+    for t in range(design.T):
+        a, b, o = int(design.lo[t]), int(design.hi[t]), int(design.woff[t])
+        wt = w[o : o + b - a]
+        total = wt.sum()
+        wt[y[a:b] == 0] = 0.0
+        kept = wt.sum()
+        if kept > 0.0:
+            wt *= total / kept
+            L[t] *= total / kept
+        else:
+            L[t] = 0.0
+    return design._replace(w=w, L=L)
+
+
 # --- numba kernels ----------------------------------------------------------------------------------
 
 # Plain module-level functions marked for numba; _kernels() compiles them (pgmflow.tasks.backend.compile_kernels)
@@ -761,6 +786,7 @@ def solve_path(
     if not 0 <= node < p:
         raise ValueError(f"node {node} out of range for p={p}")
     _kernels()
+    design = node_design(design, int(node))
     theta = np.zeros((T, p)) if theta0 is None else np.array(theta0, dtype=np.float64, order="C", copy=True)
     if theta.shape != (T, p):
         raise ValueError(f"theta0 must be [{T}, {p}], got {theta.shape}")
@@ -813,12 +839,14 @@ def objective(design: Design, node: int, theta, lam1: float, lam2: float = 0.0, 
 
 
 def row_loglik(X, tix, node: int, theta) -> np.ndarray:
-    """log P(x_{d,node} | x_{d,-node}; theta^{t_d}) for every row d (float64 [N])."""
+    """log P(x_{d,node} | x_{d,-node}; theta^{t_d}) for every row d (float64 [N]; 0 where x_{d,node} is
+    missing, coded 0)."""
     _kernels()
     X = np.ascontiguousarray(X, dtype=np.int8)
     tix = np.ascontiguousarray(tix, dtype=np.int64)
     out = np.empty(X.shape[0])
     _loglik_rows(X, tix, int(node), np.ascontiguousarray(theta, dtype=np.float64), out)
+    out[X[:, node] == 0] = 0.0  # a missing value has no likelihood
     return out
 
 
