@@ -179,8 +179,11 @@ def _rollcalls(net: RollCallSource):
             rc = rollcall.read_voteview(str(net.path), net.prefix)
         series, parties, notes = rollcall.to_series(rc, net.time_axis, net.window_days, net.missing, net.partial)
     except rollcall.RollCallError as exc:
-        key = "network.time_axis" if exc.problem.startswith("time axis") else f"network.source={net.source}"
-        raise ConfigError(key, exc.path, exc.problem, exc.fix) from None
+        if exc.problem.startswith("time axis"):
+            raise ConfigError("network.window_days", net.window_days, exc.problem, exc.fix) from None
+        if net.path is None:  # the installed package
+            raise ConfigError("network.source", net.source, f"{exc.path}: {exc.problem}", exc.fix) from None
+        raise ConfigError("network.path", exc.path, exc.problem, exc.fix) from None
     what = f"{net.object} (pscl)" if net.source == "pscl" else f"{net.prefix} (Voteview)"
     source = f"roll calls {what} from {rc.source}, one time point per {net.time_axis}"
     return series, tuple(parties), source, list(notes)

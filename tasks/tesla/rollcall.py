@@ -172,8 +172,9 @@ def read_voteview(folder: str, prefix: str = "S109") -> RollCalls:
     vpath = base / f"{prefix}_votes.csv"
     vrows, vc = _rows(vpath, ("rollnumber", "icpsr", "cast_code"))
     col_of = {int(n): k for k, n in enumerate(numbers)}
-    seen = sorted({int(float(r[vc["icpsr"]])) for r in vrows})
-    unknown = [i for i in seen if i not in members]
+    voted = {int(float(r[vc["icpsr"]])) for r in vrows}
+    unknown = sorted(i for i in voted if i not in members)
+    seen = [i for i in members if i in voted]  # in the members file's order
     if unknown:
         raise RollCallError(
             vpath,

@@ -76,7 +76,42 @@ def _empty_csv(tmp_path):
     return ["network=csv", "network.path=data.csv"], ["network.path='data.csv'", "empty"]
 
 
+def _rollcall(tmp_path, hook=None, extra=()):
+    from tests.tasks.tesla import rollcall_files
+
+    rollcall_files.write(tmp_path, codes_hook=hook)
+    return ["network=rollcall", "network.source=voteview", "network.path=.", *extra]
+
+
+def _votes_members_differ(tmp_path):
+    args = _rollcall(tmp_path)
+    members = tmp_path / "S109_members.csv"
+    members.write_text("\n".join(ln for ln in members.read_text().splitlines() if ",103," not in ln) + "\n")
+    return args, ["S109_votes.csv", "legislator(s) 103 (icpsr) are not in S109_members.csv"]
+
+
+ROLLCALL_CASES = {
+    "rollcall_votes_members_differ": _votes_members_differ,
+    "rollcall_empty_window": lambda p: (
+        _rollcall(p, extra=("network.time_axis=window", "network.window_days=7")),
+        ["network.window_days=7", "the window 2005-01-18..2005-01-24 has no roll call", "network.window_days=41"],
+    ),
+    "rollcall_all_missing": lambda p: (
+        _rollcall(p, hook=lambda c: c[1:, 5].__setitem__(slice(None), 9)),
+        ["network.path='S109_votes.csv'", "roll call 6 (2005-01-05) has every vote missing"],
+    ),
+    "rollcall_unknown_code": lambda p: (
+        _rollcall(p, hook=lambda c: c.__setitem__((2, 3), 11)),
+        ["network.path='S109_votes.csv'", "unknown vote code 11 (BRAVO (R AA), roll call 4)"],
+    ),
+    "rollcall_pscl_absent": lambda p: (
+        ["network=rollcall", "network.path=/nope/Rdata.rdb"],
+        ["network.path='/nope/Rdata.rdb'", "r-cran-pscl) is not installed", "apt-get install -y r-cran-pscl"],
+    ),
+}
+
 CASES = {
+    **ROLLCALL_CASES,
     "npz_value_2": _npz_value_2,
     "csv_value_0.5": _csv_value_half,
     "single_time_point_with_lambda2": _single_time_point,
