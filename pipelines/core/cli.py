@@ -153,6 +153,10 @@ def main():
         from pgmflow.core.reproduce import main as reproduce_main
 
         sys.exit(reproduce_main(argv[1:]))
+    if argv and argv[0] in ("cache", "lineage"):  # the stage cache (docs/stages.md)
+        from pgmflow.core.cache_cli import main as cache_main
+
+        sys.exit(cache_main(argv))
     _precheck(argv)
     try:
         check_install()

@@ -32,14 +32,17 @@ KEY_TAG = "pgmflow.stage_key"
 _FILE_DIGESTS: dict = {}
 
 
-def file_digest(path: str | Path) -> str:
-    """SHA-256 of a file's content (memoised per (path, size, mtime)): for an ``.npz``, of its arrays (names,
-    dtypes, shapes, bytes, in name order; the zip container's timestamps do not count), else of its bytes."""
+def file_digest(path: str | Path, content: bool = False) -> str:
+    """SHA-256 of a file (memoised per (path, size, mtime)): of its bytes, or with ``content=True`` for an
+    ``.npz`` of its arrays (names, dtypes, shapes, bytes, in name order; the zip container's timestamps, which
+    numpy writes from the clock, do not count). A run's own data files are hashed as bytes (the run opens
+    them once, in its validation); a stage's outputs by content, so that a recompute with the same bits keeps
+    every downstream key."""
     st = os.stat(path)
-    memo = (str(path), st.st_size, st.st_mtime_ns)
+    memo = (str(path), st.st_size, st.st_mtime_ns, content)
     if memo not in _FILE_DIGESTS:
         h = hashlib.sha256()
-        if str(path).endswith(".npz"):
+        if content and str(path).endswith(".npz"):
             import numpy as np
 
             with np.load(path, allow_pickle=False) as z:
@@ -84,11 +87,14 @@ def config_subtree(cfg: dict, stage) -> dict:
     return sub
 
 
-def input_digests(cfg: dict, stage) -> dict:
+def input_digests(cfg: dict, stage, known: dict | None = None) -> dict:
+    """{input: digest}: ``known`` (a study's upstream outputs, by content) or the file's bytes."""
     out = {}
     for port in stage.inputs:
         value = get_field(cfg, port.field) if port.field else None
-        if isinstance(value, str) and value and Path(value).expanduser().is_file():
+        if known and port.name in known:
+            out[port.name] = known[port.name]
+        elif isinstance(value, str) and value and Path(value).expanduser().is_file():
             out[port.name] = file_digest(Path(value).expanduser())
         elif value is not None:
             out[port.name] = f"value:{value}"
@@ -108,7 +114,7 @@ def environment(cfg: dict) -> dict:
     }
 
 
-def material(cfg: dict, workload) -> dict:
+def material(cfg: dict, workload, known_inputs: dict | None = None) -> dict:
     stage = workload.stage
     cache = cfg.get("cache") or {}
     out = {
@@ -119,7 +125,7 @@ def material(cfg: dict, workload) -> dict:
             "salt": str(cache.get("salt") or ""),
         },
         "config": config_subtree(cfg, stage),
-        "inputs": input_digests(cfg, stage),
+        "inputs": input_digests(cfg, stage, known_inputs),
     }
     if stage.random:
         out["seed"] = cfg.get("seed")

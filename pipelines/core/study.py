@@ -135,7 +135,7 @@ def local_outputs(tracker, run_id: str, workload) -> tuple[dict, dict]:
         )
         files = sorted(local.glob("*.npz")) if port.kind == "npz_list" else [local]
         outs[port.name] = [str(f.resolve()) for f in files]
-        digests[port.name] = {f.name: stagekey.file_digest(f) for f in files}
+        digests[port.name] = {f.name: stagekey.file_digest(f, content=True) for f in files}
     return outs, digests
 
 
@@ -177,7 +177,7 @@ class Study:
         cfg = copy.deepcopy(base)
         for port, (path, _src, _name, _dig) in inputs.items():
             set_field(cfg, wl.stage.input(port).field, path)
-        mat = stagekey.material(cfg, wl)
+        mat = stagekey.material(cfg, wl, {p: dig for p, (_f, _s, _n, dig) in inputs.items()})
         key = stagekey.key(mat)
         label = s.name if unit is None else f"{s.name}[{unit}]"
         record = {p: {"run": src, "file": name, "digest": dig} for p, (_, src, name, dig) in inputs.items()}
@@ -193,6 +193,10 @@ class Study:
         if entry is None:
             return None
         src = entry.info.run_id
+        try:
+            outs, digests = local_outputs(self.tracker, src, wl)
+        except Exception:  # its artifacts are gone (deleted by hand, an unreachable store): a miss, not an error
+            return None
         tags = {"mlflow.parentRunId": self.parent, stagekey.KEY_TAG: key, HIT_TAG: src, STAGE_TAG: s.name}
         tags.update({"pgmflow.pipeline": s.workload, **({UNIT_TAG: str(unit)} if unit is not None else {})})
         run = self.tracker.client.create_run(self.tracker._experiment_id(), run_name=f"{label} (cached)", tags=tags)
@@ -200,7 +204,6 @@ class Study:
         if obj is not None:
             self.tracker.client.log_metric(run.info.run_id, "objective", obj, step=0)
         self.tracker.client.set_terminated(run.info.run_id, "FINISHED")
-        outs, digests = local_outputs(self.tracker, src, wl)
         self.counts["hits"] += 1
         self.say(f"stage {label}: cached (run {src})")
         done = Done(run.info.run_id, src, True, outs, digests)

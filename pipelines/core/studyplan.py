@@ -158,6 +158,13 @@ def parse(section) -> list[StageDef]:
     if not isinstance(section, dict) or not section:
         raise ConfigError("stages", section, "must be a non-empty mapping of stage names", "see docs/stages.md")
     stages = {str(n): _one(str(n), spec) for n, spec in section.items()}
-    for s in stages.values():
+    for s in stages.values():  # names first, then cycles, then outputs and types
+        refs = [(f"stages.{s.name}.in.{p}", r) for p, r in s.inputs]
+        refs += [(f"stages.{s.name}.foreach", s.foreach)] if s.foreach else []
+        for where, r in refs:
+            if r.stage not in stages:
+                raise ConfigError(where, str(r), f"no stage named {r.stage!r}", f"pick one of {', '.join(stages)}")
+    order = _order(stages)
+    for s in order:
         _check_refs(s, stages)
-    return _order(stages)
+    return order
