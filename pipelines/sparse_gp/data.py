@@ -4,6 +4,8 @@
 
 * ``synthetic`` -- Friedman #1 or a 1-D sine from the master seed (``pgmflow.tasks.gp.data``);
 * ``diabetes`` -- the shipped ``tasks/gp/data/diabetes.csv`` (442 rows, 10 inputs);
+* ``co2`` -- the shipped ``tasks/gp/data/co2.csv``: the Mauna Loa weekly CO2 record (2,225 weeks, input
+  ``year``, target ``co2``);
 * ``csv`` -- a file with a header row, all columns numbers, one of them the target;
 * ``npz`` -- arrays ``X`` [n, d] and ``y`` [n] (names set by ``gp_data.x_key`` / ``y_key``);
 * ``npy`` -- one 2-D array [n, d + 1] with a target column, memory-mapped: never loaded whole. The
@@ -36,16 +38,19 @@ import pgmflow.tasks.gp
 from pgmflow.core.errors import ConfigError
 from pgmflow.tasks.gp.data import Standardizer, heldout_rows, open_npy, split_key  # noqa: F401  (part of this module's API)
 
-KINDS = ("synthetic", "diabetes", "csv", "npz", "npy")
+KINDS = ("synthetic", "diabetes", "co2", "csv", "npz", "npy")
 FUNCTIONS = ("friedman1", "sine_1d")
 KEYS = {
     "synthetic": {"kind", "function", "n", "d", "noise_std", "test_path"},
     "diabetes": {"kind", "test_path"},
+    "co2": {"kind", "test_path"},
     "csv": {"kind", "path", "target", "test_path"},
     "npz": {"kind", "path", "x_key", "y_key", "test_path"},
     "npy": {"kind", "path", "target", "test_path"},
 }
 DIABETES = Path(pgmflow.tasks.gp.__file__).resolve().parent / "data" / "diabetes.csv"  # shipped as package data
+CO2 = DIABETES.with_name("co2.csv")  # shipped as package data too
+SHIPPED = {"diabetes": (DIABETES, "target"), "co2": (CO2, "co2")}  # gp_data.kind -> (file, target column)
 _BLOCK_BYTES = 64 << 20  # rows read per block when streaming an .npy file (about 64 MB)
 
 
@@ -190,11 +195,12 @@ def resolve(cfg: dict) -> GPData:
             generator=f"pgmflow.tasks.gp.data.{gcfg['function']}",
             parameters={k: gcfg.get(k) for k in ("n", "d", "noise_std") if gcfg.get(k) is not None} | {"seed": seed},
         )
-    elif kind == "diabetes":
-        X, y, names, tname = _read_csv(DIABETES, "target", "gp_data.kind", "diabetes")
-        source = f"diabetes ({DIABETES})"
+    elif kind in SHIPPED:
+        shipped, target = SHIPPED[kind]
+        X, y, names, tname = _read_csv(shipped, target, "gp_data.kind", kind)
+        source = f"{kind} ({shipped})"
         field = "gp_data.kind"
-        origin = DataOrigin(DIABETES.name, path=str(DIABETES.resolve()))
+        origin = DataOrigin(shipped.name, path=str(shipped.resolve()))
     elif kind == "csv":
         X, y, names, tname = _read_csv(path, gcfg.get("target"), "gp_data.path", gcfg["path"])
         source, field = str(path), "gp_data.path"
@@ -504,7 +510,7 @@ def read_test_file(cfg: dict, data: GPData) -> TestRows | None:
         )
     if p.suffix.lower() == ".csv":
         X, y, names, _ = _read_csv(p, data.target_name, field, str(raw), last_if_missing=True)
-        if not data.memmap and data.kind in ("csv", "diabetes") and tuple(names) != tuple(data.input_names):
+        if not data.memmap and data.kind in ("csv", *SHIPPED) and tuple(names) != tuple(data.input_names):
             raise ConfigError(
                 field,
                 str(raw),
