@@ -43,21 +43,64 @@ def initial_params(start, d: int) -> kern.GPParams:
     return kern.make_params(list(ls) if isinstance(ls, tuple) else ls, start.variance, start.noise, d=d)
 
 
-def restart_params(start, pool_std: np.ndarray, seed: int, r: int) -> kern.GPParams:
-    """The starting hyperparameters of restart ``r`` >= 1 (standardised units), drawn from ``(seed,
-    r)`` alone: each lengthscale log-uniform from 5 % to twice its input's range in the data, the
-    signal variance the configured one (``start.variance``) times exp(N(0, 0.5^2)), the noise log-uniform
-    in [1e-3, 0.5]; everything inside the optimiser's box."""
-    g = trng.generator(seed, trng.STAGE_GP, GP_STREAM_RESTART, int(r))
+RESTART_SPACING_QUANTILE = 0.1  # restarts' shortest lengthscale: this quantile of nearest-neighbour distances
+RESTART_SPACING_POINTS = 20_000  # ... over at most this many of the inputs k-means++ runs on (a seeded subsample)
+
+
+def restart_lengthscale_range(pool_std: np.ndarray, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(lo, hi)`` [d]: the lengthscales restarts draw from, per input (standardised units). ``hi`` is twice
+    the input's range over ``pool_std`` (the training inputs k-means++ runs on); ``lo`` is the smaller of 5 %
+    of that range and the typical spacing of the inputs: the :data:`RESTART_SPACING_QUANTILE` quantile of the
+    distances from each distinct input point to its nearest neighbour (Euclidean, over every input). On
+    a weekly record that is the week; in many inputs the spacing exceeds 5 % of a range, which stays the
+    floor there. Deterministic given the seed (a seeded subsample beyond :data:`RESTART_SPACING_POINTS`)."""
+    import scipy.spatial
+
     span = np.ptp(pool_std, axis=0)
     span = np.where(span > 0, span, 1.0)
-    ls = np.exp(g.uniform(np.log(0.05 * span), np.log(2.0 * span)))
-    variance = start.variance * math.exp(g.normal(0.0, 0.5))
-    noise = math.exp(g.uniform(math.log(1e-3), math.log(0.5)))
+    pts = np.unique(pool_std, axis=0)
+    if pts.shape[0] > RESTART_SPACING_POINTS:
+        g = trng.generator(seed, trng.STAGE_GP, GP_STREAM_RESTART, 0)
+        pts = pts[np.sort(g.choice(pts.shape[0], size=RESTART_SPACING_POINTS, replace=False))]
+    lo = 0.05 * span
+    if pts.shape[0] > 1:
+        dist, _ = scipy.spatial.KDTree(pts).query(pts, k=2)
+        near = dist[:, 1][dist[:, 1] > 0]
+        if near.size:
+            lo = np.minimum(lo, float(np.quantile(near, RESTART_SPACING_QUANTILE)))
+    return lo, 2.0 * span
+
+
+RESTART_NOISE = (1e-4, 0.5)  # restarts' starting noise variances (standardised units): log-uniform over this
+
+
+def restart_params(start, ls_range: tuple[np.ndarray, np.ndarray], seed: int, n: int) -> list[kern.GPParams]:
+    """The starting hyperparameters of restarts 1 .. ``n`` (standardised units), drawn from ``(seed, n)`` alone:
+    a Latin hypercube over the logarithms. Each input's lengthscale is log-uniform over ``ls_range``
+    (:func:`restart_lengthscale_range`: from the inputs' spacing to twice their range), stratified: the
+    restarts take the ``n`` equal slices of that log range in a seeded order, each a log-uniform point of its
+    slice. The noise is log-uniform over :data:`RESTART_NOISE`, stratified the same way, its slices handed
+    out in the order of the restarts' mean lengthscale slice: the restart with the shortest lengthscales
+    starts with the least noise (a short lengthscale explains more of the target as signal; a short
+    lengthscale started with much noise falls into the everything-is-noise optimum). The signal variance is
+    the configured one (``start.variance``) times exp(N(0, 0.5^2)). Everything inside the optimiser's box."""
+    g = trng.generator(seed, trng.STAGE_GP, GP_STREAM_RESTART, int(n), 0)
+    lo_ls, hi_ls = ls_range
+    d = lo_ls.size
+    strata = np.stack([g.permutation(n) for _ in range(d)], axis=1)  # [n, d]: restart r's slice of input j
+    u = (strata + g.uniform(size=(n, d))) / n
+    ls = np.exp(np.log(lo_ls) + u * (np.log(hi_ls) - np.log(lo_ls)))
+    rank = np.argsort(np.argsort(strata.mean(axis=1), kind="stable"), kind="stable")
+    u_noise = (rank + g.uniform(size=n)) / n
+    noise = np.exp(math.log(RESTART_NOISE[0]) + u_noise * math.log(RESTART_NOISE[1] / RESTART_NOISE[0]))
+    variance = start.variance * np.exp(g.normal(0.0, 0.5, size=n))
     lo, hi = math.exp(LOG_BOX[0]), math.exp(LOG_BOX[1])
-    return kern.make_params(
-        np.clip(ls, lo, hi), min(max(variance, lo), hi), min(max(noise, lo), hi), d=pool_std.shape[1]
-    )
+    return [
+        kern.make_params(
+            np.clip(ls[r], lo, hi), float(np.clip(variance[r], lo, hi)), float(np.clip(noise[r], lo, hi)), d=d
+        )
+        for r in range(n)
+    ]
 
 
 class ExactOutputs(NamedTuple):
@@ -71,6 +114,27 @@ class ExactOutputs(NamedTuple):
     y: np.ndarray
 
 
+class FitTotals(NamedTuple):
+    """The sums over every fit a run made with restarts (the configured start and each restart that could
+    start): ``fits`` made, their ``iterations``, ``evaluations``, ``failed_evaluations`` and ``seconds``."""
+
+    fits: int
+    iterations: int
+    evaluations: int
+    failed_evaluations: int
+    seconds: float
+
+    def results(self) -> dict:
+        """As ``results.json`` names them (``all_fits_*``: apart from the kept fit's own counts)."""
+        return {
+            "all_fits_count": self.fits,
+            "all_fits_iterations": self.iterations,
+            "all_fits_evaluations": self.evaluations,
+            "all_fits_failed_evaluations": self.failed_evaluations,
+            "all_fits_seconds": self.seconds,
+        }
+
+
 @dataclasses.dataclass(frozen=True)
 class FitResult:
     """A finished fit, whatever the method.
@@ -80,8 +144,10 @@ class FitResult:
     iterations, evaluations, failed_evaluations: the optimiser's counts (SVGP: steps). success, message: the
     optimiser's verdict. fit_seconds, seconds_per_evaluation, checkpoint_seconds: timings. jitter_max,
     jitter_final: the relative jitter, largest and final; jitter_abs_final: the final absolute one.
-    minibatch_trace: SVGP's ``[(step, minibatch ELBO)]``. restart_bounds, best_restart: with restarts.
-    exact: the exact GP's :class:`ExactOutputs`.
+    minibatch_trace: SVGP's ``[(step, minibatch ELBO)]``. With restarts, the counts and timings above are the
+    kept fit's (``checkpoint_seconds``: the first fit's, the only one that writes checkpoints), and restart_bounds,
+    best_restart and all_fits (:class:`FitTotals`) say what every fit did. exact: the exact GP's
+    :class:`ExactOutputs`.
     """
 
     predictor: Predictor
@@ -101,6 +167,7 @@ class FitResult:
     minibatch_trace: list | None = None
     restart_bounds: list | None = None
     best_restart: int | None = None
+    all_fits: FitTotals | None = None
     exact: ExactOutputs | None = None
 
 
@@ -173,15 +240,20 @@ CHECKPOINT = "lbfgs"  # checkpoints/lbfgs_0.npz and lbfgs_1.npz, written in turn
 
 def _optimise(ctx, fs, ev, theta0, callback, trace, saved):
     """L-BFGS-B from ``theta0``, or continued from ``saved``, for ``fs.max_iter`` iterations at most; its whole
-    state checkpointed every ``fs.checkpoint_every`` iterations (pipelines/sparse_gp/lbfgsb.py). Returns the
-    result and the seconds spent writing checkpoints."""
+    state checkpointed (pipelines/sparse_gp/lbfgsb.py) after every ``fs.checkpoint_every``-th iteration at which
+    ``fs.checkpoint_every_seconds`` have passed since the last checkpoint (or the start), and after the last
+    iteration always. Returns the result and the seconds spent writing checkpoints."""
     every, max_iter, box = fs.checkpoint_every, fs.max_iter, lbfgs_box(ev.d, ev.m, ev.opt)
     slot = [1 - int(saved["slot"]) if saved is not None else 0]  # the slot not holding the newest checkpoint
 
     spent = [0.0]
+    last = [time.monotonic()]  # when the last checkpoint was written (or the optimiser started)
+
+    def due(nit, final):
+        return every > 0 and (final or (nit % every == 0 and time.monotonic() - last[0] >= fs.checkpoint_every_seconds))
 
     def checkpoint(nit, state, final=False):
-        if every > 0 and (nit % every == 0 or final):
+        if due(nit, final):
             t0 = time.monotonic()
             artifacts.save_checkpoint(
                 ctx.tracker,
@@ -201,7 +273,8 @@ def _optimise(ctx, fs, ev, theta0, callback, trace, saved):
                 },
             )
             slot[0] = 1 - slot[0]
-            spent[0] += time.monotonic() - t0
+            last[0] = time.monotonic()
+            spent[0] += last[0] - t0
 
     exact = lbfgsb.available()
     if saved is not None and not lbfgsb.continues(saved):
@@ -281,15 +354,16 @@ def _resume_state(ctx, ev) -> dict | None:
 
 def fit_restarts(ctx, plan, chunks: Chunks, fit0: FitResult, Z0, pool_std) -> FitResult:
     """``plan.fit.restarts`` more fits from seeded starting points (:func:`restart_params`), one after
-    the other on the same chunks; the fit with the highest bound is kept (the first on a tie). Every
-    restart's bound is the metric ``restart_bound`` at step r (r = 0: the configured start)."""
+    the other on the same chunks; the fit with the highest bound is kept (the first on a tie), with the totals
+    over every fit (:class:`FitTotals`). Every restart's bound is the metric ``restart_bound`` at step r (r = 0:
+    the configured start)."""
     n = plan.fit.restarts
     fits = [(0, fit0)]  # (restart, fit)
     ctx.tracker.log_metrics({"restart_bound": fit0.value}, step=0)
     quiet_plan = dataclasses.replace(plan, fit=dataclasses.replace(plan.fit, checkpoint_every=0))
-    for r in range(1, n + 1):
+    starts = restart_params(plan.start, restart_lengthscale_range(pool_std, plan.seed), plan.seed, n)
+    for r, params in enumerate(starts, start=1):
         quiet = dataclasses.replace(ctx, tracker=QuietTracker(ctx.tracker, f"r{r}"), resumed=False)
-        params = restart_params(plan.start, pool_std, plan.seed, r)
         try:
             f = fit_collapsed(quiet, quiet_plan, chunks._replace(tok=f"{chunks.tok}r{r}"), params, Z0)
         except ConfigError:  # Kuu would not factor at this start: the restart is skipped
@@ -302,8 +376,15 @@ def fit_restarts(ctx, plan, chunks: Chunks, fit0: FitResult, Z0, pool_std) -> Fi
         fits[best][1],
         restart_bounds=[float(f.value) for _, f in fits],
         best_restart=int(fits[best][0]),
-        checkpoint_seconds=fit0.checkpoint_seconds,
-    )  # restarts write none
+        checkpoint_seconds=fit0.checkpoint_seconds,  # restarts write none
+        all_fits=FitTotals(
+            len(fits),
+            sum(f.iterations for _, f in fits),
+            sum(f.evaluations for _, f in fits),
+            sum(f.failed_evaluations for _, f in fits),
+            sum(f.fit_seconds for _, f in fits),
+        ),
+    )
     ctx.say(
         f"{n} restart(s): bounds {', '.join(f'{v:.6g}' for v in out.restart_bounds)}; kept restart "
         f"{out.best_restart} (bound {out.value:.6g})"

@@ -26,9 +26,10 @@ class FitSettings:
 
     max_iter: L-BFGS-B iterations at most. jitter: ``Kuu``'s diagonal jitter relative to ``s``;
     max_tries: Cholesky tries, the jitter growing tenfold each time. optimize_inducing: ``Z`` is
-    optimised too. checkpoint_every: iterations between L-BFGS-B checkpoints (0: none). restarts:
-    more fits from seeded starting points. evaluate: ``sparse_gp.evaluate`` as recorded (``direct``
-    or ``graph``: both are one graph per evaluation now)."""
+    optimised too. checkpoint_every: iterations between L-BFGS-B checkpoints (0: none);
+    checkpoint_every_seconds: at least this long between two of them (the last iteration's is always written;
+    0: every ``checkpoint_every`` iterations). restarts: more fits from seeded starting points. evaluate:
+    ``sparse_gp.evaluate`` as recorded (``direct`` or ``graph``: both are one graph per evaluation now)."""
 
     max_iter: int
     jitter: float
@@ -37,6 +38,7 @@ class FitSettings:
     checkpoint_every: int
     restarts: int
     evaluate: str = "direct"
+    checkpoint_every_seconds: float = 5.0
 
 
 @dataclass(frozen=True)

@@ -263,7 +263,7 @@ def finish(ctx, plan: Plan, fit: FitResult, scores: Scores, sl: Slice) -> dict:
         "input_names": list(data.input_names),
         "standardizer": std.to_dict(),
         **(
-            {"restart_bounds": fit.restart_bounds, "best_restart": fit.best_restart}
+            {"restart_bounds": fit.restart_bounds, "best_restart": fit.best_restart, **fit.all_fits.results()}
             if fit.restart_bounds is not None
             else {}
         ),
@@ -296,7 +296,8 @@ def _print_summary(say, r):
         f"pgmflow: sparse_gp ({r['method']}, {r['kernel']}) finished in {r['seconds']:.1f} s: "
         f"{'ELBO' if r['method'] == 'svgp' else 'bound' if r['method'] == 'sgpr' else 'log marginal likelihood'} "
         f"{r['bound']:.6g} after {r['iterations']} {what}"
-        + (f" ({r['evaluations']} evaluations, {per:.3g} s each)" if r["method"] in gstats.METHODS else ""),
+        + (f" ({r['evaluations']} evaluations, {per:.3g} s each)" if r["method"] in gstats.METHODS else "")
+        + (f" of the kept fit (restart {r['best_restart']})" if "best_restart" in r else ""),
         (
             f"  test RMSE {r['test_rmse']:.6g}, NLPD {r['test_nlpd']:.6g} (original units, {r['test_rows']} "
             f"held-out rows); noise variance {r['noise_variance']:.4g}"
@@ -305,6 +306,12 @@ def _print_summary(say, r):
             f"variance {r['noise_variance']:.4g}"
         ),
     ]
+    if "all_fits_count" in r:
+        lines.insert(
+            1,
+            f"  all {r['all_fits_count']} fits (the configured start and the restarts): {r['all_fits_iterations']} "
+            f"iterations, {r['all_fits_evaluations']} evaluations, {r['all_fits_seconds']:.1f} s optimising",
+        )
     if r["jitter_max"] > r["jitter_requested"] * 1.5 and r["method"] != "exact":
         lines.append(
             f"  note: Kuu needed a jitter of up to {r['jitter_max']:.3g} x s (asked {r['jitter_requested']:.3g}"

@@ -33,9 +33,10 @@ SPARSE_GP = {
     "in_process": choice("auto", True, False),
     "restarts": integer(lo=0, hi=1000),
 }
-# optional (a run recorded before the key existed is reproduced with its default, direct). Both values now
-# mean one graph per evaluation (direct calls to the workers are gone; they gave the same bits)
-SPARSE_GP_OPTIONAL = {"evaluate": choice("direct", "graph")}
+# optional (a run recorded before the key existed is reproduced with its default: evaluate direct, a checkpoint
+# at most every 5 s). Both evaluate values now mean one graph per evaluation (direct calls to the workers are
+# gone; they gave the same bits)
+SPARSE_GP_OPTIONAL = {"evaluate": choice("direct", "graph"), "checkpoint_every_seconds": real(ge=0)}
 GP_SYNTHETIC = {
     "function": choice("friedman1", "sine_1d"),
     "n": integer(lo=2),
@@ -98,7 +99,7 @@ def check_sparse_gp(cfg: dict):
             "gp_data",
             g,
             "pipeline=sparse_gp needs data",
-            "use gp_data=synthetic, gp_data=diabetes, or gp_data=csv|npz|npy gp_data.path=FILE",
+            "use gp_data=synthetic, gp_data=diabetes, gp_data=co2, or gp_data=csv|npz|npy gp_data.path=FILE",
         )
     if g["kind"] not in gp_data.KINDS:
         raise ConfigError("gp_data.kind", g["kind"], "unknown data source", f"use one of: {', '.join(gp_data.KINDS)}")
@@ -165,6 +166,7 @@ def check_sparse_gp(cfg: dict):
             checkpoint_every=int(s["checkpoint_every"]),
             restarts=int(s["restarts"]),
             evaluate=str(s.get("evaluate", "direct")),
+            checkpoint_every_seconds=float(s.get("checkpoint_every_seconds", 5.0)),
         ),
         svgp=SVGPSettings(
             steps=int(s["svgp_steps"]),

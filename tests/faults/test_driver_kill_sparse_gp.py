@@ -20,6 +20,7 @@ ARGS = [
     "sparse_gp.max_iter=40",
     "sparse_gp.chunk_size=100",
     "sparse_gp.in_process=false",
+    "sparse_gp.checkpoint_every_seconds=0",  # a checkpoint every iteration: killed after iteration 5's
     "sparse_gp.figures=false",
     "progress=false",
 ]

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import io
 import json
+import time
 
 import numpy as np
 import pytest
@@ -26,6 +27,7 @@ ARGS = [
     "gp_data=diabetes",
     "sparse_gp.m=8",
     "sparse_gp.max_iter=25",
+    "sparse_gp.checkpoint_every_seconds=0",  # every checkpoint_every iterations: the kill points are by count
     "sparse_gp.figures=false",
     "progress=false",
 ]
@@ -150,3 +152,28 @@ def test_resume_without_exact_continuation_restarts_from_the_checkpointed_point(
     assert_one_value_per_step(tr.client, run_id)
     steps = [m.step for m in tr.client.get_metric_history(run_id, "bound")]
     assert sorted(steps) == list(range(res["iterations"] + 1))
+
+
+def test_checkpoints_are_throttled_by_time_and_the_last_is_always_written(monkeypatch, tmp_path):
+    """By default (``sparse_gp.checkpoint_every_seconds=5``) a fit of a few hundred rows that ends within
+    seconds writes one checkpoint, its last iteration's, and never two within 5 s; with 0 every iteration
+    writes one. Either way the last checkpoint holds the fit's last iteration, so a resume after the fit
+    makes no evaluation again."""
+    saves = []
+    save = artifacts.save_checkpoint
+
+    def counted(tracker, name, arrays):
+        saves.append((time.monotonic(), int(arrays["nit"])))
+        save(tracker, name, arrays)
+
+    monkeypatch.setattr(artifacts, "save_checkpoint", counted)
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    default = [a for a in ARGS if not a.startswith("sparse_gp.checkpoint_every_seconds=")]
+    res, _ = run(default, uri)
+    assert res["iterations"] > 5 and saves and saves[-1][1] == res["iterations"]
+    assert len(saves) <= 1 + res["fit_seconds"] / 5.0, (saves, res["fit_seconds"])
+    assert all(b[0] - a[0] >= 5.0 for a, b in zip(saves[:-2], saves[1:-1]))  # the last one is not held back
+    del saves[:]
+    every, _ = run(default + ["sparse_gp.checkpoint_every_seconds=0"], uri)
+    assert [nit for _, nit in saves] == list(range(1, every["iterations"] + 1))
+    assert every["iterations"] == res["iterations"] and every["bound"] == res["bound"]
