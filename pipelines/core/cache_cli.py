@@ -175,14 +175,16 @@ def verify(args: list[str], out=sys.stdout) -> int:
     )
     hits = [c for c in children if c.data.tags.get(study.HIT_TAG)]
     parent = run.data.tags.get("mlflow.parentRunId", run_id) if run.data.tags.get(study.HIT_TAG) else run_id
-    with cluster_mod.open_cluster(cfg["cluster"]) as ch:
-        st = study.Study(cfg, tracker, parent, ch, out)
+    st = study.Study(cfg, tracker, parent, cluster_mod.open_cluster(cfg["cluster"]), out)
+    try:
         for c in hits:
             wl = registry.get(c.data.tags["pgmflow.pipeline"])
             rec = json.loads(_read(tracker, c.info.run_id, "stage_outputs.json"))
             done = study.Done(c.info.run_id, c.data.tags[study.HIT_TAG], True, {}, rec["digests"])
             s = studyplan.StageDef(c.data.tags.get(study.STAGE_TAG, "stage"), wl.name)
             st.verify(s, wl, done, c.info.run_name or s.name)
+    finally:
+        st.close()
     print(f"pgmflow cache verify: {len(hits)} cached stage(s) recomputed, every output the same bits", file=out)
     return 0
 
@@ -243,3 +245,11 @@ def main(argv: list[str]) -> int:
     except study.CacheMismatch as exc:
         print(f"pgmflow: error: {exc}", file=sys.stderr)
         return 1
+    except Exception as exc:
+        from mlflow.exceptions import MlflowException
+
+        if not isinstance(exc, MlflowException):
+            raise
+        msg = " ".join(str(exc).split())[:300]
+        print(f"pgmflow: error: {msg}; fix: pass a run id of this store (and its tracking.uri=...)", file=sys.stderr)
+        return EXIT_BAD_INPUT

@@ -39,12 +39,7 @@ def run_from_hydra(cfg):
         cfg_dict = resolved(cfg)
         from pgmflow.core.runner import execute
 
-        if cfg_dict.get("stages"):  # a study (docs/stages.md)
-            from pgmflow.core.study import run_study
-
-            result = run_study(cfg_dict)
-        else:
-            result = execute(cfg_dict)
+        result = execute(cfg_dict)  # one run, or a study when the config has stages (docs/stages.md)
         return result.get("objective")
     except ConfigError as exc:
         if verbose or os.environ.get("PGMFLOW_SWEEP_JOB"):

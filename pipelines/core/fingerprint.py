@@ -13,8 +13,10 @@ the registry's ``"module:function"`` strings are added as roots instead.
 The fingerprint also holds the versions of the numerical libraries the bits depend on (numpy, scipy,
 numba, dask, distributed, cupy when installed; read from the installed metadata, nothing is imported).
 
-Costs (benchmarks/stage_cache.py): parsing the closure of one workload (~60 modules) takes tens of
-milliseconds once per process; digests are cached per file by (path, size, mtime).
+Costs (benchmarks/stage_cache.py): parsing a module costs about 10 ms, a workload's closure (30-60 modules)
+a few hundred. Digests are kept per file by (path, size, mtime in ns) in memory and in
+``$XDG_CACHE_HOME/pgmflow/fingerprints-v1.json`` (``~/.cache`` by default; written atomically, rebuilt when
+unreadable), so a later process parses only the files that changed.
 """
 
 from __future__ import annotations
@@ -24,11 +26,46 @@ import functools
 import hashlib
 import importlib.metadata
 import importlib.util
+import json
 import os
+import tempfile
 from pathlib import Path
 
 LIBRARIES = ("numpy", "scipy", "numba", "dask", "distributed", "cupy-cuda12x", "cupy-cuda13x")
-_DIGESTS: dict = {}  # (path, size, mtime_ns) -> (normalised digest, imported names): a process-wide memo
+_DIGESTS: dict = {}  # "path|size|mtime_ns|module" -> (normalised digest, imported names): a process-wide memo
+_DISK = {"loaded": False, "dirty": False}
+
+
+def cache_file() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "pgmflow" / "fingerprints-v1.json"
+
+
+def _load_disk():
+    if _DISK["loaded"]:
+        return
+    _DISK["loaded"] = True
+    try:
+        stored = json.loads(cache_file().read_text())
+        for k, (digest, names) in stored.items():
+            _DIGESTS.setdefault(k, (digest, frozenset(names)))
+    except (OSError, ValueError, TypeError):
+        pass  # no cache yet, or an unreadable one: parsed again and rewritten
+
+
+def save_disk():
+    """Write the memo to the cache file when it gained entries (atomically: a temporary file, then rename)."""
+    if not _DISK["dirty"]:
+        return
+    target = cache_file()
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile("w", dir=target.parent, delete=False, suffix=".tmp") as f:
+            json.dump({k: [d, sorted(n)] for k, (d, n) in _DIGESTS.items()}, f)
+        os.replace(f.name, target)
+        _DISK["dirty"] = False
+    except OSError:
+        pass  # a read-only home: the memo still serves this process
 
 
 def _strip_docstrings(tree: ast.AST) -> ast.AST:
@@ -62,9 +99,11 @@ def _imports(tree: ast.AST, module: str, is_package: bool) -> set[str]:
 
 def source_digest(path: str | Path, module: str = "", is_package: bool = False) -> tuple[str, frozenset]:
     """(SHA-256 of the normalised module: no docstrings, no comments, no positions; the names it imports)."""
+    _load_disk()
     st = os.stat(path)
-    memo = (str(path), st.st_size, st.st_mtime_ns, module)
+    memo = f"{path}|{st.st_size}|{st.st_mtime_ns}|{module}"
     if memo not in _DIGESTS:
+        _DISK["dirty"] = True
         text = Path(path).read_text(encoding="utf-8")
         tree = _strip_docstrings(ast.parse(text))
         dumped = ast.dump(tree, annotate_fields=False, include_attributes=False)
@@ -131,4 +170,5 @@ def workload_code(workload) -> dict[str, str]:
     out: dict[str, str] = {}
     for top in sorted(tops):
         out.update(closure([package, *roots], top))
+    save_disk()
     return out

@@ -1,6 +1,9 @@
 """MLflow pyfunc models of a run, written once for every workload that logs one: save a pyfunc
-model folder from an ``.npz`` of arrays and a wrapper class, log it under an artifact path of the
-run (through the run's own client: no fluent MLflow state), and register it in the model registry.
+model folder from an ``.npz`` of arrays and a wrapper class, log it as an MLflow 3 logged model of the run
+(``LoggedModel`` named after its artifact path, with the run as its source and among the run's outputs; its
+artifacts in the model's own location; through the run's own client: no fluent MLflow state), and register it
+in the model registry. ``runs:/<run>/<name>`` resolves to it (MLflow looks up the run's logged model of that
+name), and ``client.search_logged_models`` finds it.
 
 The model is written as MLflow "models from code": the folder holds a three-line Python file that
 imports the wrapper class from pgmflow and calls ``mlflow.models.set_model``, and the arrays as the
@@ -66,9 +69,10 @@ def _code_file(directory: Path, wrapper: type) -> Path:
     return p
 
 
-def save_pyfunc(path, npz_path, wrapper: type, signature, input_example) -> None:
+def save_pyfunc(path, npz_path, wrapper: type, signature, input_example, mlflow_model=None) -> None:
     """Write an MLflow pyfunc model folder at ``path``: ``wrapper`` (a ``PythonModel`` subclass in a
-    pgmflow module) over the arrays ``npz_path`` (artifact key :data:`NPZ_KEY`)."""
+    pgmflow module) over the arrays ``npz_path`` (artifact key :data:`NPZ_KEY`); ``mlflow_model``: the
+    ``mlflow.models.Model`` to fill in (the logged model's ids), or None."""
     import mlflow.pyfunc
 
     with tempfile.TemporaryDirectory() as d:
@@ -79,40 +83,67 @@ def save_pyfunc(path, npz_path, wrapper: type, signature, input_example) -> None
             signature=signature,
             input_example=input_example,
             pip_requirements=requirements(),
+            mlflow_model=mlflow_model,
         )
 
 
-def log_pyfunc(ctx, arrays: dict, artifact_path: str, wrapper: type, signature, input_example, npz_name: str) -> None:
-    """Save ``arrays`` as ``npz_name``, wrap them as a pyfunc model and log the folder under
-    ``artifact_path`` of the run; with ``tracking.register_model``, register it as a new version."""
+def log_pyfunc(ctx, arrays: dict, artifact_path: str, wrapper: type, signature, input_example, npz_name: str) -> str:
+    """Save ``arrays`` as ``npz_name``, wrap them as a pyfunc model and log it as the run's logged model
+    ``artifact_path`` (READY once its artifacts are written, FAILED if that fails); with
+    ``tracking.register_model``, register it as a new version. Returns the logged model's id."""
+    from mlflow.entities import LoggedModelOutput, LoggedModelStatus
+    from mlflow.models import Model
+
     tracker = ctx.tracker
-    with tempfile.TemporaryDirectory() as d:
-        npz = Path(d) / npz_name
-        np.savez_compressed(npz, **arrays)
-        out = Path(d) / artifact_path
-        save_pyfunc(out, npz, wrapper, signature, input_example)
-        tracker.client.log_artifacts(tracker.run_id, str(out), artifact_path)
+    client, run_id = tracker.client, tracker.run_id
+    run = client.get_run(run_id)
+    # (experiment, name, source run, tags, params) by position: the retrying client's own first parameter is "name"
+    logged = client.create_logged_model(run.info.experiment_id, artifact_path, run_id, None, dict(run.data.params))
+    try:
+        with tempfile.TemporaryDirectory() as d:
+            npz = Path(d) / npz_name
+            np.savez_compressed(npz, **arrays)
+            out = Path(d) / artifact_path
+            spec = Model(
+                artifact_path=logged.artifact_location,
+                run_id=run_id,
+                model_uuid=logged.model_id,
+                model_id=logged.model_id,
+            )
+            save_pyfunc(out, npz, wrapper, signature, input_example, spec)
+            client.log_model_artifacts(logged.model_id, str(out))
+    except BaseException:
+        client.finalize_logged_model(logged.model_id, LoggedModelStatus.FAILED)
+        raise
+    client.finalize_logged_model(logged.model_id, LoggedModelStatus.READY)
+    client.log_outputs(run_id, [LoggedModelOutput(logged.model_id, step=0)])
     name = (ctx.cfg.get("tracking") or {}).get("register_model")
     if name:
-        version = register_model(tracker, artifact_path, name)
+        version = register_model(tracker, logged, name)
         tracker.set_tags({"pgmflow.registered_model": f"{name}/{version}"})
         ctx.say(
-            f"registered the model runs:/{tracker.run_id}/{artifact_path} as '{name}' version {version} "
-            f"(models:/{name}/{version})"
+            f"registered the model runs:/{run_id}/{artifact_path} (models:/{logged.model_id}) as '{name}' version "
+            f"{version} (models:/{name}/{version})"
         )
+    return logged.model_id
 
 
-def register_model(tracker, artifact_path: str, name: str) -> str:
-    """Register ``runs:/<run>/<artifact_path>`` as a new version of the registered model ``name``
-    (created when missing); returns the version."""
+def register_model(tracker, logged, name: str) -> str:
+    """Register the run's logged model ``logged`` (an ``mlflow.entities.LoggedModel``) as a new version of the
+    registered model ``name`` (created when missing); returns the version."""
     client = tracker.client
     try:
         client.create_registered_model(name)
     except Exception as exc:  # it exists already (another run registered it): add a version
         if "already exists" not in str(exc).lower() and "resource_already_exists" not in str(exc).lower():
             raise
-    source = f"{client.get_run(tracker.run_id).info.artifact_uri}/{artifact_path}"
+    # the source is the model's artifact location, not models:/<id>: MLflow's SQL registry resolves that
+    # through the process-wide tracking URI, which pgmflow leaves alone
     mv = client.create_model_version(
-        name, source, run_id=tracker.run_id, description=f"pgmflow run {tracker.run_id}, artifact {artifact_path}"
+        name,
+        logged.artifact_location,
+        run_id=tracker.run_id,
+        description=f"pgmflow run {tracker.run_id}, logged model {logged.model_id}",
+        model_id=logged.model_id,
     )
     return str(mv.version)

@@ -151,16 +151,48 @@ def _log_stage_files(tracker, run_id: str, key_material: dict, inputs: dict, don
     )
 
 
+def _log_input_datasets(tracker, run_id: str, inputs: dict):
+    """Each input as an MLflow dataset whose source is the run that produced it (``runs:/<id>/<path>``)."""
+    import numpy as np
+
+    from pgmflow.core import datasets, tracking
+
+    tr = tracking.Tracker(tracker.uri, tracker.experiment_name)
+    tr.run_id = run_id
+    for port, (path, src, art, _dig) in sorted(inputs.items()):
+        with np.load(path, allow_pickle=False) as z:
+            arrays = {k: z[k] for k in sorted(z.files)}
+        datasets.log_input(tr, f"{port} ({art})", arrays, path=f"runs:/{src}/{art}")
+
+
 @dataclass
 class Study:
-    """One study command: its parent run, cluster handle and settings."""
+    """One study command: its parent run, its cluster and settings.
+
+    ``opener``: a context manager that yields the cluster handle, entered on the first stage that must run (a
+    fully cached study starts no cluster) and left by :meth:`close`. ``shared_locks``: take each key's lock on
+    the cluster's scheduler (a sweep job, whose sibling jobs run in other processes) instead of in-process."""
 
     cfg: dict
     tracker: object
     parent: str
-    cluster: object
+    opener: object
     stream: object = sys.stdout
+    shared_locks: bool = False
     counts: dict = field(default_factory=lambda: {"hits": 0, "runs": 0, "resumed": 0})
+    _handle: object = None
+    _open_lock: object = field(default_factory=threading.Lock)
+
+    @property
+    def cluster(self):
+        with self._open_lock:
+            if self._handle is None:
+                self._handle = self.opener.__enter__()
+            return self._handle
+
+    def close(self, exc=None):
+        if self._handle is not None:
+            self.opener.__exit__(type(exc) if exc else None, exc, None)
 
     @property
     def mode(self) -> str:
@@ -169,8 +201,7 @@ class Study:
     def say(self, text: str):
         print(f"pgmflow: {text}", file=self.stream, flush=True)
 
-    def instance(self, s: studyplan.StageDef, base: dict, unit, inputs: dict) -> Done:
-        """Run (or reuse) one stage instance; ``inputs``: {port: (local file, source run, artifact name, digest)}."""
+    def key_of(self, s: studyplan.StageDef, base: dict, inputs: dict):
         from pgmflow.core import registry
 
         wl = registry.get(s.workload)
@@ -178,14 +209,27 @@ class Study:
         for port, (path, _src, _name, _dig) in inputs.items():
             set_field(cfg, wl.stage.input(port).field, path)
         mat = stagekey.material(cfg, wl, {p: dig for p, (_f, _s, _n, dig) in inputs.items()})
-        key = stagekey.key(mat)
+        return wl, cfg, mat, stagekey.key(mat)
+
+    def prepare(self, s: studyplan.StageDef, base: dict, inputs: dict):
+        """On the scheduling (main) thread, before an instance is handed to a worker thread: open the cluster
+        when the instance will have to run (Dask clients belong to the thread that made them)."""
+        if self._handle is not None:
+            return
+        if self.mode in ("off", "refresh") or cache_entry(self.tracker, self.key_of(s, base, inputs)[3]) is None:
+            self.cluster  # noqa: B018  (opens it)
+
+    def instance(self, s: studyplan.StageDef, base: dict, unit, inputs: dict) -> Done:
+        """Run (or reuse) one stage instance; ``inputs``: {port: (local file, source run, artifact name, digest)}."""
+        wl, cfg, mat, key = self.key_of(s, base, inputs)
         label = s.name if unit is None else f"{s.name}[{unit}]"
         record = {p: {"run": src, "file": name, "digest": dig} for p, (_, src, name, dig) in inputs.items()}
-        with _lock(self.cluster.client, key):
+        with _lock(self.cluster.client if self.shared_locks else None, key):
             done = self._hit(s, wl, key, label, unit) if self.mode in ("auto", "readonly") else None
             if done is None:
                 done = self._run(s, wl, cfg, key, label, unit, inputs)
         _log_stage_files(self.tracker, done.run_id, mat, record, done)
+        _log_input_datasets(self.tracker, done.run_id, inputs)
         return done
 
     def _hit(self, s, wl, key, label, unit) -> Done | None:
@@ -214,7 +258,8 @@ class Study:
     def _run(self, s, wl, cfg, key, label, unit, inputs) -> Done:
         from pgmflow.core.runner import execute
 
-        under = {"mlflow.parentRunId": self.parent, STAGE_TAG: s.name, "run_name": label}
+        # the study's key (its inputs by content) replaces the one the runner computes from the files' bytes
+        under = {"mlflow.parentRunId": self.parent, STAGE_TAG: s.name, "run_name": label, stagekey.KEY_TAG: key}
         if unit is not None:
             under[UNIT_TAG] = str(unit)
         if self.mode in ("off", "readonly"):
@@ -292,6 +337,7 @@ def schedule(study: Study, stages: list, bases: dict, parallel: int = 4) -> dict
                     if ins is None:
                         continue
                     started.add((s.name, u))
+                    study.prepare(s, bases[s.name], ins)
                     running[pool.submit(study.instance, s, bases[s.name], u, ins)] = (s.name, u)
             if not running:
                 break
@@ -314,7 +360,8 @@ def _inputs_for_aligned(s, unit, done: dict, foreach_of: dict) -> dict | None:
             return None
         files = d.outputs[ref.output]
         f = files[unit] if (s.foreach == ref) else files[0]
-        out[port] = (f, d.source, Path(f).name, d.digests[ref.output][Path(f).name])
+        art = Path(f).relative_to((INPUT_DIR / d.source).resolve()).as_posix()  # its artifact path in the run
+        out[port] = (f, d.source, art, d.digests[ref.output][Path(f).name])
     return out
 
 
@@ -341,15 +388,16 @@ def run_study(cfg: dict, stream=None, cluster=None) -> dict:
     if cluster is not None:
         opened = contextlib.nullcontext(cluster)
     print(f"pgmflow: study run {tracker.run_id}: {' -> '.join(s.name for s in stages)}", file=stream, flush=True)
+    study = Study(cfg, tracker, tracker.run_id, opened, stream, shared_locks=bool(sweep_run))
     try:
-        with opened as ch:
-            study = Study(cfg, tracker, tracker.run_id, ch, stream)
-            done = schedule(study, stages, bases)
+        done = schedule(study, stages, bases)
     except BaseException as exc:
         status = "KILLED" if isinstance(exc, KeyboardInterrupt) else "FAILED"
         with contextlib.suppress(Exception):
             tracker.end(status, exc.message if isinstance(exc, ConfigError) else f"{type(exc).__name__}: {exc}")
+        study.close(exc)
         raise
+    study.close()
     return _finish(study, tracker, stages, done, stream)
 
 
