@@ -254,6 +254,9 @@ def _optimise(ctx, fs, ev, theta0, callback, trace, saved):
 
     def checkpoint(nit, state, final=False):
         if due(nit, final):
+            # the metrics so far first (a resumed run must find them): delivered now instead of at the end of the
+            # run, so not counted as the checkpoint's time
+            ctx.tracker.flush()
             t0 = time.monotonic()
             artifacts.save_checkpoint(
                 ctx.tracker,

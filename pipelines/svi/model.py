@@ -13,9 +13,10 @@ string column), tokenised by the corpus loaders' tokeniser (``pgmflow.tasks.lda.
 corpus's recorded word length and stop words) and counted over the vocabulary; words outside it
 are dropped.
 
-The run logs it as an MLflow pyfunc model under :data:`ARTIFACT_PATH` (``lda_model``): documents in
-(a DataFrame with one string column such as ``text``, or V count columns, or a count array), a
-DataFrame of columns ``topic_0 .. topic_{K-1}`` out.
+The run logs it as an MLflow pyfunc model, the run's logged model :data:`ARTIFACT_PATH` (``lda_model``,
+loadable as ``runs:/<run id>/lda_model``): documents in (a DataFrame with one string column such as ``text``,
+or V count columns, or a count array), a DataFrame of columns ``topic_0 .. topic_{K-1}`` out. Its arrays are
+also the run's artifact :data:`NPZ_NAME`, from which :func:`load_transformer` reads it.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from pgmflow.core import models
+from pgmflow.core import artifacts, models
 from pgmflow.core.models import NPZ_KEY
 
 if TYPE_CHECKING:
@@ -232,9 +233,11 @@ def log_model(ctx, plan: Plan, lam) -> None:
         example = pd.DataFrame(np.eye(2, tr.n_words), columns=[f"w{j}" for j in range(tr.n_words)])
     # no input schema: a text column and count columns [D, V] are both documents (an input schema of
     # MLflow's would drop one of the two forms)
+    arrays = tr.to_arrays()
     models.log_pyfunc(
-        ctx, tr.to_arrays(), ARTIFACT_PATH, LDAPyfunc, ModelSignature(inputs=None, outputs=outputs), example, NPZ_NAME
+        ctx, arrays, ARTIFACT_PATH, LDAPyfunc, ModelSignature(inputs=None, outputs=outputs), example, NPZ_NAME
     )
+    artifacts.log_npz(ctx.tracker, NPZ_NAME, arrays, compressed=True)  # for pgmflow.load, beside the logged model
 
 
 def log_corpus(ctx, source: Source, info) -> None:
