@@ -7,8 +7,9 @@ standardisation) and predicts with the functions the run itself used
 for the exact GP), in original units: inputs are standardised with the run's training means and
 standard deviations, and the mean and variance are mapped back.
 
-The run logs the same predictor as an MLflow pyfunc model under the artifact path :data:`ARTIFACT_PATH`
-(``model``): ``mlflow.pyfunc.load_model("runs:/<run id>/model").predict(df)`` returns a DataFrame
+The run logs the same predictor as an MLflow pyfunc model, the run's logged model :data:`ARTIFACT_PATH`
+(``model``; ``pgmflow.core.models.log_pyfunc``): ``mlflow.pyfunc.load_model("runs:/<run id>/model").predict(df)``
+(or ``models:/<model id>``) returns a DataFrame
 with the columns ``mean`` and ``variance`` (of a new observation ``y``, noise included); the
 signature names the input columns, so MLflow takes a DataFrame (or a dict of columns), while
 :meth:`GPPredictor.predict` also takes arrays. The model folder holds ``artifacts/model.npz`` and a
@@ -29,7 +30,7 @@ from pgmflow.tasks.gp import kernels as kern
 from pgmflow.tasks.gp import stats as gstats
 from pgmflow.tasks.gp.data import Standardizer
 
-ARTIFACT_PATH = "model"  # the pyfunc model's artifact path in the run
+ARTIFACT_PATH = "model"  # the name of the run's logged pyfunc model (runs:/<run id>/model)
 OUTPUTS = ("mean", "variance")
 
 

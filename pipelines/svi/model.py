@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from pgmflow.svi.corpora import Source
     from pgmflow.svi.plan import EStep, Plan
 
-ARTIFACT_PATH = "lda_model"  # the pyfunc model's artifact path in the run
+ARTIFACT_PATH = "lda_model"  # the name of the run's logged pyfunc model (runs:/<run id>/lda_model)
 NPZ_NAME = "lda_model.npz"
 TEXT_COLUMN = "text"
 
