@@ -82,12 +82,12 @@ def test_no_module_level_data_cache():
     assert not hasattr(gp_data, "_CACHE")
 
 
-@pytest.mark.parametrize("kind", ["csv", "npz", "npy", "diabetes"])
+@pytest.mark.parametrize("kind", ["csv", "npz", "npy", "diabetes", "co2"])
 def test_each_data_file_is_read_once_per_run(kind, files, cluster2, tmp_path, monkeypatch):
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    if kind == "diabetes":
-        data_file = gp_data.DIABETES
-        ov = BASE + ["gp_data=diabetes"]
+    if kind in gp_data.SHIPPED:
+        data_file = gp_data.SHIPPED[kind][0]
+        ov = BASE + [f"gp_data={kind}"]
     else:
         data_file = files / f"d.{kind}"
         ov = BASE + [f"gp_data={kind}", f"gp_data.path={data_file}"]
