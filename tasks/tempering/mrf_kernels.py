@@ -1,0 +1,285 @@
+"""Per-colour sweeps of a pairwise binary MRF on any graph (heat bath or Metropolis), CPU and GPU.
+
+The explorer kernel of parallel tempering on ``model=mrf`` targets (``pgmflow.tasks.tempering.mrf_target``):
+``R`` replicas of one graph, each at its own level ``b``, swept in one call. A numba kernel (CPU) and a CUDA
+source (GPU, :mod:`~pgmflow.tasks.tempering.mrf_cuda`) sit behind the one function :func:`mrf_sweep` and
+produce the same bits: every random number comes from Philox4x32-10 keyed by the update's identity, and the
+acceptance thresholds are computed from the local field with plain IEEE operations only.
+
+The update (the spec both kernels implement)
+--------------------------------------------
+Sweep ``t`` updates colour ``c = 0, 1, ..., C - 1`` in turn. Colour ``c``'s nodes ``sites[colptr[c]:...]``
+(ascending) are taken in groups of four: group ``g`` (its nodes at positions ``4 g .. 4 g + 3`` of the
+colour) draws one Philox block
+
+    philox4x32_10(counter = (g, (t * C + c) mod 2**32, replica_id mod 2**32, chain mod 2**32), key)
+
+and the node at position ``4 g + w`` takes its output word ``w`` as its uniform ``u`` (a uint32). Its local
+field, summed in the CSR order of its neighbours from ``h_i``, is
+
+    f = h_i + sum_k Jn[k] * x[nbr[k]],    z = b * f + (1 - b) * a_i        (a: the reference fields)
+
+and its new spin is ``+1`` iff ``u < thr`` with the integer threshold ``thr`` in ``[0, 2**32]``:
+
+* heat bath (and every method at ``b == 0``: an exact draw from the reference):
+  ``p = 1 / (1 + e)`` if ``z >= 0`` else ``e / (1 + e)``, ``e = dexp(-2 |z|)``; ``thr = rint(p * 2**32)``;
+* Metropolis: ``acc = dexp(min(0, -2 s z))`` for the current spin ``s``; ``thr = 2**32 - rint(acc * 2**32)``
+  when ``s = +1`` (stay up unless flipped) and ``rint(acc * 2**32)`` when ``s = -1``.
+
+``dexp(x)`` (``x <= 0``) is ``exp`` by Cody and Waite's reduction and a degree-13 Taylor polynomial in
+Horner form (the arithmetic of ``pgmflow.tasks.fastexp``) with ``ldexp`` for the power of two, 0 below
+-745: only correctly rounded IEEE operations, and no fused multiply-add (numba without fast-math; the CUDA
+source is compiled with ``--fmad=false``), so both kernels compute the same thresholds bit for bit.
+
+The NumPy peer :func:`numpy_colour_sweep` (heat bath, the obvious way) is what ``benchmarks/tempering.py``
+measures the kernel against.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import sys
+
+import numpy as np
+
+from pgmflow.tasks import backend, philox
+
+__all__ = ["METHODS", "mrf_sweep", "mrf_statistics", "numpy_colour_sweep"]
+
+METHODS = ("heatbath", "metropolis")
+_MASK32 = 0xFFFFFFFF
+_TWO32 = 4294967296.0
+
+# dexp's constants (see pgmflow.tasks.fastexp); module globals, frozen into the compiled code
+_LOG2E = 1.4426950408889634
+_LN2_HI = 6.93147180369123816490e-01
+_LN2_LO = 1.90821492927058770002e-10
+_SHIFT = 6755399441055744.0
+_C = (
+    1.0,
+    1.0,
+    0.5,
+    0.16666666666666666,
+    0.041666666666666664,
+    0.008333333333333333,
+    0.001388888888888889,
+    0.0001984126984126984,
+    2.48015873015873e-05,
+    2.7557319223985893e-06,
+    2.755731922398589e-07,
+    2.505210838544172e-08,
+    2.08767569878681e-09,
+    1.6059043836821613e-10,
+)
+_C0, _C1, _C2, _C3, _C4, _C5, _C6, _C7, _C8, _C9, _C10, _C11, _C12, _C13 = _C
+
+# numba kernels: plain module-level functions; _kernels() compiles them and binds these names
+prange = range
+_philox = philox._philox4x32
+
+
+@backend.kernel(cache=True, nogil=True, inline="always")
+def _dexp(x):
+    """exp(x) for x <= 0 from IEEE + - * only (see the module docstring); 0 below -745."""
+    if x < -745.0:
+        return 0.0
+    kf = x * _LOG2E + _SHIFT
+    k = kf - _SHIFT
+    r = (x - k * _LN2_HI) - k * _LN2_LO
+    p = _C13
+    p = p * r + _C12
+    p = p * r + _C11
+    p = p * r + _C10
+    p = p * r + _C9
+    p = p * r + _C8
+    p = p * r + _C7
+    p = p * r + _C6
+    p = p * r + _C5
+    p = p * r + _C4
+    p = p * r + _C3
+    p = p * r + _C2
+    p = p * r + _C1
+    p = p * r + _C0
+    return math.ldexp(p, int(k))
+
+
+@backend.kernel(cache=True, nogil=True, inline="always")
+def _threshold(z, s, b, metropolis):
+    """The integer threshold of one update (int64 in [0, 2**32]); see the module docstring."""
+    if metropolis and b != 0.0:
+        d = -2.0 * s * z
+        acc = _dexp(d if d < 0.0 else 0.0)
+        t = np.int64(np.rint(acc * 4294967296.0))
+        return np.int64(4294967296) - t if s > 0 else t
+    az = z if z >= 0.0 else -z
+    e = _dexp(-2.0 * az)
+    p = 1.0 / (1.0 + e) if z >= 0.0 else e / (1.0 + e)
+    return np.int64(np.rint(p * 4294967296.0))
+
+
+@backend.kernel(cache=True, nogil=True, parallel=True)
+def _sweeps(x, b, h, a, indptr, nbr, Jn, colptr, sites, key0, key1, rid32, chain32, sweep0, n_sweeps, metro, out):
+    """n_sweeps per-colour sweeps of every replica, in place; out[r] += spins changed (parallel over r)."""
+    R = x.shape[0]
+    C = colptr.shape[0] - 1
+    for r in prange(R):
+        br = b[r]
+        cnt = 0
+        for t in range(sweep0, sweep0 + n_sweeps):
+            for c in range(C):
+                ctr1 = np.uint64((t * C + c) & 0xFFFFFFFF)
+                lo = colptr[c]
+                hi = colptr[c + 1]
+                for g in range((hi - lo + 3) // 4):
+                    w0, w1, w2, w3 = _philox(np.uint64(g), ctr1, rid32[r], chain32, key0, key1)
+                    for w in range(4):
+                        k = lo + 4 * g + w
+                        if k >= hi:
+                            break
+                        u = w0 if w == 0 else (w1 if w == 1 else (w2 if w == 2 else w3))
+                        i = sites[k]
+                        f = h[i]
+                        for e in range(indptr[i], indptr[i + 1]):
+                            f += Jn[e] * np.float64(x[r, nbr[e]])
+                        z = br * f + (1.0 - br) * a[i]
+                        s = x[r, i]
+                        thr = _threshold(z, np.float64(s), br, metro)
+                        ns = 1 if np.int64(u) < thr else -1
+                        if ns != s:
+                            cnt += 1
+                            x[r, i] = ns
+        out[r] += cnt
+
+
+@backend.kernel(cache=True, nogil=True, parallel=True)
+def _statistics(x, h, a, ea, eb, J, out):
+    """out[r] = (h.x, sum_e J_e x_i x_j, a.x, sum_i x_i) of replica r, summed in index order."""
+    R, n = x.shape
+    for r in prange(R):
+        hx = 0.0
+        ax = 0.0
+        m = 0.0
+        for i in range(n):
+            xi = np.float64(x[r, i])
+            hx += h[i] * xi
+            ax += a[i] * xi
+            m += xi
+        jx = 0.0
+        for e in range(J.shape[0]):
+            jx += J[e] * np.float64(x[r, ea[e]] * x[r, eb[e]])
+        out[r, 0] = hx
+        out[r, 1] = jx
+        out[r, 2] = ax
+        out[r, 3] = m
+
+
+@functools.lru_cache(maxsize=None)
+def _kernels():
+    """Compile the kernels above (once per process; numba's on-disk cache serves later processes)."""
+    return backend.compile_kernels(
+        sys.modules[__name__], bind={"prange": backend.numba().prange, "_philox": philox.numba_philox4x32()}
+    )
+
+
+def _check(x, b, key, replica_ids, sweep0, n_sweeps, method, n):
+    if method not in METHODS:
+        raise ValueError(f"method must be one of {METHODS}, got {method!r}")
+    if x.ndim != 2 or x.shape[1] != n or x.dtype != np.int8:
+        raise ValueError(f"spins must be int8 [R, {n}], got {x.dtype} {x.shape}")
+    R = x.shape[0]
+    b = np.ascontiguousarray(backend.to_numpy(b), dtype=np.float64)
+    if b.shape != (R,) or not np.all((b >= 0) & (b <= 1)):
+        raise ValueError(f"b must be [R] = [{R}] values in [0, 1], got {b}")
+    key = np.asarray(backend.to_numpy(key))
+    if key.shape != (2,) or key.dtype.kind not in "iu" or key.min() < 0 or key.max() > _MASK32:
+        raise ValueError(f"key must be two 32-bit words, got {key!r}")
+    rid = np.asarray(backend.to_numpy(replica_ids))
+    if rid.shape != (R,) or rid.dtype.kind not in "iu":
+        raise ValueError(f"replica_ids must be an integer array [R] = [{R}], got {rid.shape}")
+    if int(sweep0) < 0 or int(n_sweeps) < 0:
+        raise ValueError(f"sweep0 and n_sweeps must be >= 0, got {sweep0}, {n_sweeps}")
+    return b, key, (rid.astype(np.int64) & _MASK32).astype(np.uint64)
+
+
+def mrf_sweep(x, target, b, key, replica_ids, chain: int, sweep0: int, n_sweeps: int, method: str) -> np.ndarray:
+    """``n_sweeps`` per-colour sweeps of every replica, IN PLACE (see the module docstring for the rule).
+
+    x: int8 [R, n] spins, numpy (numba kernel, CPU) or cupy (CUDA kernel); target: an
+    :class:`~pgmflow.tasks.tempering.mrf_target.MRFTarget`; b: float64 [R] levels in [0, 1]; key: uint32 [2]
+    Philox key; replica_ids: int [R] (counter word 2, mod 2**32); chain: counter word 3 (mod 2**32);
+    sweep0: global index of the first sweep. Returns int64 [R] (host): spins changed per replica.
+    The result depends only on the arguments, not on the backend, thread count or how replicas are batched.
+    """
+    b, key, rid = _check(x, b, key, replica_ids, sweep0, n_sweeps, method, target.n_sites)
+    R = x.shape[0]
+    if R == 0 or int(n_sweeps) == 0:
+        return np.zeros(R, dtype=np.int64)
+    if type(x).__module__.startswith("cupy"):
+        from pgmflow.tasks.tempering.mrf_cuda import sweep_cupy
+
+        return sweep_cupy(x, target, b, key, rid, chain, sweep0, int(n_sweeps), method)
+    if not isinstance(x, np.ndarray) or not x.flags.c_contiguous or not x.flags.writeable:
+        raise ValueError("spins must be a writeable C-contiguous numpy (or cupy) array")
+    out = np.zeros(R, dtype=np.int64)
+    _kernels()["_sweeps"](
+        x,
+        b,
+        target.h,
+        target.ref_field,
+        target.indptr,
+        target.nbr,
+        target.Jn,
+        target.colptr,
+        target.sites,
+        np.uint64(int(key[0])),
+        np.uint64(int(key[1])),
+        rid,
+        np.uint64(int(chain) & _MASK32),
+        np.int64(sweep0),
+        np.int64(n_sweeps),
+        method == "metropolis",
+        out,
+    )
+    return out
+
+
+def mrf_statistics(x, target) -> np.ndarray:
+    """float64 [R, 4] of spins ``x`` [R, n] (numpy or cupy): ``(h.x, sum_e J_e x_i x_j, a.x, sum_i x_i)``,
+    each summed in index order per replica, so a replica's values do not depend on the others in ``x``."""
+    xh = np.ascontiguousarray(backend.to_numpy(x), dtype=np.int8)
+    out = np.empty((xh.shape[0], 4))
+    ea = np.ascontiguousarray(target.edges[:, 0])
+    eb = np.ascontiguousarray(target.edges[:, 1])
+    _kernels()["_statistics"](xh, target.h, target.ref_field, ea, eb, target.J, out)
+    return out
+
+
+def numpy_colour_sweep(x, target, b: float, rng, n_sweeps: int, colour_rows=None):
+    """Heat-bath per-colour sweeps written the obvious NumPy way (the benchmark's peer): per colour, the
+    local fields of its nodes in every replica by one sparse product, ``rng.random`` per node, a logistic and
+    ``np.where``. Same distribution as :func:`mrf_sweep` at level ``b``, not the same bits.
+
+    x: int8 [R, n], updated in place; colour_rows: per colour, (nodes, CSR matrix of their rows of J), made
+    once by :func:`colour_rows` and passed in to keep the set-up out of the timing."""
+    rows = colour_rows if colour_rows is not None else colour_rows_of(target)
+    for _ in range(n_sweeps):
+        for nodes, A in rows:
+            f = (A @ x.T).T + target.h[nodes]  # [R, |c|]
+            z = b * f + (1.0 - b) * target.ref_field[nodes]
+            p = 1.0 / (1.0 + np.exp(-2.0 * z))
+            x[:, nodes] = np.where(rng.random(f.shape) < p, 1, -1)
+    return x
+
+
+def colour_rows_of(target):
+    """Per colour: (its nodes, the CSR matrix [|c|, n] of their rows of the coupling matrix)."""
+    import scipy.sparse as sp
+
+    n = target.n_sites
+    A = sp.csr_matrix((target.Jn, target.nbr, target.indptr), shape=(n, n))
+    out = []
+    for c in range(target.n_colours):
+        nodes = target.sites[target.colptr[c] : target.colptr[c + 1]]
+        out.append((nodes, A[nodes]))
+    return out

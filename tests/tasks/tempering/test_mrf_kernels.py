@@ -1,0 +1,305 @@
+"""The MRF per-colour sweep: the numba kernel against a literal Python transcription of its spec, the CUDA
+source (compiled as C++ for the host) against the numba kernel bit for bit, the CuPy kernel on a GPU, the
+colouring, and the sampled distribution against exact enumeration."""
+
+from __future__ import annotations
+
+import ctypes
+import math
+import shutil
+import subprocess
+
+import numpy as np
+import pytest
+
+from pgmflow.tasks import backend
+from pgmflow.tasks.bounds import exact
+from pgmflow.tasks.bounds import mrf as M
+from pgmflow.tasks.philox import philox4x32_numpy
+from pgmflow.tasks.tempering import mrf_cuda
+from pgmflow.tasks.tempering import mrf_kernels as K
+from pgmflow.tasks.tempering import mrf_target as T
+
+KEY = np.array([0x1234ABCD, 0x9E3779B9], dtype=np.uint32)
+
+
+def random_model(rng, n, density, scale, field=0.3) -> M.PairwiseMRF:
+    J = np.triu(rng.normal(0.0, scale, (n, n)) * (rng.random((n, n)) < density), 1)
+    return M.from_dense(J + J.T, rng.normal(0.0, field, n))
+
+
+def dexp_py(x):
+    if x < -745.0:
+        return 0.0
+    kf = x * K._LOG2E + K._SHIFT
+    k = kf - K._SHIFT
+    r = (x - k * K._LN2_HI) - k * K._LN2_LO
+    p = K._C13
+    for c in reversed(K._C[:13]):
+        p = p * r + c
+    return math.ldexp(p, int(k))
+
+
+def threshold_py(z, s, b, metropolis):
+    if metropolis and b != 0.0:
+        d = -2.0 * s * z
+        t = int(np.rint(dexp_py(min(d, 0.0)) * 2.0**32))
+        return 2**32 - t if s > 0 else t
+    e = dexp_py(-2.0 * abs(z))
+    p = 1.0 / (1.0 + e) if z >= 0.0 else e / (1.0 + e)
+    return int(np.rint(p * 2.0**32))
+
+
+def reference_sweep(x, t, b, key, rids, chain, sweep0, n_sweeps, method):
+    """The module docstring's rule, one node at a time (slow; small graphs)."""
+    C = t.n_colours
+    changed = np.zeros(x.shape[0], dtype=np.int64)
+    for r in range(x.shape[0]):
+        for s in range(sweep0, sweep0 + n_sweeps):
+            for c in range(C):
+                nodes = t.sites[t.colptr[c] : t.colptr[c + 1]]
+                for k, i in enumerate(nodes):
+                    ctr = np.array([k // 4, (s * C + c) % 2**32, int(rids[r]) % 2**32, chain % 2**32], dtype=np.uint64)
+                    u = int(philox4x32_numpy(ctr, key.astype(np.uint64))[k % 4])
+                    f = t.h[i]
+                    for e in range(t.indptr[i], t.indptr[i + 1]):
+                        f += t.Jn[e] * float(x[r, t.nbr[e]])
+                    z = b[r] * f + (1.0 - b[r]) * t.ref_field[i]
+                    new = 1 if u < threshold_py(z, float(x[r, i]), b[r], method == "metropolis") else -1
+                    changed[r] += new != x[r, i]
+                    x[r, i] = new
+    return changed
+
+
+def test_colouring_is_proper_and_deterministic():
+    rng = np.random.default_rng(1)
+    for n, d in [(1, 0.0), (7, 1.0), (30, 0.2), (60, 0.05)]:
+        t = T.make_mrf_target(random_model(rng, n, d, 1.0))
+        colour = np.empty(n, dtype=np.int64)
+        for c in range(t.n_colours):
+            colour[t.sites[t.colptr[c] : t.colptr[c + 1]]] = c
+        assert np.all(colour[t.edges[:, 0]] != colour[t.edges[:, 1]])
+        assert t.n_colours <= np.diff(t.indptr).max(initial=0) + 1
+        assert sorted(t.sites.tolist()) == list(range(n))
+        again = T.make_mrf_target(t.model)
+        np.testing.assert_array_equal(again.sites, t.sites)
+    assert T.make_mrf_target(random_model(rng, 7, 1.0, 1.0)).n_colours == 7  # complete graph
+
+
+def test_dexp_is_exp_to_a_few_ulp():
+    xs = np.concatenate([-np.logspace(-12, 2.85, 2000), [0.0, -744.9, -746.0]])
+    ours = np.array([dexp_py(float(v)) for v in xs])
+    np.testing.assert_allclose(ours, np.exp(xs), rtol=4e-16, atol=1e-320)
+
+
+@pytest.mark.parametrize("method", K.METHODS)
+@pytest.mark.parametrize("n,density", [(5, 1.0), (13, 0.3), (21, 0.15)])
+def test_numba_matches_reference(method, n, density):
+    rng = np.random.default_rng(n)
+    t = T.make_mrf_target(random_model(rng, n, density, 0.8), ref_field=rng.normal(0, 0.5, n))
+    x = np.where(rng.random((3, n)) < 0.5, 1, -1).astype(np.int8)
+    b = np.array([0.0, 0.37, 1.0])
+    rids = np.array([5, 2**32 + 3, 1])
+    a, ref = x.copy(), x.copy()
+    ca = K.mrf_sweep(a, t, b, KEY, rids, 7, 2**31 + 1, 3, method)
+    cr = reference_sweep(ref, t, b, KEY, rids, 7, 2**31 + 1, 3, method)
+    np.testing.assert_array_equal(a, ref)
+    np.testing.assert_array_equal(ca, cr)
+
+
+def test_result_independent_of_batching_threads_and_sweep_split():
+    nb = pytest.importorskip("numba")
+    rng = np.random.default_rng(3)
+    t = T.make_mrf_target(random_model(rng, 200, 0.03, 0.6))
+    x0 = np.where(rng.random((6, 200)) < 0.5, 1, -1).astype(np.int8)
+    b = np.linspace(0.0, 1.0, 6)
+    rids = np.arange(6) + 10
+    whole = x0.copy()
+    c_whole = K.mrf_sweep(whole, t, b, KEY, rids, 1, 4, 6, "heatbath")
+    parts = x0.copy()
+    c_parts = np.zeros(6, dtype=np.int64)
+    for sl in (slice(0, 1), slice(1, 4), slice(4, 6)):
+        p = parts[sl].copy()
+        c_parts[sl] += K.mrf_sweep(p, t, b[sl], KEY, rids[sl], 1, 4, 2, "heatbath")
+        c_parts[sl] += K.mrf_sweep(p, t, b[sl], KEY, rids[sl], 1, 6, 4, "heatbath")
+        parts[sl] = p
+    np.testing.assert_array_equal(whole, parts)
+    np.testing.assert_array_equal(c_whole, c_parts)
+    old = nb.get_num_threads()
+    try:
+        nb.set_num_threads(1)
+        one = x0.copy()
+        K.mrf_sweep(one, t, b, KEY, rids, 1, 4, 6, "heatbath")
+    finally:
+        nb.set_num_threads(old)
+    np.testing.assert_array_equal(one, whole)
+
+
+def test_sweep_rejects_bad_input():
+    t = T.make_mrf_target(random_model(np.random.default_rng(0), 4, 1.0, 1.0))
+    x = np.ones((2, 4), dtype=np.int8)
+    with pytest.raises(ValueError, match="method"):
+        K.mrf_sweep(x, t, np.zeros(2), KEY, np.arange(2), 0, 0, 1, "gibbs")
+    with pytest.raises(ValueError, match=r"int8 \[R, 4\]"):
+        K.mrf_sweep(x.astype(np.int16), t, np.zeros(2), KEY, np.arange(2), 0, 0, 1, "heatbath")
+    with pytest.raises(ValueError, match="b must be"):
+        K.mrf_sweep(x, t, np.array([0.0, 1.5]), KEY, np.arange(2), 0, 0, 1, "heatbath")
+    with pytest.raises(ValueError, match="replica_ids"):
+        K.mrf_sweep(x, t, np.zeros(2), KEY, np.arange(3), 0, 0, 1, "heatbath")
+
+
+@pytest.mark.parametrize("method", K.METHODS)
+def test_kernel_samples_the_exact_marginals(method):
+    """Means and edge correlations of a frustrated 10-node model at b = 0.8 with a reference field, from
+    many replicas after burn-in, within 5 standard errors of enumeration."""
+    rng = np.random.default_rng(11)
+    model = random_model(rng, 10, 0.5, 0.9, field=0.4)
+    a = rng.normal(0.0, 0.4, 10)
+    t = T.make_mrf_target(model, ref_field=a)
+    b = 0.8
+    level = M.PairwiseMRF(b * model.h + (1 - b) * a, model.edges, b * model.J)
+    ex = exact.exact_marginals(level)
+    R = 4000
+    x = np.ones((R, 10), dtype=np.int8)
+    K.mrf_sweep(x, t, np.full(R, b), KEY, np.arange(R), 0, 0, 30, method)
+    xs = x.astype(np.float64)
+    se = np.sqrt(np.maximum(1 - ex.mean**2, 1e-3) / R)
+    assert np.all(np.abs(xs.mean(0) - ex.mean) < 5 * se)
+    pair = xs[:, model.edges[:, 0]] * xs[:, model.edges[:, 1]]
+    se_p = np.sqrt(np.maximum(1 - ex.pair_mean**2, 1e-3) / R)
+    assert np.all(np.abs(pair.mean(0) - ex.pair_mean) < 5 * se_p)
+
+
+def test_numpy_peer_samples_the_exact_marginals():
+    """The benchmark's NumPy peer is a correct sampler too (else the comparison means nothing)."""
+    rng = np.random.default_rng(12)
+    model = random_model(rng, 9, 0.6, 0.7)
+    t = T.make_mrf_target(model)
+    ex = exact.exact_marginals(model)
+    R = 4000
+    x = np.ones((R, 9), dtype=np.int8)
+    K.numpy_colour_sweep(x, t, 1.0, np.random.default_rng(0), 30)
+    se = np.sqrt(np.maximum(1 - ex.mean**2, 1e-3) / R)
+    assert np.all(np.abs(x.mean(0) - ex.mean) < 5 * se)
+
+
+def test_statistics_are_the_log_potential():
+    rng = np.random.default_rng(5)
+    model = random_model(rng, 15, 0.3, 1.0)
+    t = T.make_mrf_target(model, ref_field=rng.normal(size=15))
+    x = np.where(rng.random((4, 15)) < 0.5, 1, -1).astype(np.int8)
+    st = K.mrf_statistics(x, t)
+    np.testing.assert_allclose(st[:, 0] + st[:, 1], M.energy_terms(model, x), atol=1e-12)
+    np.testing.assert_allclose(st[:, 2], x @ t.ref_field, atol=1e-12)
+    np.testing.assert_array_equal(st[:, 3], x.sum(1))
+    np.testing.assert_array_equal(K.mrf_statistics(x[2:3], t), st[2:3])
+
+
+# ----------------------------------------------------------------------------------------------
+# The CUDA source, compiled as C++ for the host, against the numba kernel
+# ----------------------------------------------------------------------------------------------
+
+_HOST_PRELUDE = r"""
+#include <cmath>
+#include <cstdint>
+using std::ldexp; using std::rint;
+struct pgm_dim3 { unsigned int x, y, z; };
+static pgm_dim3 blockIdx, blockDim, threadIdx;
+#define __global__
+#define __device__
+#define __forceinline__ inline
+#define __restrict__
+static inline unsigned int __umulhi(unsigned int a, unsigned int b)
+{ return (unsigned int)(((unsigned long long)a * (unsigned long long)b) >> 32); }
+static inline unsigned long long atomicAdd(unsigned long long* p, unsigned long long v)
+{ unsigned long long o = *p; *p = o + v; return o; }
+"""
+
+_HOST_DRIVER = r"""
+extern "C" void pgm_launch(unsigned int gx, unsigned int gy, unsigned int bx,
+    signed char* x, const double* b, const double* h, const double* a, const long long* indptr,
+    const long long* nbr, const double* Jn, const long long* sites, const unsigned int* rid32,
+    unsigned long long* counts, int r0, int n, int lo, int hi, unsigned int ctr1, unsigned int chain32,
+    unsigned int key0, unsigned int key1, int metropolis)
+{
+    blockDim.x = bx; blockDim.y = 1;
+    for (unsigned int y = 0; y < gy; ++y) {
+        blockIdx.y = y;
+        for (unsigned int bb = 0; bb < gx; ++bb) {
+            blockIdx.x = bb;
+            for (unsigned int t = 0; t < bx; ++t) {
+                threadIdx.x = t;
+                pgm_mrf_colour(x, b, h, a, indptr, nbr, Jn, sites, rid32, counts, r0, n, lo, hi, ctr1, chain32,
+                               key0, key1, metropolis);
+            }
+        }
+    }
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def cuda_source_on_cpu(tmp_path_factory):
+    """The kernel's CUDA C source compiled for the host without FMA contraction (threads run one after
+    another, one of the orders a GPU may use; nodes of one colour do not interact)."""
+    cxx = shutil.which("g++") or shutil.which("c++") or shutil.which("clang++")
+    if cxx is None:
+        pytest.skip("no C++ compiler to build the CUDA source for the CPU")
+    d = tmp_path_factory.mktemp("mrf_cuda_on_cpu")
+    src = d / "kernel.cpp"
+    src.write_text(_HOST_PRELUDE + mrf_cuda._CUDA_SOURCE + _HOST_DRIVER)
+    lib = d / "kernel.so"
+    flags = ["-O1", "-std=c++11", "-ffp-contract=off", "-shared", "-fPIC", "-w"]
+    subprocess.run([cxx, *flags, str(src), "-o", str(lib)], check=True)
+    fn = ctypes.CDLL(str(lib)).pgm_launch
+    P, U, I = ctypes.c_void_p, ctypes.c_uint, ctypes.c_int
+    fn.argtypes = [U, U, U] + [P] * 10 + [I] * 4 + [U] * 4 + [I]
+    fn.restype = None
+    dtypes = [np.int8, np.float64, np.float64, np.float64, np.int64, np.int64, np.float64, np.int64]
+    dtypes += [np.uint32, np.uint64]
+
+    def launch(grid, block, args):
+        arrays, scalars = args[:10], args[10:]
+        for arr, dt in zip(arrays, dtypes):
+            assert isinstance(arr, np.ndarray) and arr.flags.c_contiguous and arr.dtype == dt
+        assert [type(v) for v in scalars] == [np.int32] * 4 + [np.uint32] * 4 + [np.int32]
+        fn(grid[0], grid[1], block[0], *[arr.ctypes.data for arr in arrays], *[int(v) for v in scalars])
+
+    return launch
+
+
+@pytest.mark.parametrize("n,density", [(6, 1.0), (40, 0.1), (700, 0.01)])
+def test_cuda_source_on_cpu_matches_numba(cuda_source_on_cpu, n, density, monkeypatch):
+    monkeypatch.setattr(mrf_cuda, "_CUDA_MAX_GRID_Y", 2)  # replicas in two launches: offsets matter
+    rng = np.random.default_rng(n)
+    t = T.make_mrf_target(random_model(rng, n, density, 1.2), ref_field=rng.normal(0, 0.3, n))
+    x = np.where(rng.random((3, n)) < 0.5, 1, -1).astype(np.int8)
+    b = np.array([0.0, 0.5, 1.0])
+    rids = np.array([3, 2**32 + 1, 77], dtype=np.uint64)
+    for method in K.METHODS:
+        a, c = x.copy(), x.copy()
+        ca = mrf_cuda.sweep_cuda(a, t, b, KEY, rids, 6, 2**31 + 3, 3, method, np, cuda_source_on_cpu)
+        cc = K.mrf_sweep(c, t, b, KEY, rids.astype(np.int64), 6, 2**31 + 3, 3, method)
+        np.testing.assert_array_equal(a, c)
+        np.testing.assert_array_equal(ca, cc)
+
+
+@pytest.mark.gpu
+def test_cupy_kernel_matches_numba():
+    if not backend.gpu_status()[0]:
+        pytest.skip(backend.gpu_status()[1])
+    cp = backend.cupy()
+    rng = np.random.default_rng(42)
+    for R, n, d in [(3, 8, 1.0), (5, 300, 0.02), (2, 2000, 0.002)]:
+        t = T.make_mrf_target(random_model(rng, n, d, 1.0), ref_field=rng.normal(0, 0.3, n))
+        x = np.where(rng.random((R, n)) < 0.5, 1, -1).astype(np.int8)
+        b = np.linspace(0.0, 1.0, R)
+        rids = np.arange(R) * 7 + 1
+        for method in K.METHODS:
+            host = x.copy()
+            c_host = K.mrf_sweep(host, t, b, KEY, rids, 2, 9, 4, method)
+            dev = cp.asarray(x)
+            c_dev = K.mrf_sweep(dev, t, b, KEY, rids, 2, 9, 4, method)
+            assert isinstance(c_dev, np.ndarray) and c_dev.dtype == np.int64
+            np.testing.assert_array_equal(cp.asnumpy(dev), host)
+            np.testing.assert_array_equal(c_dev, c_host)
