@@ -28,10 +28,16 @@ USAGE = (
 
 
 def _tracker(overrides: list[str]):
-    from pgmflow.core.api import compose
+    from pgmflow.core.config import nested_compose
     from pgmflow.core.runner import _tracker as make
 
-    cfg = compose(*overrides)
+    try:
+        cfg = nested_compose(list(overrides))
+    except Exception as exc:
+        what = " ".join(str(exc).split())[:300]
+        raise ConfigError(
+            "overrides", " ".join(overrides), what, "check the overrides (key=value, group=option)"
+        ) from None
     return cfg, make(cfg)
 
 
@@ -175,7 +181,9 @@ def verify(args: list[str], out=sys.stdout) -> int:
     )
     hits = [c for c in children if c.data.tags.get(study.HIT_TAG)]
     parent = run.data.tags.get("mlflow.parentRunId", run_id) if run.data.tags.get(study.HIT_TAG) else run_id
-    st = study.Study(cfg, tracker, parent, cluster_mod.open_cluster(cfg["cluster"]), out)
+    from pgmflow.core import runner
+
+    st = study.Study(cfg, tracker, parent, cluster_mod.open_cluster(cfg["cluster"]), runner, out)
     try:
         for c in hits:
             wl = registry.get(c.data.tags["pgmflow.pipeline"])

@@ -22,11 +22,16 @@ from __future__ import annotations
 
 import hashlib
 import json
+import threading
 from collections.abc import Iterable
 
 import numpy as np
 
 CONTEXT_TAG = "mlflow.data.context"  # MLflow's input tag for the dataset's role in the run
+# MLflow's SQL store inserts a dataset new to the experiment after looking it up; two runs logging the same
+# dataset at once (a study's stage instances on identical inputs) race on its unique key. One lock in the
+# process, and one retry for a race with another process (the retry finds the row the other one wrote).
+_LOG_LOCK = threading.Lock()
 DIGEST_CHARS = 16
 
 
@@ -130,5 +135,11 @@ def log_input(
         profile=json.dumps(prof, sort_keys=True, default=str),
     )
     tags = [InputTag(CONTEXT_TAG, context)] if context else []
-    tracker.client.log_inputs(tracker.run_id, datasets=[DatasetInput(ds, tags)])
+    with _LOG_LOCK:
+        try:
+            tracker.client.log_inputs(tracker.run_id, datasets=[DatasetInput(ds, tags)])
+        except Exception as exc:
+            if "UNIQUE constraint" not in str(exc) and "Duplicate entry" not in str(exc):
+                raise
+            tracker.client.log_inputs(tracker.run_id, datasets=[DatasetInput(ds, tags)])
     return dig

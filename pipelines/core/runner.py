@@ -159,7 +159,7 @@ def execute(cfg: dict, stream=None, cluster=None, record: RunRecord | None = Non
     if cfg.get("stages") and not under:  # a study: its stages run through here, each with its parent in `under`
         from pgmflow.core.study import run_study
 
-        return run_study(cfg, stream=stream, cluster=cluster)
+        return run_study(cfg, sys.modules[__name__], stream=stream, cluster=cluster)
     sweep_run = None if under else os.environ.get(SWEEP_RUN_ID)  # a study's stage is never the sweep's run
     stream = sys.stdout if stream is None else stream  # looked up per call (tests swap sys.stdout)
     record = RunRecord() if record is None else record

@@ -113,12 +113,20 @@ def cache_entry(tracker, key: str):
 
 
 def unfinished(tracker, key: str):
+    """The newest run of ``key`` that never finished and can be resumed (it recorded its config), or None.
+    Called under the key's lock, so such a run's driver is gone: one killed before it recorded its config is
+    marked KILLED and left behind."""
     runs = [
         r
         for r in find_runs(tracker, key)
         if r.info.status in ("RUNNING", "KILLED", "FAILED", "SCHEDULED") and HIT_TAG not in r.data.tags
     ]
-    return max(runs, key=lambda r: r.info.start_time or 0) if runs else None
+    for r in sorted(runs, key=lambda r: r.info.start_time or 0, reverse=True):
+        if any(a.path == "config.yaml" for a in tracker.client.list_artifacts(r.info.run_id)):
+            return r
+        if r.info.status in ("RUNNING", "SCHEDULED"):
+            tracker.client.set_terminated(r.info.run_id, "KILLED")
+    return None
 
 
 def local_outputs(tracker, run_id: str, workload) -> tuple[dict, dict]:
@@ -169,26 +177,45 @@ def _log_input_datasets(tracker, run_id: str, inputs: dict):
 class Study:
     """One study command: its parent run, its cluster and settings.
 
-    ``opener``: a context manager that yields the cluster handle, entered on the first stage that must run (a
-    fully cached study starts no cluster) and left by :meth:`close`. ``shared_locks``: take each key's lock on
-    the cluster's scheduler (a sweep job, whose sibling jobs run in other processes) instead of in-process."""
+    ``host``: the runner module, whose ``execute`` runs a stage instance. ``opener``: a context manager that
+    yields the cluster handle, entered on the first stage that must run (a fully cached study starts no
+    cluster) and left by :meth:`close`. ``shared_locks``: take each key's lock on the cluster's scheduler (a
+    sweep job, whose sibling jobs run in other processes) instead of in-process."""
 
     cfg: dict
     tracker: object
     parent: str
     opener: object
+    host: object  # pgmflow.core.runner (passed in: the runner imports this module, not the other way round)
     stream: object = sys.stdout
     shared_locks: bool = False
     counts: dict = field(default_factory=lambda: {"hits": 0, "runs": 0, "resumed": 0})
     _handle: object = None
-    _open_lock: object = field(default_factory=threading.Lock)
+    _owner: object = field(default_factory=threading.get_ident)  # the thread that may open and close the cluster
+    _wanted: object = field(default_factory=threading.Event)
+    _ready: object = field(default_factory=threading.Event)
 
     @property
     def cluster(self):
-        with self._open_lock:
-            if self._handle is None:
-                self._handle = self.opener.__enter__()
-            return self._handle
+        """The cluster handle, opened on first need. A Dask client belongs to the thread (context) that made
+        it, so only the owner thread opens it; a stage thread asks the owner (:meth:`serve`) and waits."""
+        if self._handle is None:
+            if threading.get_ident() == self._owner:
+                try:
+                    self._handle = self.opener.__enter__()
+                finally:
+                    self._ready.set()  # a failed open wakes the stage threads too (they raise below)
+            else:
+                self._wanted.set()
+                self._ready.wait()
+                if self._handle is None:
+                    raise RuntimeError("the study's cluster could not be opened (see the error above)")
+        return self._handle
+
+    def serve(self):
+        """Called by the owner thread while stage threads run: open the cluster if one of them asked."""
+        if self._wanted.is_set() and self._handle is None and not self._ready.is_set():
+            self.cluster  # noqa: B018  (opens it)
 
     def close(self, exc=None):
         if self._handle is not None:
@@ -256,8 +283,6 @@ class Study:
         return done
 
     def _run(self, s, wl, cfg, key, label, unit, inputs) -> Done:
-        from pgmflow.core.runner import execute
-
         # the study's key (its inputs by content) replaces the one the runner computes from the files' bytes
         under = {"mlflow.parentRunId": self.parent, STAGE_TAG: s.name, "run_name": label, stagekey.KEY_TAG: key}
         if unit is not None:
@@ -269,7 +294,7 @@ class Study:
             cfg = {**cfg, "resume": old.info.run_id}
             self.counts["resumed"] += 1
             self.say(f"stage {label}: resuming run {old.info.run_id}")
-        res = execute(cfg, stream=self.stream, cluster=self.cluster, under=under)
+        res = self.host.execute(cfg, stream=self.stream, cluster=self.cluster, under=under)
         self.counts["runs"] += 1
         outs, digests = local_outputs(self.tracker, res["run_id"], wl)
         return Done(res["run_id"], res["run_id"], False, outs, digests)
@@ -279,7 +304,6 @@ class Study:
         import yaml
 
         from pgmflow.core import tracking
-        from pgmflow.core.runner import execute
 
         src = tracking.Tracker(self.tracker.uri, self.tracker.experiment_name)
         src.run_id = done.source
@@ -293,7 +317,7 @@ class Study:
             "run_name": f"{label} (verify)",
         }
         under["pgmflow.cache.verifies"] = done.source
-        res = execute(cfg, stream=self.stream, cluster=self.cluster, under=under)
+        res = self.host.execute(cfg, stream=self.stream, cluster=self.cluster, under=under)
         _, digests = local_outputs(self.tracker, res["run_id"], wl)
         if digests != done.digests:
             raise CacheMismatch(
@@ -341,7 +365,10 @@ def schedule(study: Study, stages: list, bases: dict, parallel: int = 4) -> dict
                     running[pool.submit(study.instance, s, bases[s.name], u, ins)] = (s.name, u)
             if not running:
                 break
-            finished, _ = wait(list(running), return_when=FIRST_COMPLETED)
+            finished = set()
+            while not finished:
+                finished, _ = wait(list(running), timeout=0.1, return_when=FIRST_COMPLETED)
+                study.serve()
             for f in finished:
                 name_unit = running.pop(f)
                 done[name_unit] = f.result()  # a failed stage stops the study (the pool waits for the others)
@@ -365,12 +392,13 @@ def _inputs_for_aligned(s, unit, done: dict, foreach_of: dict) -> dict | None:
     return out
 
 
-def run_study(cfg: dict, stream=None, cluster=None) -> dict:
+def run_study(cfg: dict, host, stream=None, cluster=None) -> dict:
     """Run the study ``cfg`` describes; returns the result dict (``objective``: the last stage's mean)."""
     import os
 
     from pgmflow.core import cluster as cluster_mod
-    from pgmflow.core import runner
+
+    runner = host
 
     stream = sys.stdout if stream is None else stream
     stages = studyplan.parse(cfg.get("stages"))
@@ -388,7 +416,7 @@ def run_study(cfg: dict, stream=None, cluster=None) -> dict:
     if cluster is not None:
         opened = contextlib.nullcontext(cluster)
     print(f"pgmflow: study run {tracker.run_id}: {' -> '.join(s.name for s in stages)}", file=stream, flush=True)
-    study = Study(cfg, tracker, tracker.run_id, opened, stream, shared_locks=bool(sweep_run))
+    study = Study(cfg, tracker, tracker.run_id, opened, host, stream, shared_locks=bool(sweep_run))
     try:
         done = schedule(study, stages, bases)
     except BaseException as exc:

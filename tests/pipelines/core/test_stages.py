@@ -22,11 +22,11 @@ def _where(cluster, uri):
 
 
 def _run(overrides, tmp_path, monkeypatch):
-    from pgmflow.core.study import run_study
+    from pgmflow.core.runner import execute
 
     monkeypatch.chdir(tmp_path)
     out = io.StringIO()
-    res = run_study(compose(overrides), stream=out)
+    res = execute(compose(overrides), stream=out)
     return res, out.getvalue()
 
 
@@ -176,6 +176,21 @@ def test_verify_on_three_workers(tmp_path, monkeypatch):
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     loc = [f"tracking.uri={uri}", "cluster.n_workers=3"]
     _run([*STUDY, *loc], tmp_path, monkeypatch)
-    again, _ = _run([*STUDY, *loc], tmp_path, monkeypatch)
+    again, text = _run([*STUDY, *loc, "cache.verify=1.0"], tmp_path, monkeypatch)  # every hit recomputed in the run
+    assert again["hits"] == 6 and text.count("gives the same bits") == 6, text
     out = io.StringIO()
     assert cache_cli.verify([again["run_id"], *loc], out=out) == 0
+    assert "6 cached stage(s) recomputed" in out.getvalue()
+
+
+def test_a_module_of_the_middle_stage_is_in_its_closure_only():
+    """An edit to the conversion module of the study's second stage (network_mrf) changes that stage's code
+    digest and no other workload's: the first stage (tesla) and the third (bounds) keep their keys, and the
+    third misses only if the second's output changes (its input digest)."""
+    from pgmflow.core import fingerprint, registry
+
+    mod = "pgmflow.tasks.bounds.from_network"
+    closures = {w.name: fingerprint.workload_code(w) for w in registry.workloads()}
+    assert [name for name, code in closures.items() if mod in code] == ["network_mrf"]
+    assert "pgmflow.tasks.tesla.solver" in closures["tesla"] and "pgmflow.tasks.bounds.trw" in closures["bounds"]
+    assert all(len(d) == 64 for d in closures["network_mrf"].values())
