@@ -170,7 +170,7 @@ def test_every_run_records_its_stage_key_and_an_input_edit_is_named(tmp_path, cl
 
 
 @pytest.mark.slow
-def test_verify_on_three_workers(tmp_path, monkeypatch):
+def test_verify_during_a_run_and_on_one_and_three_workers(tmp_path, monkeypatch):
     from pgmflow.core import cache_cli
 
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
@@ -178,9 +178,10 @@ def test_verify_on_three_workers(tmp_path, monkeypatch):
     _run([*STUDY, *loc], tmp_path, monkeypatch)
     again, text = _run([*STUDY, *loc, "cache.verify=1.0"], tmp_path, monkeypatch)  # every hit recomputed in the run
     assert again["hits"] == 6 and text.count("gives the same bits") == 6, text
-    out = io.StringIO()
-    assert cache_cli.verify([again["run_id"], *loc], out=out) == 0
-    assert "6 cached stage(s) recomputed" in out.getvalue()
+    for workers in ("3", "1"):
+        out = io.StringIO()
+        assert cache_cli.verify([again["run_id"], f"tracking.uri={uri}", f"cluster.n_workers={workers}"], out=out) == 0
+        assert "6 cached stage(s) recomputed" in out.getvalue()
 
 
 def test_a_module_of_the_middle_stage_is_in_its_closure_only():
