@@ -159,7 +159,7 @@ def _setup(ctx, plan: TemperingPlan) -> Setup:
         blocks=tuple(np.asarray(b, dtype=np.int64) for b in np.array_split(np.arange(K), n_blocks)),
         params=params,
         target_h=tuple(group_h[g] for g in group_of),
-        legs=ref_mod.legs_of(ts.reference, K),
+        legs=ref_mod.legs_of(ts.reference if targets[0].continuous else "fixed", K),  # an MRF builds its own in
     )
 
 

@@ -38,6 +38,7 @@ SHAPE_FIELDS = {
     "custom": ("dim",),
     "gaussian": ("dim",),
     "bayes": ("prior", "data"),
+    "mrf": ("path",),
 }
 
 MODEL_RULES = {
@@ -60,6 +61,7 @@ MODEL_RULES = {
         "reference_scale": real(gt=0),
     },
     "bayes": {},
+    "mrf": {"beta": real(gt=0)},
 }
 MODEL_EXTRA = {
     "ising": set(),
@@ -67,6 +69,7 @@ MODEL_EXTRA = {
     "custom": {"log_density", "grad_log_density"},
     "gaussian": set(),
     "bayes": {"prior", "data", "log_likelihood", "grad_log_likelihood", "likelihood_options"},
+    "mrf": {"path"},
 }
 
 
@@ -202,6 +205,8 @@ def check_reference(t: dict, name: str):
     ref = t.get("reference", "fixed")
     if ref == "fixed":
         return
+    if name == "mrf":  # a product of independent spins: pgmflow.tempering.mrf
+        return
     if not TARGETS[name].continuous:
         raise ConfigError(
             "tempering.reference",
@@ -254,8 +259,14 @@ def tempering_settings(t: dict, explorer: str) -> TemperingSettings:
     )
 
 
-def check_model(model: dict, name: str, explorer: str) -> Target:
-    """The model section's own rules beyond the field types; returns the target, built once."""
+def check_model(model: dict, name: str, explorer: str, reference: str = "fixed") -> Target:
+    """The model section's own rules beyond the field types; returns the target, built once
+    (``reference``: ``tempering.reference``, which an MRF target builds in)."""
+    if name == "mrf":
+        from pgmflow.tempering import mrf
+
+        mrf.check_reference({"reference": reference})
+        return TARGETS[name].build({**model, "reference": mrf.REFERENCES[reference]})
     if name == "gaussian_mixture":
         w = model.get("weights")
         if w is not None:
@@ -301,7 +312,7 @@ def check_tempering(cfg: dict) -> TemperingPlan:
     apply(cfg, {f"model.{k}": r for k, r in MODEL_RULES[name].items()})
     explorer = TARGETS[name].resolve_explorer(t["explorer"])
     check_chain_overrides(t.get("chain_overrides"), model, name)
-    target = check_model(model, name, explorer)
+    target = check_model(model, name, explorer, t.get("reference", "fixed"))
     check_reference(t, name)
 
     bounds = None

@@ -14,7 +14,7 @@ from pgmflow.core import artifacts
 def log_bounds(
     ctx, settings: VariationalSettings, targets: tuple, per_group: list, final_betas: list, last_traces: list
 ):
-    """The bounds along chain 0's ladder of each target (``targets``: the plan's Ising lattices), added to
+    """The bounds along chain 0's ladder of each target (``targets``: the plan's Ising lattices or MRFs), added to
     each target's results (``per_group``), with a table and, if ``variational.figures``, a figure."""
     tracker, G = ctx.tracker, len(targets)
     for g, res_g in enumerate(per_group):
@@ -39,9 +39,9 @@ def log_bounds(
         )
         if settings.figures:
             _log_figure(tracker, targets[g], rows, suffix)
+        where = f"T = {1.0 / targets[g].beta_model:.6g}" if targets[g].name == "ising" else "the target (b = 1)"
         ctx.say(
-            f"{'target ' + str(g) + ': ' if G > 1 else ''}bounds at T = "
-            f"{1.0 / targets[g].beta_model:.6g}: MF {last['mf_per_site']:.6f} <= tempering "
+            f"{'target ' + str(g) + ': ' if G > 1 else ''}bounds at {where}: MF {last['mf_per_site']:.6f} <= tempering "
             f"{last['tempering_per_site']:.6f} ± {last['tempering_se_per_site']:.6f} <= TRW "
             f"{last['trw_per_site']:.6f} per spin (Bethe {last['bethe_per_site']:.6f}); order holds (2 SE) at "
             f"{sum(r['order_holds_2se'] for r in rows)}/{len(rows)} ladder temperatures"
@@ -49,13 +49,16 @@ def log_bounds(
 
 
 def _log_figure(tracker, target, rows, suffix):
-    T = target.beta_model
+    if target.name == "ising":
+        title = f"log Z per spin: {target.L}x{target.L} Ising, ladder up to T = {target.beta_model**-1:.4g} (chain 0)"
+    else:
+        title = f"log Z per spin: MRF of {target.n_sites} nodes along the ladder (chain 0)"
     fig = bounds_figures.bounds_figure(
         [r["beta"] for r in rows],
         {k: [r[f"{k}_per_site"] for r in rows] for k in ("mf", "bethe", "trw")},
         None,
         [r["tempering_per_site"] for r in rows],
         [r["tempering_se_per_site"] for r in rows],
-        f"log Z per spin: {target.L}x{target.L} Ising, ladder up to T = {1.0 / T:.4g} (chain 0)",
+        title,
     )
     artifacts.log_figures(tracker, {"log_z_bounds": fig}, suffix)

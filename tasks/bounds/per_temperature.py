@@ -22,6 +22,12 @@ def ising_model(target, b: float = 1.0) -> _mrf.PairwiseMRF:
     )
 
 
+def mrf_level(target, b: float) -> _mrf.PairwiseMRF:
+    """Level ``b`` of an MRF tempering target (``pgmflow.tasks.tempering.mrf_target.MRFTarget``) as an MRF:
+    couplings ``b J``, fields ``b h + (1 - b) a`` (``a``: the target's reference fields)."""
+    return _mrf.PairwiseMRF(b * target.h + (1.0 - b) * target.ref_field, target.edges, b * target.J)
+
+
 def lattice_of(target):
     """``(L, W, periodic)`` of an Ising target on which the lattice kernels apply (sides >= 3), else None."""
     return (target.L, target.L, True) if target.L >= 3 else None

@@ -27,12 +27,12 @@ SWAP_SCHEMES = ("deo", "seo")
 class ExploreParams(NamedTuple):
     """Static settings of the local moves.
 
-    method: metropolis | heatbath (Ising) or rwm | hmc (continuous).
+    method: metropolis | heatbath (Ising, MRF) or rwm | hmc (continuous).
     n_steps: sweeps (Ising) or MH steps / HMC trajectories (continuous) per scan.
     n_leapfrog: leapfrog steps per HMC trajectory.
     seed: master seed.
     chain: index of the independent PT run.
-    philox_key: uint32 [2], key of the Ising kernel for this chain (unused for continuous).
+    philox_key: uint32 [2], key of the spin kernels (Ising, MRF) for this chain (unused for continuous).
     backend: numpy | cupy, where the Ising states live.
     """
 
@@ -49,7 +49,7 @@ class BlockState(NamedTuple):
     """The states of one block of replicas; stays on its worker between scans.
 
     replica_ids: int64 [Rb], global replica identities (0..R-1).
-    x: int8 [Rb, L, L] spins (numpy or cupy) or float64 [Rb, d].
+    x: int8 [Rb, L, L] spins (numpy or cupy), int8 [Rb, n] spins of an MRF, or float64 [Rb, d].
     """
 
     replica_ids: np.ndarray
@@ -124,8 +124,9 @@ def initial_record(n_replicas: int) -> SwapRecord:
 def init_block(target, replica_ids, params: ExploreParams) -> BlockState:
     """Fresh independent draws from the reference for the given replicas."""
     ids = np.asarray(replica_ids, dtype=np.int64)
-    if target.kind == "ising":
-        x = _explorers.ising_initial_spins(target, ids, params.seed, params.chain)
+    if target.kind in ("ising", "mrf"):
+        init = _explorers.ising_initial_spins if target.kind == "ising" else _explorers.mrf_initial_spins
+        x = init(target, ids, params.seed, params.chain)
         if params.backend == "cupy":
             from pgmflow.tasks import backend
 
@@ -182,9 +183,10 @@ def explore_block(
             target_x=x[at_target],
         )
         return BlockState(replica_ids=state.replica_ids, x=x), stats
-    if target.kind == "ising":
+    if target.kind in ("ising", "mrf"):
         sweep0 = int(scan) * params.n_steps
-        x, info = _explorers.explore_ising(
+        explore = _explorers.explore_ising if target.kind == "ising" else _explorers.explore_mrf
+        x, info = explore(
             target,
             state.x,
             b,

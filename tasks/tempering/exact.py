@@ -681,7 +681,7 @@ def gaussian_mixture_log_z(weights, sigmas, dim):
 
 def reference_log_z(target) -> tuple[float | None, str]:
     """The exact log Z of a tempering target where one is known, and how it was obtained:
-    ``(value, "kaufman" | "transfer_matrix" | "analytic")`` or ``(None, "none")``.
+    ``(value, "kaufman" | "transfer_matrix" | "enumeration" | "analytic")`` or ``(None, "none")``.
 
     Ising targets with uniform bonds and no field use Kaufman's finite-lattice formula (an
     antiferromagnet on an even periodic lattice maps onto the ferromagnet by flipping one
@@ -698,5 +698,8 @@ def reference_log_z(target) -> tuple[float | None, str]:
             res = ising_log_z_transfer_matrix(target.bonds_h, target.bonds_v, target.J_abs, target.h, target.beta_model)
             return float(res["log_z"] if isinstance(res, dict) else res), "transfer_matrix"
         return None, "none"
+    if target.kind == "mrf":  # any graph: enumeration up to 20 nodes
+        val = target.exact_log_z
+        return (val, "enumeration") if val is not None else (None, "none")
     val = getattr(target, "exact_log_z", None)
     return (float(val), "analytic") if val is not None else (None, "none")

@@ -80,6 +80,38 @@ def explore_ising(target, spins, b, replica_ids, philox_key, chain: int, sweep0:
     return new, info
 
 
+def mrf_initial_spins(target, replica_ids, seed: int, chain: int) -> np.ndarray:
+    """Independent draws from the MRF target's reference per replica: int8 [R, n]."""
+    from pgmflow.tasks.tempering.mrf_target import initial_spins
+
+    out = np.empty((len(replica_ids), target.n_sites), dtype=np.int8)
+    for i, r in enumerate(replica_ids):
+        out[i] = initial_spins(target, _rng.generator(seed, _rng.STAGE_INIT, chain, int(r)))
+    return out
+
+
+def explore_mrf(target, spins, b, replica_ids, philox_key, chain: int, sweep0: int, n_sweeps: int, method: str):
+    """``n_sweeps`` per-colour sweeps of each replica of an MRF target at its level ``b``
+    (:mod:`pgmflow.tasks.tempering.mrf_kernels`). spins: int8 [R, n] (numpy or cupy; copied, not modified);
+    b: float64 [R]. ``loglik`` is ``l(x) = h.x + sum_e J_e x_i x_j - a.x`` (``a``: the reference fields),
+    ``energy`` the negated log-potential ``-(h.x + sum_e J_e x_i x_j)``. Returns ``(new_spins, ExploreInfo)``."""
+    from pgmflow.tasks.tempering import mrf_kernels as K
+
+    new = spins.copy()
+    changed = K.mrf_sweep(
+        new, target, np.asarray(b, dtype=np.float64), philox_key, replica_ids, chain, sweep0, n_sweeps, method
+    )
+    st = K.mrf_statistics(new, target)  # [R, 4]: h.x, J term, a.x, sum x
+    n = target.n_sites
+    info = ExploreInfo(
+        loglik=st[:, 0] + st[:, 1] - st[:, 2],
+        energy=-(st[:, 0] + st[:, 1]),
+        abs_m=np.abs(st[:, 3]) / n,
+        accept=changed.astype(np.float64) / (n * max(n_sweeps, 1)),
+    )
+    return new, info
+
+
 def continuous_initial_state(target, replica_ids, seed: int, chain: int) -> np.ndarray:
     """Independent reference draws per replica: float64 [R, d]."""
     out = np.empty((len(replica_ids), target.dim))
