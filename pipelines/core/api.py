@@ -207,6 +207,10 @@ def run(
         if progress is not None:
             cfg["progress"] = bool(progress)
         own = _cluster_arg(cfg, cluster)
+        if own is None:
+            from pgmflow.core import mainguard
+
+            mainguard.check(cfg)  # an unguarded script would start worker processes that run it again
         record = runner.RunRecord()
         try:
             if own is None:

@@ -115,6 +115,37 @@ def config_hash(cfg: dict) -> str:
     return hashlib.sha256(json.dumps(core, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
+def finite_json(d: dict) -> dict:
+    """``d`` with every NaN or infinite float (at any depth) made null; a top-level key so changed gets a
+    ``<key>_note`` beside it saying what it was, and deeper ones are listed under ``nonfinite_fields``. JSON has
+    no NaN: a strict parser refuses the token, and a NaN objective would be ranked by a sweep."""
+    import math
+
+    found: list[tuple[str, str]] = []
+
+    def clean(v, path):
+        if isinstance(v, float) and not math.isfinite(v):
+            found.append((path, "nan" if v != v else ("inf" if v > 0 else "-inf")))
+            return None
+        if isinstance(v, dict):
+            return {k: clean(x, f"{path}.{k}" if path else str(k)) for k, x in v.items()}
+        if isinstance(v, (list, tuple)):
+            return [clean(x, f"{path}[{i}]") for i, x in enumerate(v)]
+        return v
+
+    out = clean(d, "")
+    if found and isinstance(out, dict):
+        deep = {}
+        for path, what in found:
+            if path in out and f"{path}_note" not in out:
+                out[f"{path}_note"] = f"not a finite number ({what})"
+            else:
+                deep[path] = what
+        if deep:
+            out["nonfinite_fields"] = deep
+    return out
+
+
 def flatten(d: dict, prefix: str = "") -> dict:
     out = {}
     for k, v in d.items():
@@ -406,7 +437,9 @@ class Tracker:
         self.client.log_text(self.run_id, text, artifact_file)
 
     def log_dict(self, d: dict, artifact_file: str):
-        self.client.log_text(self.run_id, json.dumps(d, indent=2, sort_keys=True, default=str), artifact_file)
+        """``d`` as strict JSON (no NaN or infinity: :func:`finite_json`)."""
+        text = json.dumps(finite_json(d), indent=2, sort_keys=True, default=str, allow_nan=False)
+        self.client.log_text(self.run_id, text, artifact_file)
 
     def log_figure(self, fig, artifact_file: str):
         self.client.log_figure(self.run_id, fig, artifact_file)

@@ -110,6 +110,8 @@ def run(ctx, plan: Plan) -> dict:
         else "scattered: each chunk put on the cluster once"
     )
     ctx.say(gp_data.describe(data))
+    if chunk_size > data.n:  # a setting the data overrides: said, not silent
+        ctx.say(f"sparse_gp.chunk_size={chunk_size} is more than the {data.n} rows: one chunk of {data.n} rows is used")
     ctx.say(
         f"method {method}, kernel {kernel}"
         + (f", m={m} inducing inputs" if method != "exact" else "")

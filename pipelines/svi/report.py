@@ -29,6 +29,8 @@ def finish(ctx, fit, trained, timing: Timing) -> dict:
     plan, state = fit.plan, trained.state
     lam = state.lam
     ppl, n_test = heldout_perplexity(ctx, fit, lam)
+    if not n_test:  # svi.heldout_fraction=0: no held-out perplexity, and so no objective to rank the run by
+        ppl = None
     top = evaluate.top_words(lam, plan.outputs.top_words)
     vocab = plan.corpus.vocab
     names = [[(vocab[w] if vocab else str(int(w))) for w in row] for row in top]
@@ -49,6 +51,8 @@ def finish(ctx, fit, trained, timing: Timing) -> dict:
         "driver_peak_rss_mb": _peak_rss_mb(),
         "top_words": names,
     }
+    if ppl is None:
+        result["objective_note"] = "no held-out documents (svi.heldout_fraction=0): the run has no objective"
     if plan.corpus.true_topics:
         true = np.load(plan.corpus.true_topics)
         assign, cos = evaluate.match_topics(lam, true)
@@ -228,10 +232,13 @@ def _pr_report(ctx, fit, lam) -> dict:
 
 
 def _print_summary(say, result, names):
+    held = (
+        f"held-out perplexity {result['heldout_perplexity']:.2f} on {result['heldout_tokens']:.0f} test tokens"
+        if result["heldout_perplexity"] is not None
+        else "no held-out documents (svi.heldout_fraction=0), so no held-out perplexity and no objective"
+    )
     say(
-        f"held-out perplexity {result['heldout_perplexity']:.2f} on {result['heldout_tokens']:.0f} "
-        f"test tokens; UMass coherence {result['coherence_umass_mean']:.2f}; "
-        f"{result['docs_per_second']:.0f} documents/s",
+        f"{held}; UMass coherence {result['coherence_umass_mean']:.2f}; {result['docs_per_second']:.0f} documents/s",
         summary=True,
     )
     if "topic_recovery_mean_cosine" in result:

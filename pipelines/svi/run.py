@@ -93,6 +93,12 @@ def _announce(ctx, plan: Plan, n_groups: int) -> None:
         f"corpus {info.path}: {info.n_docs} documents ({sch.n_train} for training), {plan.n_words} words, "
         f"{len(info.shard_docs)} shards; K={plan.model.K}, S={sch.batch_docs}, {sch.n_steps} steps"
     )
+    if sch.batch_size > sch.n_train:  # a setting the data overrides: said, not silent
+        ctx.say(
+            f"svi.batch_size={sch.batch_size} is more than the {sch.n_train} training documents: each step uses "
+            f"all {sch.n_train} ({sch.n_steps} steps in all); set svi.batch_size below {sch.n_train} for "
+            "stochastic steps"
+        )
 
 
 def _load_shards(ctx, plan: Plan, groups: list[list[int]], group_worker: list[str | None]) -> Fit:

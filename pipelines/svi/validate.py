@@ -118,12 +118,12 @@ def _check_svi_section(cfg: dict) -> dict:
     s = cfg["svi"]
     kappa = get(cfg, "svi.kappa")
     real()("svi.kappa", kappa)
-    if not 0.5 < float(kappa) <= 1.0:
+    if not 0.5 <= float(kappa) <= 1.0:  # 0.5: the Robbins-Monro boundary, standard in practice (docs/svi.md)
         raise ConfigError(
             "svi.kappa",
             kappa,
-            "must lie in (0.5, 1] for the step sizes to satisfy Robbins-Monro (sum rho = inf, sum rho^2 < inf)",
-            "use e.g. svi.kappa=0.7",
+            "must lie in [0.5, 1]: below 0.5 the step sizes rho_t = (tau0 + t)^-kappa have sum rho^2 = inf",
+            "use e.g. svi.kappa=0.7, or 0.5 with svi.tau0=64 (Hoffman, Blei and Bach 2010)",
         )
     if s.get("max_steps") is not None:
         integer(lo=1)("svi.max_steps", s["max_steps"])

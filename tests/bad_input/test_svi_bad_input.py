@@ -85,7 +85,7 @@ CASES = {
     "shards_with_different_vocabularies": _shard_vocab_mismatch,
     "empty_corpus": _empty_corpus,
     "corrupt_docword": _gz_garbage,
-    "kappa_0.5": lambda p: (["svi.kappa=0.5"], "svi.kappa=0.5"),
+    "kappa_0.49": lambda p: (["svi.kappa=0.49"], "svi.kappa=0.49"),
     "kappa_1.2": lambda p: (["svi.kappa=1.2"], "svi.kappa=1.2"),
     "seed_mass_above_1": lambda p: (["pr.seed_words={0: [matrix]}", "pr.seed_mass=1.5"], "pr.seed_mass=1.5"),
     "topic_cap_below_1": lambda p: (["pr.topic_cap=0.5"], "pr.topic_cap=0.5"),
