@@ -10,13 +10,12 @@ import numpy as np
 
 from pgmflow.core import artifacts, datasets
 from pgmflow.core.errors import ConfigError
-from pgmflow.core.validation import apply, choice, get, integer, real, unknown_keys
+from pgmflow.core.validation import apply, choice, get, integer, unknown_keys
 from pgmflow.tasks.bounds import from_network
 
 KNOWN = ("estimates", "method", "times", "every")
 RULES = {
     "network_mrf.every": integer(lo=1),
-    
     "network_mrf.method": choice("tesla", "keller", "static"),
 }
 
