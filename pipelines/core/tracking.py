@@ -276,6 +276,9 @@ class Tracker:
         logging.getLogger("alembic").setLevel(logging.WARNING)
         self.uri = _absolute_uri(uri)
         with _store_lock(self.uri):
+            from pgmflow.core import store
+
+            store.prepare(self.uri)  # a new local store: a copy of an empty one, not MLflow's migrations again
             self.client = RetryingClient(MlflowClient(tracking_uri=self.uri), self.uri, max_wait)
         self.experiment_name = experiment
         self.artifact_location = artifact_location or default_artifact_location(self.uri)
