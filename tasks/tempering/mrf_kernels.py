@@ -50,6 +50,7 @@ __all__ = ["METHODS", "mrf_sweep", "mrf_statistics", "numpy_colour_sweep"]
 METHODS = ("heatbath", "metropolis")
 _MASK32 = 0xFFFFFFFF
 _TWO32 = 4294967296.0
+PARALLEL_MIN_WORK = 1 << 20  # node and neighbour visits of one call above which threads run over replicas
 
 # dexp's constants (see pgmflow.tasks.fastexp); module globals, frozen into the compiled code
 _LOG2E = 1.4426950408889634
@@ -118,45 +119,62 @@ def _threshold(z, s, b, metropolis):
     return np.int64(np.rint(p * 4294967296.0))
 
 
+@backend.kernel(cache=True, nogil=True, inline="always")
+def _sweep_replica(x, r, br, h, a, indptr, nbr, Jn, colptr, sites, key0, key1, rid, chain32, sweep0, n_sweeps, metro):
+    """n_sweeps per-colour sweeps of replica r at level br, in place; returns the spins changed."""
+    C = colptr.shape[0] - 1
+    cnt = 0
+    for t in range(sweep0, sweep0 + n_sweeps):
+        for c in range(C):
+            ctr1 = np.uint64((t * C + c) & 0xFFFFFFFF)
+            lo = colptr[c]
+            hi = colptr[c + 1]
+            for g in range((hi - lo + 3) // 4):
+                w0, w1, w2, w3 = _philox(np.uint64(g), ctr1, rid, chain32, key0, key1)
+                for w in range(4):
+                    k = lo + 4 * g + w
+                    if k >= hi:
+                        break
+                    u = w0 if w == 0 else (w1 if w == 1 else (w2 if w == 2 else w3))
+                    i = sites[k]
+                    f = h[i]
+                    for e in range(indptr[i], indptr[i + 1]):
+                        f += Jn[e] * np.float64(x[r, nbr[e]])
+                    z = br * f + (1.0 - br) * a[i]
+                    s = x[r, i]
+                    thr = _threshold(z, np.float64(s), br, metro)
+                    ns = 1 if np.int64(u) < thr else -1
+                    if ns != s:
+                        cnt += 1
+                        x[r, i] = ns
+    return cnt
+
+
 @backend.kernel(cache=True, nogil=True, parallel=True)
 def _sweeps(x, b, h, a, indptr, nbr, Jn, colptr, sites, key0, key1, rid32, chain32, sweep0, n_sweeps, metro, out):
-    """n_sweeps per-colour sweeps of every replica, in place; out[r] += spins changed (parallel over r)."""
-    R = x.shape[0]
-    C = colptr.shape[0] - 1
-    for r in prange(R):
-        br = b[r]
-        cnt = 0
-        for t in range(sweep0, sweep0 + n_sweeps):
-            for c in range(C):
-                ctr1 = np.uint64((t * C + c) & 0xFFFFFFFF)
-                lo = colptr[c]
-                hi = colptr[c + 1]
-                for g in range((hi - lo + 3) // 4):
-                    w0, w1, w2, w3 = _philox(np.uint64(g), ctr1, rid32[r], chain32, key0, key1)
-                    for w in range(4):
-                        k = lo + 4 * g + w
-                        if k >= hi:
-                            break
-                        u = w0 if w == 0 else (w1 if w == 1 else (w2 if w == 2 else w3))
-                        i = sites[k]
-                        f = h[i]
-                        for e in range(indptr[i], indptr[i + 1]):
-                            f += Jn[e] * np.float64(x[r, nbr[e]])
-                        z = br * f + (1.0 - br) * a[i]
-                        s = x[r, i]
-                        thr = _threshold(z, np.float64(s), br, metro)
-                        ns = 1 if np.int64(u) < thr else -1
-                        if ns != s:
-                            cnt += 1
-                            x[r, i] = ns
-        out[r] += cnt
+    """_sweep_replica of every replica, threads over replicas; out[r] += spins changed."""
+    for r in prange(x.shape[0]):
+        out[r] += _sweep_replica(
+            x, r, b[r], h, a, indptr, nbr, Jn, colptr, sites, key0, key1, rid32[r], chain32, sweep0, n_sweeps, metro
+        )
 
 
-@backend.kernel(cache=True, nogil=True, parallel=True)
+@backend.kernel(cache=True, nogil=True)
+def _sweeps_serial(
+    x, b, h, a, indptr, nbr, Jn, colptr, sites, key0, key1, rid32, chain32, sweep0, n_sweeps, metro, out
+):
+    """_sweeps on the calling thread (small problems: no thread wake-ups)."""
+    for r in range(x.shape[0]):
+        out[r] += _sweep_replica(
+            x, r, b[r], h, a, indptr, nbr, Jn, colptr, sites, key0, key1, rid32[r], chain32, sweep0, n_sweeps, metro
+        )
+
+
+@backend.kernel(cache=True, nogil=True)
 def _statistics(x, h, a, ea, eb, J, out):
     """out[r] = (h.x, sum_e J_e x_i x_j, a.x, sum_i x_i) of replica r, summed in index order."""
     R, n = x.shape
-    for r in prange(R):
+    for r in range(R):
         hx = 0.0
         ax = 0.0
         m = 0.0
@@ -222,7 +240,8 @@ def mrf_sweep(x, target, b, key, replica_ids, chain: int, sweep0: int, n_sweeps:
     if not isinstance(x, np.ndarray) or not x.flags.c_contiguous or not x.flags.writeable:
         raise ValueError("spins must be a writeable C-contiguous numpy (or cupy) array")
     out = np.zeros(R, dtype=np.int64)
-    _kernels()["_sweeps"](
+    work = R * int(n_sweeps) * (target.n_sites + target.nbr.shape[0])
+    _kernels()["_sweeps" if R > 1 and work > PARALLEL_MIN_WORK else "_sweeps_serial"](
         x,
         b,
         target.h,
