@@ -22,9 +22,9 @@ def pgmflow(args, cwd, timeout=300):
 def test_help_and_cfg(tmp_path):
     r = pgmflow(["--help"], tmp_path)
     assert r.returncode == 0
-    assert "pipeline: bounds, sparse_gp, svi, tempering, tesla" in r.stdout and "experiment" in r.stdout
-    assert "gp_data: csv, diabetes, npy, npz, synthetic" in r.stdout
-    assert "corpus: docstrings" in r.stdout and "network: csv, npz, synthetic" in r.stdout
+    assert "pipeline: bounds, network_mrf, sparse_gp, svi, tempering, tesla" in r.stdout and "experiment" in r.stdout
+    assert "gp_data: co2, csv, diabetes, npy, npz, synthetic" in r.stdout
+    assert "corpus: docstrings" in r.stdout and "network: csv, npz, rollcall, synthetic" in r.stdout
     r = pgmflow(["--cfg", "job", "model.L=16", "seed=3"], tmp_path)
     assert r.returncode == 0
     assert "L: 16" in r.stdout and "seed: 3" in r.stdout

@@ -351,7 +351,9 @@ def test_seed_mass_one_and_forced_levels():
     np.testing.assert_allclose(q.max(axis=0), [0.6, 0.6, 0.0], atol=1e-12)
     assert_feasible(q, c, w, pr)
     np.testing.assert_allclose(run_kernel(p, c, w, pr)[0], q, atol=1e-12)
-    np.testing.assert_allclose(R.primal_solve_scipy(p, c, w, pr), q, atol=1e-5)
+    # SLSQP stops at a point that depends on the BLAS thread count here (2.6e-5 from q with one thread, within
+    # 1e-5 with two): the independent check holds it to 1e-4; q itself is checked exactly above
+    np.testing.assert_allclose(R.primal_solve_scipy(p, c, w, pr), q, atol=1e-4)
 
 
 def test_documents_infeasible_only_under_allow_doc_infeasible_get_the_smallest_feasible_cap():
