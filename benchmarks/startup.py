@@ -1,0 +1,97 @@
+"""Start-up cost of small runs (issue 38): a debug-size run of each pipeline, timed from process start to exit,
+split into what the measurements can separate, each in a fresh process as a user meets it:
+
+* ``python -c "import pgmflow.core.cli"``: Python and pgmflow's command path;
+* ``pgmflow --cfg job``: plus Hydra's composition (what every command pays before any work);
+* a debug run on the synchronous scheduler in a folder whose store exists (no cluster, no new store);
+* the same on the default local cluster (2 worker processes);
+* the same in a new folder (a new SQLite store: pgmflow copies an empty one, pgmflow.core.store);
+* ``python -c "import mlflow"``, ``import dask.distributed``: the two largest imports, for scale.
+
+Prints the table (median of ``--repeat`` runs) and the targets: at most 3 s with an existing store, 6 s in a
+new folder. The peer: the issue's measurement before (a debug svi run 6.8 s, 5.3 s synchronous, quiet
+2-core machine), printed beside ours with the ratio.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+PIPELINES = ["tempering", "svi", "tesla", "bounds", "sparse_gp"]
+BEFORE_SVI = {"local": 6.8, "synchronous": 5.3}  # issue 38, quiet 2-core machine, before
+
+
+def timed(args, cwd) -> float:
+    t = time.perf_counter()
+    r = subprocess.run(args, cwd=cwd, capture_output=True, text=True)
+    if r.returncode:
+        sys.exit(f"failed: {' '.join(map(str, args))}\n{r.stderr[-3000:]}")
+    return time.perf_counter() - t
+
+
+def median(f, n):
+    return statistics.median(f() for _ in range(n))
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--repeat", type=int, default=3)
+    a = ap.parse_args()
+    py = sys.executable
+    rows = []
+    with tempfile.TemporaryDirectory() as d:
+        d = Path(d)
+        (d / "store").mkdir()
+        rows.append(
+            ("import pgmflow.core.cli", median(lambda: timed([py, "-c", "import pgmflow.core.cli"], d), a.repeat))
+        )
+        rows.append(("import mlflow", median(lambda: timed([py, "-c", "import mlflow"], d), a.repeat)))
+        rows.append(
+            ("import dask.distributed", median(lambda: timed([py, "-c", "import dask.distributed"], d), a.repeat))
+        )
+        rows.append(("pgmflow --cfg job", median(lambda: timed([py, "-m", "pgmflow", "--cfg", "job"], d), a.repeat)))
+        print(f"{'what':42s} {'seconds':>8s}")
+        for what, s in rows:
+            print(f"{what:42s} {s:8.2f}")
+        print(
+            f"\n{'pipeline (debug=default)':26s} {'sync, store':>12s} {'local, store':>13s} {'local, new folder':>18s}"
+        )
+        worst_existing, worst_new = 0.0, 0.0
+        for name in PIPELINES:
+            base = [py, "-m", "pgmflow", f"pipeline={name}", "debug=default", "progress=false"]
+            timed([*base, "cluster.profile=synchronous"], d / "store")  # the store exists from here on
+            sync = median(lambda: timed([*base, "cluster.profile=synchronous"], d / "store"), a.repeat)
+            local = median(lambda: timed(base, d / "store"), a.repeat)
+
+            def fresh():
+                with tempfile.TemporaryDirectory(dir=d) as f:
+                    return timed(base, f)
+
+            new = median(fresh, a.repeat)
+            worst_existing, worst_new = max(worst_existing, min(sync, local)), max(worst_new, new)
+            print(f"{name:26s} {sync:12.2f} {local:13.2f} {new:18.2f}")
+            if name == "svi":
+                svi = (sync, local)
+    print(
+        f"\nsvi debug run, before (issue 38): {BEFORE_SVI['local']} s local, {BEFORE_SVI['synchronous']} s synchronous; "
+        f"now {svi[1]:.2f} s and {svi[0]:.2f} s (ratio {BEFORE_SVI['local'] / svi[1]:.2f}x, {BEFORE_SVI['synchronous'] / svi[0]:.2f}x)"
+    )
+    print(
+        f"slowest pipeline with an existing store (best profile): {worst_existing:.2f} s; target <= 3 s: {'met' if worst_existing <= 3 else 'NOT met'}"
+    )
+    print(
+        f"slowest pipeline in a new folder: {worst_new:.2f} s; target <= 6 s: {'met' if worst_new <= 6 else 'NOT met'}"
+    )
+    if os.cpu_count():
+        print(f"({os.cpu_count()} CPUs; load average {os.getloadavg()[0]:.1f} at the end)")
+
+
+if __name__ == "__main__":
+    main()
