@@ -41,10 +41,10 @@ __device__ __forceinline__ void pgm_mrf_philox(pgm_u32 c[4], pgm_u32 k0, pgm_u32
     }
 }
 
-/* exp(x), x <= 0, from IEEE + - * and ldexp only: the numba kernel's _dexp, operation for operation. */
+/* exp(x), -40 <= x <= 0 (0 below), from IEEE + - * and an exact ldexp: the numba kernel's _dexp. */
 __device__ __forceinline__ double pgm_dexp(double x)
 {
-    if (x < -745.0) return 0.0;
+    if (x < -40.0) return 0.0;
     const double kf = x * 1.4426950408889634 + 6755399441055744.0;
     const double k = kf - 6755399441055744.0;
     const double r = (x - k * 6.93147180369123816490e-01) - k * 1.90821492927058770002e-10;

@@ -27,18 +27,19 @@ and its new spin is ``+1`` iff ``u < thr`` with the integer threshold ``thr`` in
   when ``s = +1`` (stay up unless flipped) and ``rint(acc * 2**32)`` when ``s = -1``.
 
 ``dexp(x)`` (``x <= 0``) is ``exp`` by Cody and Waite's reduction and a degree-13 Taylor polynomial in
-Horner form (the arithmetic of ``pgmflow.tasks.fastexp``) with ``ldexp`` for the power of two, 0 below
--745: only correctly rounded IEEE operations, and no fused multiply-add (numba without fast-math; the CUDA
-source is compiled with ``--fmad=false``), so both kernels compute the same thresholds bit for bit.
+Horner form (the arithmetic of ``pgmflow.tasks.fastexp``) times the exact power of two, and 0 below
+-40 (there ``exp(x) < 4.3e-18``: every threshold is then 0 or ``2**32`` whatever its value, since
+``1 + e == 1`` and ``e * 2**32 < 0.5``): only correctly rounded IEEE operations, and no fused
+multiply-add (numba without fast-math; the CUDA source is compiled with ``--fmad=false``), so both kernels
+compute the same thresholds bit for bit.
 
-The NumPy peer :func:`numpy_colour_sweep` (heat bath, the obvious way) is what ``benchmarks/tempering.py``
+The NumPy peer :func:`numpy_colour_sweep` (heat bath, the obvious way) is what ``benchmarks/tempering_mrf.py``
 measures the kernel against.
 """
 
 from __future__ import annotations
 
 import functools
-import math
 import sys
 
 import numpy as np
@@ -73,6 +74,7 @@ _C = (
     2.08767569878681e-09,
     1.6059043836821613e-10,
 )
+_POW2_NEG = np.ldexp(1.0, -np.arange(64))  # 2**-j, exact
 _C0, _C1, _C2, _C3, _C4, _C5, _C6, _C7, _C8, _C9, _C10, _C11, _C12, _C13 = _C
 
 # numba kernels: plain module-level functions; _kernels() compiles them and binds these names
@@ -82,8 +84,8 @@ _philox = philox._philox4x32
 
 @backend.kernel(cache=True, nogil=True, inline="always")
 def _dexp(x):
-    """exp(x) for x <= 0 from IEEE + - * only (see the module docstring); 0 below -745."""
-    if x < -745.0:
+    """exp(x) for -40 <= x <= 0 from IEEE + - * only (see the module docstring); 0 below -40."""
+    if x < -40.0:
         return 0.0
     kf = x * _LOG2E + _SHIFT
     k = kf - _SHIFT
@@ -102,7 +104,7 @@ def _dexp(x):
     p = p * r + _C2
     p = p * r + _C1
     p = p * r + _C0
-    return math.ldexp(p, int(k))
+    return p * _POW2_NEG[-int(k)]  # exactly ldexp(p, k): k in [-58, 0]
 
 
 @backend.kernel(cache=True, nogil=True, inline="always")

@@ -29,7 +29,7 @@ def random_model(rng, n, density, scale, field=0.3) -> M.PairwiseMRF:
 
 
 def dexp_py(x):
-    if x < -745.0:
+    if x < -40.0:
         return 0.0
     kf = x * K._LOG2E + K._SHIFT
     k = kf - K._SHIFT
@@ -87,9 +87,24 @@ def test_colouring_is_proper_and_deterministic():
 
 
 def test_dexp_is_exp_to_a_few_ulp():
-    xs = np.concatenate([-np.logspace(-12, 2.85, 2000), [0.0, -744.9, -746.0]])
+    xs = np.concatenate([-np.logspace(-12, np.log10(40.0), 2000), [0.0, -40.0]])
     ours = np.array([dexp_py(float(v)) for v in xs])
-    np.testing.assert_allclose(ours, np.exp(xs), rtol=4e-16, atol=1e-320)
+    np.testing.assert_allclose(ours, np.exp(xs), rtol=4e-16, atol=0)
+    assert dexp_py(-40.0000001) == 0.0
+    compiled = K._kernels()["_dexp"]
+    assert [compiled(float(v)) for v in xs[::50]] == [dexp_py(float(v)) for v in xs[::50]]
+
+
+def test_thresholds_are_saturated_beyond_the_cut():
+    """Below -40 dexp is 0; the thresholds there are those exp itself would give (0 or 2**32)."""
+    for z in (20.0001, 35.0, 400.0):
+        for s in (-1.0, 1.0):
+            assert threshold_py(z, s, 1.0, False) == 2**32 and threshold_py(-z, s, 1.0, False) == 0
+            p = 1.0 / (1.0 + math.exp(-2.0 * z))
+            assert int(np.rint(p * 2.0**32)) == 2**32
+    assert threshold_py(25.0, 1.0, 1.0, True) == 2**32  # +1 in a field of +25 never flips down
+    assert threshold_py(-25.0, -1.0, 1.0, True) == 0  # -1 in a field of -25 never flips up
+    assert threshold_py(25.0, -1.0, 1.0, True) == 2**32  # a downhill flip is always taken
 
 
 @pytest.mark.parametrize("method", K.METHODS)
