@@ -222,6 +222,91 @@ def _softplus_neg(u):
 
 
 @backend.kernel(cache=True, nogil=True)
+def _margins4(X, node, lo, woff, theta, t, u):
+    """The margins of time points t..t+3 when each has exactly one row (TESLA with one sample per time
+    point): four sums side by side over every column but the node's, in column order, then the field.
+    A zero entry adds an exact zero, so each sum has the bits of the sum over the non-zero entries in
+    :func:`_margins`; the four chains of additions overlap instead of waiting on one another."""
+    p = theta.shape[1]
+    x0, x1, x2, x3 = X[lo[t]], X[lo[t + 1]], X[lo[t + 2]], X[lo[t + 3]]
+    th0, th1, th2, th3 = theta[t], theta[t + 1], theta[t + 2], theta[t + 3]
+    s0 = 0.0
+    s1 = 0.0
+    s2 = 0.0
+    s3 = 0.0
+    for j in range(p):
+        if j == node:
+            continue
+        s0 += th0[j] * x0[j]
+        s1 += th1[j] * x1[j]
+        s2 += th2[j] * x2[j]
+        s3 += th3[j] * x3[j]
+    u[woff[t]] = 2.0 * float(x0[node]) * (s0 + th0[node])
+    u[woff[t + 1]] = 2.0 * float(x1[node]) * (s1 + th1[node])
+    u[woff[t + 2]] = 2.0 * float(x2[node]) * (s2 + th2[node])
+    u[woff[t + 3]] = 2.0 * float(x3[node]) * (s3 + th3[node])
+
+
+@backend.kernel(cache=True, nogil=True)
+def _step_terms(g, xn, y):
+    """``(<g, xn - y>, |xn - y|^2)`` over C-ordered arrays of one shape, in four interleaved partial sums
+    (a fixed order: the same bits on every machine; only the step search's test reads them)."""
+    gf = g.reshape(-1)
+    xf = xn.reshape(-1)
+    yf = y.reshape(-1)
+    n = gf.shape[0]
+    a0 = a1 = a2 = a3 = 0.0
+    b0 = b1 = b2 = b3 = 0.0
+    n4 = n - n % 4
+    for i in range(0, n4, 4):
+        d0 = xf[i] - yf[i]
+        d1 = xf[i + 1] - yf[i + 1]
+        d2 = xf[i + 2] - yf[i + 2]
+        d3 = xf[i + 3] - yf[i + 3]
+        a0 += gf[i] * d0
+        a1 += gf[i + 1] * d1
+        a2 += gf[i + 2] * d2
+        a3 += gf[i + 3] * d3
+        b0 += d0 * d0
+        b1 += d1 * d1
+        b2 += d2 * d2
+        b3 += d3 * d3
+    for i in range(n4, n):
+        d0 = xf[i] - yf[i]
+        a0 += gf[i] * d0
+        b0 += d0 * d0
+    return (a0 + a1) + (a2 + a3), (b0 + b1) + (b2 + b3)
+
+
+@backend.kernel(cache=True, nogil=True)
+def _displacement(y, xn, x):
+    """``(max |y - xn|, <y - xn, xn - x>)``: FISTA's stopping and restart tests, the inner product in
+    four interleaved partial sums (a fixed order, as :func:`_step_terms`)."""
+    yf = y.reshape(-1)
+    nf = xn.reshape(-1)
+    xf = x.reshape(-1)
+    n = yf.shape[0]
+    gmax = 0.0
+    c0 = c1 = c2 = c3 = 0.0
+    n4 = n - n % 4
+    for i in range(0, n4, 4):
+        e0 = yf[i] - nf[i]
+        e1 = yf[i + 1] - nf[i + 1]
+        e2 = yf[i + 2] - nf[i + 2]
+        e3 = yf[i + 3] - nf[i + 3]
+        gmax = max(gmax, max(max(abs(e0), abs(e1)), max(abs(e2), abs(e3))))
+        c0 += e0 * (nf[i] - xf[i])
+        c1 += e1 * (nf[i + 1] - xf[i + 1])
+        c2 += e2 * (nf[i + 2] - xf[i + 2])
+        c3 += e3 * (nf[i + 3] - xf[i + 3])
+    for i in range(n4, n):
+        e0 = yf[i] - nf[i]
+        gmax = max(gmax, abs(e0))
+        c0 += e0 * (nf[i] - xf[i])
+    return gmax, (c0 + c1) + (c2 + c3)
+
+
+@backend.kernel(cache=True, nogil=True)
 def _margins(X, node, lo, hi, woff, theta, nz, u):
     """u[e] = 2 y_d theta^t . z_d for every (time point t, row d) term ``e = woff[t] + d - lo[t]``.
 
@@ -229,7 +314,15 @@ def _margins(X, node, lo, hi, woff, theta, nz, u):
     column, whose entry is the field: ``z_d[node] = 1``), two rows side by side; each margin sums
     its terms in column order, then adds the field. ``nz`` [p] int64 scratch."""
     T, p = theta.shape
+    t4 = 0  # time points before t4 were done four at a time (runs of one-row windows)
     for t in range(T):
+        if t < t4:
+            continue
+        if t + 3 < T and hi[t] - lo[t] == 1 and hi[t + 1] - lo[t + 1] == 1:
+            if hi[t + 2] - lo[t + 2] == 1 and hi[t + 3] - lo[t + 3] == 1:
+                _margins4(X, node, lo, woff, theta, t, u)
+                t4 = t + 4
+                continue
         nnz = 0
         for j in range(p):
             nz[nnz] = j
@@ -576,13 +669,7 @@ def _fista(X, node, lo, hi, woff, w, lam1, lam2, q, L, penalized, theta, max_ite
             _margins(X, node, lo, hi, woff, xn, nz, u_n)
             if Lk >= L:
                 break
-            gd = 0.0
-            dd = 0.0
-            for t in range(T):
-                for j in range(p):
-                    dl = xn[t, j] - y[t, j]
-                    gd += g[t, j] * dl
-                    dd += dl * dl
+            gd, dd = _step_terms(g, xn, y)
             _exps(lo, hi, woff, u_n, ex)
             fx = _loss_terms(lo, hi, woff, w, u_n, ex, buf)
             if smooth:
@@ -593,14 +680,7 @@ def _fista(X, node, lo, hi, woff, w, lam1, lam2, q, L, penalized, theta, max_ite
             Lk = min(2.0 * Lk, L)
             shrink = 0.9
         # optimality: the displacement |y - x+|, and the restart test <y - x+, x+ - x> > 0
-        gmax = 0.0
-        ip = 0.0
-        for t in range(T):
-            for j in range(p):
-                a = y[t, j] - xn[t, j]
-                if abs(a) > gmax:
-                    gmax = abs(a)
-                ip += a * (xn[t, j] - x[t, j])
+        gmax, ip = _displacement(y, xn, x)
         if gmax * L <= tol:
             for t in range(T):
                 for j in range(p):
