@@ -63,13 +63,17 @@ def set_field(cfg: dict, dotted: str, value):
     node[last] = value
 
 
-def compose_stage(study_cfg: dict, s: studyplan.StageDef) -> dict:
+def compose_stage(study_cfg: dict, s: studyplan.StageDef, composed: dict | None = None) -> dict:
     """The stage's resolved config: its workload's defaults with its groups, its ``config`` merged on, and the
-    study's seed, backend and where-to-run sections."""
+    study's seed, backend and where-to-run sections. ``composed``: Hydra compositions already made in this
+    study, by their overrides (two stages of one workload and groups compose once)."""
     from pgmflow.core.config import nested_compose
 
-    cfg = nested_compose([f"pipeline={s.workload}", *s.groups])
-    cfg = deep_merge(cfg, s.config)
+    overrides = (f"pipeline={s.workload}", *s.groups)
+    composed = {} if composed is None else composed
+    if overrides not in composed:
+        composed[overrides] = nested_compose(list(overrides))
+    cfg = deep_merge(copy.deepcopy(composed[overrides]), s.config)
     for k in PASSED_DOWN:
         if k in study_cfg:
             cfg[k] = copy.deepcopy(study_cfg[k])
@@ -194,6 +198,7 @@ class Study:
     _owner: object = field(default_factory=threading.get_ident)  # the thread that may open and close the cluster
     _wanted: object = field(default_factory=threading.Event)
     _ready: object = field(default_factory=threading.Event)
+    _entries: dict = field(default_factory=dict)  # key -> the cache entry prepare() found
 
     @property
     def cluster(self):
@@ -243,8 +248,12 @@ class Study:
         when the instance will have to run (Dask clients belong to the thread that made them)."""
         if self._handle is not None:
             return
-        if self.mode in ("off", "refresh") or cache_entry(self.tracker, self.key_of(s, base, inputs)[3]) is None:
+        key = self.key_of(s, base, inputs)[3]
+        entry = None if self.mode in ("off", "refresh") else cache_entry(self.tracker, key)
+        if entry is None:
             self.cluster  # noqa: B018  (opens it)
+        else:
+            self._entries[key] = entry  # the instance's own look-up (under its lock) starts from it
 
     def instance(self, s: studyplan.StageDef, base: dict, unit, inputs: dict) -> Done:
         """Run (or reuse) one stage instance; ``inputs``: {port: (local file, source run, artifact name, digest)}."""
@@ -260,7 +269,7 @@ class Study:
         return done
 
     def _hit(self, s, wl, key, label, unit) -> Done | None:
-        entry = cache_entry(self.tracker, key)
+        entry = self._entries.pop(key, None) or cache_entry(self.tracker, key)  # a finished run never unfinishes
         if entry is None:
             return None
         src = entry.info.run_id
@@ -402,7 +411,8 @@ def run_study(cfg: dict, host, stream=None, cluster=None) -> dict:
 
     stream = sys.stdout if stream is None else stream
     stages = studyplan.parse(cfg.get("stages"))
-    bases = {s.name: compose_stage(cfg, s) for s in stages}
+    composed: dict = {}
+    bases = {s.name: compose_stage(cfg, s, composed) for s in stages}
     tracker = runner._tracker(cfg)
     name = f"study-{'-'.join(s.name for s in stages)}-{time.strftime('%Y%m%d-%H%M%S')}"
     tags = {"pgmflow.pipeline": "study", stagekey.KEY_TAG + ".study": stagekey.job_key(cfg)}
