@@ -94,6 +94,19 @@ def in_process(plan: Plan) -> bool:
     return not data.memmap and data.n * max(plan.m, 1) <= IN_PROCESS_MAX_WORK
 
 
+def _describe(ctx, plan: Plan, n_chunks: int, access: str):
+    """The run's opening lines: the data, a chunk size the data overrides (said, not silent), the method."""
+    data, chunk_size, m = plan.data, plan.chunk_size, plan.m
+    ctx.say(gp_data.describe(data))
+    if chunk_size > data.n:
+        ctx.say(f"sparse_gp.chunk_size={chunk_size} is more than the {data.n} rows: one chunk of {data.n} rows is used")
+    ctx.say(
+        f"method {plan.method}, kernel {plan.kernel}"
+        + (f", m={m} inducing inputs" if plan.method != "exact" else "")
+        + f"; {n_chunks} chunk(s) of <= {chunk_size} rows ({access.split(':')[0]}); backend {ctx.backend}"
+    )
+
+
 def run(ctx, plan: Plan) -> dict:
     data, method, kernel, m, chunk_size = plan.data, plan.method, plan.kernel, plan.m, plan.chunk_size
     if in_process(plan) and ctx.executor.distributed:
@@ -109,14 +122,7 @@ def run(ctx, plan: Plan) -> dict:
         if data.memmap
         else "scattered: each chunk put on the cluster once"
     )
-    ctx.say(gp_data.describe(data))
-    if chunk_size > data.n:  # a setting the data overrides: said, not silent
-        ctx.say(f"sparse_gp.chunk_size={chunk_size} is more than the {data.n} rows: one chunk of {data.n} rows is used")
-    ctx.say(
-        f"method {method}, kernel {kernel}"
-        + (f", m={m} inducing inputs" if method != "exact" else "")
-        + f"; {n_chunks} chunk(s) of <= {chunk_size} rows ({access.split(':')[0]}); backend {ctx.backend}"
-    )
+    _describe(ctx, plan, n_chunks, access)
     tracker.set_tags(
         {
             "pgmflow.gp.method": method,

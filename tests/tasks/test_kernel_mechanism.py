@@ -79,6 +79,7 @@ ACCESSORS = [
     ("pgmflow.tasks.lda.regularization", "_numba_kernels"),
     ("pgmflow.tasks.tempering.ising_cpu", "kernels"),
     ("pgmflow.tasks.tempering.ising_kernels", "_energy_kernel"),
+    ("pgmflow.tasks.tempering.mrf_kernels", "_kernels"),
     ("pgmflow.tasks.gp.kernels", "_kernels"),
     ("pgmflow.tasks.gp.fused", "_kernels"),
 ]

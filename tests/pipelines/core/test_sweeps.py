@@ -73,7 +73,7 @@ def test_failed_jobs_do_not_stop_the_sweep(tmp_path):
     status = sorted(c.info.status for c in children)
     assert status == ["FAILED"] * 2 + ["FINISHED"] * 6
     for c in children:
-        assert c.data.tags["pgmflow.config_hash"]
+        assert c.data.tags["pgmflow.stage_key"]
         if c.info.status == "FAILED":
             assert "model.T=-1.0" in c.data.tags["pgmflow.sweep.overrides"]
             assert "model.T" in c.data.tags["pgmflow.error"] and "fix:" in c.data.tags["pgmflow.error"]
@@ -81,7 +81,7 @@ def test_failed_jobs_do_not_stop_the_sweep(tmp_path):
             assert "model.T" in tr.read_text("error.txt")
         else:
             assert "objective" in c.data.metrics
-    assert len({c.data.tags["pgmflow.config_hash"] for c in children}) == 8
+    assert len({c.data.tags["pgmflow.stage_key"] for c in children}) == 8
     assert parent.info.status == "FAILED" or tr.client.get_run(parent.info.run_id).info.status == "FAILED"
     rows = summary_rows(tr, parent.info.run_id)
     assert len(rows) == 8 and sum(r["status"] == "FAILED" for r in rows) == 2
@@ -147,7 +147,7 @@ def test_killed_sweep_resumes_only_missing_jobs(tmp_path):
     tr, parents, children = runs(uri)
     assert len(parents) == 1
     assert len(children) == 12 and all(c.info.status == "FINISHED" for c in children)
-    assert len({c.data.tags["pgmflow.config_hash"] for c in children}) == 12
+    assert len({c.data.tags["pgmflow.stage_key"] for c in children}) == 12
     rows = summary_rows(tr, parents[0].info.run_id)
     skipped = {row["run_id"] for row in rows if row["status"] == "SKIPPED"}
     ran = {row["run_id"] for row in rows if row["status"] == "FINISHED"}
