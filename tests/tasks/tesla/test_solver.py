@@ -566,3 +566,48 @@ def test_static_with_one_value_per_time_point_caps_the_field_and_has_no_edges():
     d2 = S.tesla_design(X2[order], tix[order], 12)
     r2 = S.solve_path(d2, 0, 0.01, 0.0)
     assert r2.converged and r2.n_iter > 0 and np.all(np.abs(r2.theta[:, 0]) < S.FIELD_CAP)
+
+
+def _margins_sparse_reference(X, node, theta):
+    """The margins as the sparse per-row sum did it (one row per time point): the non-zero entries of
+    theta^t but the node's in column order, then the field."""
+    u = np.empty(X.shape[0])
+    for t in range(X.shape[0]):
+        s = 0.0
+        for j in range(X.shape[1]):
+            if j != node and theta[t, j] != 0.0:
+                s += theta[t, j] * float(X[t, j])
+        u[t] = 2.0 * float(X[t, node]) * (s + theta[t, node])
+    return u
+
+
+@pytest.mark.parametrize("T", [1, 4, 7, 13])
+def test_margins_of_one_row_time_points_have_the_sparse_sums_bits(T):
+    """One sample per time point (the Senate's shape): the margins taken four time points at a time over
+    every column equal, bit for bit, the sums over the non-zero entries (missing values, 0 in X, included)."""
+    rng = np.random.default_rng(T)
+    p, node = 9, 4
+    X = rng.choice(np.array([-1, 0, 1], np.int8), size=(T, p), p=[0.45, 0.1, 0.45])
+    X[:, node] = np.where(X[:, node] == 0, 1, X[:, node])
+    design = S.tesla_design(X, np.arange(T), T)
+    theta = rng.standard_normal((T, p)) * (rng.random((T, p)) < 0.6)
+    theta[0, :] = -0.0  # signed zeros add nothing either
+    S._kernels()
+    u = np.empty(T)
+    S._margins(design.X, node, design.lo, design.hi, design.woff, theta, np.empty(p, np.int64), u)
+    ref = _margins_sparse_reference(design.X, node, theta)
+    assert np.array_equal(u.view(np.int64), ref.view(np.int64))
+
+
+@pytest.mark.parametrize("n", [1, 3, 8, 645 * 7 + 2])
+def test_fista_reductions_match_numpy(n):
+    """The step-search terms and the displacement (max, inner product) of the FISTA loop, taken in four
+    interleaved partial sums, against NumPy's."""
+    rng = np.random.default_rng(n)
+    g, xn, y, x = (rng.standard_normal((n, 1)) for _ in range(4))
+    S._kernels()
+    gd, dd = S._step_terms(g, xn, y)
+    np.testing.assert_allclose([gd, dd], [np.sum(g * (xn - y)), np.sum((xn - y) ** 2)], rtol=1e-12, atol=1e-12)
+    gmax, ip = S._displacement(y, xn, x)
+    assert gmax == np.abs(y - xn).max()
+    np.testing.assert_allclose(ip, np.sum((y - xn) * (xn - x)), rtol=1e-12, atol=1e-12)
