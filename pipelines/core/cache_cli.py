@@ -167,8 +167,8 @@ def verify(args: list[str], out=sys.stdout) -> int:
     from pgmflow.core import cluster as cluster_mod
     from pgmflow.core import registry
 
-    if not args:
-        raise ConfigError("run id", None, "missing", "pgmflow cache verify RUN_ID")
+    if not args or "=" in args[0]:  # an override where the run id goes
+        raise ConfigError("run id", None, "missing", "pgmflow cache verify RUN_ID [OVERRIDES...]")
     run_id, overrides = args[0], args[1:]
     cfg, tracker = _tracker(overrides)
     run = tracker.client.get_run(run_id)
@@ -198,8 +198,8 @@ def verify(args: list[str], out=sys.stdout) -> int:
 
 
 def lineage(args: list[str], out=sys.stdout) -> int:
-    if not args:
-        raise ConfigError("run id", None, "missing", "pgmflow lineage RUN_ID")
+    if not args or "=" in args[0]:  # an override where the run id goes
+        raise ConfigError("run id", None, "missing", "pgmflow lineage RUN_ID [OVERRIDES...]")
     _, tracker = _tracker(args[1:])
     _lineage(tracker, args[0], 0, out, set())
     return 0
@@ -244,7 +244,8 @@ def main(argv: list[str]) -> int:
         if argv[:1] == ["lineage"]:
             return lineage(argv[1:])
         if len(argv) < 2 or argv[1] not in cmds:
-            print(f"pgmflow: error: {USAGE}", file=sys.stderr)
+            got = argv[1] if len(argv) > 1 else None
+            print(f"pgmflow: error: cache command={got!r}: unknown or missing; fix: {USAGE}", file=sys.stderr)
             return EXIT_BAD_INPUT
         return cmds[argv[1]](argv[2:])
     except ConfigError as exc:

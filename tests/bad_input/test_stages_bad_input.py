@@ -42,6 +42,25 @@ CASES = {
 }
 
 
+COMMANDS = {
+    "no_subcommand": (["cache"], ["cache command=None", "pgmflow cache explain"]),
+    "unknown_subcommand": (["cache", "purge"], ["cache command='purge'", "pgmflow cache gc"]),
+    "explain_bad_override": (["cache", "explain", "experiment=nope"], ["experiment/nope"]),
+    "gc_bad_days": (["cache", "gc", "--older-than", "soon"], ["--older-than", "number of days"]),
+    "verify_no_run": (["cache", "verify"], ["run id", "pgmflow cache verify RUN_ID"]),
+    "lineage_unknown_run": (["lineage", "0123456789abcdef"], ["0123456789abcdef", "not found"]),
+}
+
+
+@pytest.mark.parametrize("case", list(COMMANDS))
+def test_cache_commands_bad_input(tmp_path, case):
+    args, needles = COMMANDS[case]
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    tail = [] if args[:2] in (["cache"], ["cache", "purge"]) else [f"tracking.uri={uri}"]
+    r = pgmflow([*args, *tail], tmp_path, timeout=120)
+    assert_refused(r, needles, tmp_path, uri, "study")
+
+
 @pytest.mark.parametrize("case", list(CASES))
 def test_stages_bad_input(tmp_path, case):
     override, needles = CASES[case]
