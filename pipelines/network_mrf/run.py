@@ -129,5 +129,8 @@ def run(ctx, plan: Plan) -> dict:
         "edges": edges,
     }
     artifacts.log_results(tracker, result)
-    ctx.say(f"network_mrf: {len(plan.times)} MRFs, {np.mean(edges):.1f} edges per time point")
+    ctx.say(
+        f"network_mrf: {len(plan.times)} MRFs from {plan.source}, {np.mean(edges):.1f} edges per time point",
+        summary=True,
+    )
     return result
