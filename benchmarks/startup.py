@@ -1,7 +1,7 @@
 """Start-up cost of small runs (issue 38): a debug-size run of each pipeline, timed from process start to exit,
 split into what the measurements can separate, each in a fresh process as a user meets it:
 
-* ``python -c "import pgmflow.core.cli"``: Python and pgmflow's command path;
+* ``python -c "import pgmflow.__main__"``: Python and pgmflow's command path (any layout);
 * ``pgmflow --cfg job``: plus Hydra's composition (what every command pays before any work);
 * a debug run on the synchronous scheduler in a folder whose store exists (no cluster, no new store);
 * the same on the default local cluster (2 worker processes);
@@ -50,7 +50,10 @@ def main():
         d = Path(d)
         (d / "store").mkdir()
         rows.append(
-            ("import pgmflow.core.cli", median(lambda: timed([py, "-c", "import pgmflow.core.cli"], d), a.repeat))
+            (
+                "import pgmflow.__main__ (the CLI)",
+                median(lambda: timed([py, "-c", "import pgmflow.__main__"], d), a.repeat),
+            )
         )
         rows.append(("import mlflow", median(lambda: timed([py, "-c", "import mlflow"], d), a.repeat)))
         rows.append(
