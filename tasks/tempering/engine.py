@@ -155,35 +155,7 @@ def explore_block(
     """
     lv = prev.levels[state.replica_ids]
     b = np.asarray(betas, dtype=np.float64)[lv]
-    if path is not None:
-        x, info = _explorers.explore_continuous(
-            target,
-            state.x,
-            b,
-            np.asarray(step_sizes)[lv],
-            state.replica_ids,
-            params.seed,
-            params.chain,
-            scan,
-            params.n_steps,
-            params.method,
-            params.n_leapfrog,
-            path=path,
-            leg=np.asarray(path.legs)[lv],
-        )
-        at_target = b == 1.0
-        stats = BlockStats(
-            replica_ids=state.replica_ids,
-            loglik=info.loglik,
-            energy=info.energy,
-            abs_m=info.abs_m,
-            accept=info.accept,
-            loglik_legs=info.loglik_legs,
-            target_ids=state.replica_ids[at_target],
-            target_x=x[at_target],
-        )
-        return BlockState(replica_ids=state.replica_ids, x=x), stats
-    if target.kind in ("ising", "mrf"):
+    if path is None and target.kind in ("ising", "mrf"):
         sweep0 = int(scan) * params.n_steps
         explore = _explorers.explore_ising if target.kind == "ising" else _explorers.explore_mrf
         x, info = explore(
@@ -197,7 +169,8 @@ def explore_block(
             params.n_steps,
             params.method,
         )
-    else:
+    else:  # continuous targets, and any target on a variational path (the leg of each level)
+        legs = {} if path is None else {"path": path, "leg": np.asarray(path.legs)[lv]}
         x, info = _explorers.explore_continuous(
             target,
             state.x,
@@ -210,7 +183,21 @@ def explore_block(
             params.n_steps,
             params.method,
             params.n_leapfrog,
+            **legs,
         )
+    if path is not None:
+        at_target = b == 1.0
+        stats = BlockStats(
+            replica_ids=state.replica_ids,
+            loglik=info.loglik,
+            energy=info.energy,
+            abs_m=info.abs_m,
+            accept=info.accept,
+            loglik_legs=info.loglik_legs,
+            target_ids=state.replica_ids[at_target],
+            target_x=x[at_target],
+        )
+        return BlockState(replica_ids=state.replica_ids, x=x), stats
     stats = BlockStats(
         replica_ids=state.replica_ids, loglik=info.loglik, energy=info.energy, abs_m=info.abs_m, accept=info.accept
     )
