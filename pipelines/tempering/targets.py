@@ -117,21 +117,28 @@ class Target:
 
 
 @dataclass(frozen=True, eq=False)
-class IsingLattice(Target):
-    """The 2D Ising model on an L x L periodic lattice; the ladder is a ladder of temperatures T / b
-    (Swendsen & Wang 1986; exact log Z by Kaufman 1949 or the transfer matrix)."""
+class SpinTarget(Target):
+    """What the binary targets share (the Ising lattice, an MRF on any graph): spin updates, bounds along the
+    ladder, no step size to adapt, energy as the observable."""
 
-    name: ClassVar[str] = "ising"
     explorers: ClassVar[tuple[str, ...]] = ("metropolis", "heatbath")
     default_explorer: ClassVar[str] = "heatbath"
-    wrong_explorer: ClassVar[tuple[str, str]] = (
-        "is for continuous targets, the Ising model needs spin updates",
-        "set tempering.explorer=heatbath or metropolis",
-    )
     continuous: ClassVar[bool] = False
     supports_bounds: ClassVar[bool] = True
     adapts_step_size: ClassVar[bool] = False
     observable_name: ClassVar[str] = "energy"
+
+
+@dataclass(frozen=True, eq=False)
+class IsingLattice(SpinTarget):
+    """The 2D Ising model on an L x L periodic lattice; the ladder is a ladder of temperatures T / b
+    (Swendsen & Wang 1986; exact log Z by Kaufman 1949 or the transfer matrix)."""
+
+    name: ClassVar[str] = "ising"
+    wrong_explorer: ClassVar[tuple[str, str]] = (
+        "is for continuous targets, the Ising model needs spin updates",
+        "set tempering.explorer=heatbath or metropolis",
+    )
     magnitude_name: ClassVar[str] = "|magnetisation|"
     trace_ylabel: ClassVar[str] = "energy per site"
     ladder_xlabel: ClassVar[str] = "b (annealing parameter; T = T_target / b)"
@@ -282,22 +289,16 @@ class BayesianModel(Target):
 
 
 @dataclass(frozen=True, eq=False)
-class MarkovRandomField(Target):
+class MarkovRandomField(SpinTarget):
     """A pairwise binary MRF on any graph from a file (``model=mrf``; ``pgmflow.tempering.mrf``): per-colour
     spin updates; the reference is uniform spins or, with ``tempering.reference=variational``, the mean-field
     product (then ``spec["reference"] == "mean_field"``); exact log Z by enumeration up to 20 nodes."""
 
     name: ClassVar[str] = "mrf"
-    explorers: ClassVar[tuple[str, ...]] = ("metropolis", "heatbath")
-    default_explorer: ClassVar[str] = "heatbath"
     wrong_explorer: ClassVar[tuple[str, str]] = (
         "is for continuous targets, an MRF needs spin updates",
         "set tempering.explorer=heatbath or metropolis",
     )
-    continuous: ClassVar[bool] = False
-    supports_bounds: ClassVar[bool] = True
-    adapts_step_size: ClassVar[bool] = False
-    observable_name: ClassVar[str] = "energy"
     magnitude_name: ClassVar[str] = "|mean spin|"
     trace_ylabel: ClassVar[str] = "energy per node -(h.x + sum J x_i x_j) / n"
 
