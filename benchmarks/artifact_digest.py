@@ -37,6 +37,10 @@ CASES = {
     "sparse_gp_fitc": ["pipeline=sparse_gp", "sparse_gp.method=fitc"],
     "sparse_gp_svgp": ["pipeline=sparse_gp", "sparse_gp.method=svgp"],
     "sparse_gp_exact": ["pipeline=sparse_gp", "sparse_gp.method=exact"],
+    "sparse_gp_dtc_matern32": ["pipeline=sparse_gp", "sparse_gp.method=dtc", "sparse_gp.kernel=matern32"],
+    "sparse_gp_fitc_matern52": ["pipeline=sparse_gp", "sparse_gp.method=fitc", "sparse_gp.kernel=matern52"],
+    "sparse_gp_svgp_matern32": ["pipeline=sparse_gp", "sparse_gp.method=svgp", "sparse_gp.kernel=matern32"],
+    "sparse_gp_exact_matern52": ["pipeline=sparse_gp", "sparse_gp.method=exact", "sparse_gp.kernel=matern52"],
 }
 TIMING = re.compile(
     r"(seconds?|_time$|^time_|_at$|wall|elapsed|duration|per_second|docs_per|throughput|rss|_mb$|memory)", re.I

@@ -79,6 +79,7 @@ __all__ = [
     "check_kernel",
     "cholesky_backward",
     "inducing_cholesky",
+    "is_object",
     "make_params",
     "n_packed",
     "pack",
@@ -145,9 +146,10 @@ def make_params(lengthscale, variance: float = 1.0, noise: float = 0.1, d: int |
     return GPParams(np.log(ls), float(np.log(variance)), float(np.log(noise)))
 
 
-def n_packed(d: int, m: int = 0) -> int:
-    """Length of the vector :func:`pack` makes: ``d + 2 + m * d``."""
-    return int(d) + 2 + int(m) * int(d)
+def n_packed(d: int, m: int = 0, p: int | None = None) -> int:
+    """Length of the vector :func:`pack` makes: ``p + 2 + m * d`` (``p``: the kernel's hyperparameters
+    before the scale and the noise, ``d`` lengthscales unless given)."""
+    return (int(d) if p is None else int(p)) + 2 + int(m) * int(d)
 
 
 def pack(params: GPParams, Z=None) -> np.ndarray:
@@ -161,13 +163,15 @@ def pack(params: GPParams, Z=None) -> np.ndarray:
     return np.concatenate(parts)
 
 
-def unpack(theta, d: int, m: int = 0) -> tuple[GPParams, np.ndarray | None]:
-    """Inverse of :func:`pack`: ``(GPParams, Z [m, d])``, ``Z`` None when ``m == 0``."""
+def unpack(theta, d: int, m: int = 0, p: int | None = None) -> tuple[GPParams, np.ndarray | None]:
+    """Inverse of :func:`pack`: ``(GPParams, Z [m, d])``, ``Z`` None when ``m == 0``; ``p`` entries before
+    the scale and the noise (a kernel object's ``n_params``; default ``d``, the lengthscales)."""
     theta = np.asarray(theta, dtype=np.float64)
-    if theta.shape != (n_packed(d, m),):
-        raise ValueError(f"packed vector must have shape ({n_packed(d, m)},) for d={d}, m={m}; got {theta.shape}")
-    params = GPParams(theta[:d].copy(), float(theta[d]), float(theta[d + 1]))
-    Z = theta[d + 2 :].reshape(m, d).copy() if m else None
+    q = int(d) if p is None else int(p)
+    if theta.shape != (n_packed(d, m, q),):
+        raise ValueError(f"packed vector must have shape ({n_packed(d, m, q)},) for d={d}, m={m}; got {theta.shape}")
+    params = GPParams(theta[:q].copy(), float(theta[q]), float(theta[q + 1]))
+    Z = theta[q + 2 :].reshape(m, d).copy() if m else None
     return params, Z
 
 
@@ -176,8 +180,19 @@ def unpack(theta, d: int, m: int = 0) -> tuple[GPParams, np.ndarray | None]:
 # ------------------------------------------------------------------------------------------------
 
 
-def check_kernel(kernel: str) -> str:
-    """Return ``kernel`` if it is known; ValueError naming the allowed ones otherwise."""
+def is_object(kernel) -> bool:
+    """Whether ``kernel`` is a kernel object (:mod:`pgmflow.tasks.gp.kernel_algebra`), not one of the named
+    stationary ARD kernels of :data:`KERNELS`. With an object, ``GPParams.log_lengthscale`` holds its
+    hyperparameter vector ``theta`` and ``GPParams.log_variance`` a scale multiplying the whole kernel."""
+    return not isinstance(kernel, str)
+
+
+def check_kernel(kernel):
+    """Return ``kernel`` if it is known (a name of :data:`KERNELS` or a kernel object); ValueError otherwise."""
+    if is_object(kernel):
+        if not hasattr(kernel, "vjp"):
+            raise ValueError(f"not a kernel: {kernel!r}")
+        return kernel
     if kernel not in KERNELS:
         raise ValueError(f"unknown kernel {kernel!r}; expected one of {', '.join(KERNELS)}")
     return kernel
@@ -275,6 +290,10 @@ def K(kernel: str, params: GPParams, X, X2=None):
     """
     check_kernel(kernel)
     xp = backend.array_module(X)
+    if is_object(kernel):
+        Kmat = kernel.K(params.log_lengthscale, X, X2)
+        Kmat *= math.exp(float(params.log_variance))
+        return Kmat
     Xs = _scaled(xp, X, params)
     X2s = Xs if X2 is None else _scaled(xp, X2, params)
     s = math.exp(float(params.log_variance))
@@ -288,6 +307,8 @@ def K_diag(kernel: str, params: GPParams, X):
     """The diagonal of ``K(X, X)``: float64 [N], all equal to the scale ``s`` (stationary kernels)."""
     check_kernel(kernel)
     xp = backend.array_module(X)
+    if is_object(kernel):
+        return kernel.K_diag(params.log_lengthscale, X) * math.exp(float(params.log_variance))
     n = int(X.shape[0])
     return xp.full(n, math.exp(float(params.log_variance)), dtype=xp.float64)
 
@@ -370,6 +391,8 @@ def K_vjp(kernel: str, params: GPParams, X1, X2, dK, wrt_X1: bool = False, wrt_X
     """
     check_kernel(kernel)
     xp = backend.array_module(X1)
+    if is_object(kernel):
+        return _object_vjp(kernel, params, X1, X2, dK, wrt_X1, wrt_X2)
     X1s = _scaled(xp, X1, params)
     X2s = _scaled(xp, X2, params)
     dK = xp.asarray(dK, dtype=xp.float64)
@@ -389,6 +412,8 @@ def K_sym_vjp(kernel: str, params: GPParams, X, dK, wrt_X: bool = True) -> Kerne
     through both arguments when ``wrt_X``."""
     check_kernel(kernel)
     xp = backend.array_module(X)
+    if is_object(kernel):
+        return _object_vjp(kernel, params, X, None, dK, wrt_X, False)
     Xs = _scaled(xp, X, params)
     dK = xp.asarray(dK, dtype=xp.float64)
     s = math.exp(float(params.log_variance))
@@ -412,11 +437,28 @@ def K_diag_vjp(kernel: str, params: GPParams, X, ddiag) -> KernelGrad:
     the inputs is zero)."""
     check_kernel(kernel)
     xp = backend.array_module(X)
+    if is_object(kernel):  # the diagonal of a kernel object may vary (linear), and with theta
+        s = math.exp(float(params.log_variance))
+        dd = xp.asarray(ddiag, dtype=xp.float64) * s
+        total = float(xp.sum(xp.asarray(ddiag, dtype=xp.float64) * K_diag(kernel, params, X)))
+        return KernelGrad(kernel.diag_vjp(params.log_lengthscale, X, dd), total, None, None)
     n = int(X.shape[0])
     s = math.exp(float(params.log_variance))
     total = float(xp.sum(xp.asarray(ddiag, dtype=xp.float64))) if np.ndim(ddiag) else float(ddiag) * n
     d = int(np.size(params.log_lengthscale))
     return KernelGrad(xp.zeros(d), total * s, None, None)
+
+
+def _object_vjp(kernel, params: GPParams, X1, X2, dK, wrt_X1: bool, wrt_X2: bool) -> KernelGrad:
+    """:func:`K_vjp` (``X2`` given) or :func:`K_sym_vjp` (``X2=None``) of a kernel object scaled by ``s``:
+    ``dL/dlog s = sum(dK * K)`` and the object's own adjoint of ``s dK``."""
+    xp = backend.array_module(X1)
+    s = math.exp(float(params.log_variance))
+    dK = xp.asarray(dK, dtype=xp.float64)
+    Kmat = kernel.K(params.log_lengthscale, X1, X2)  # [N1, N2]  unscaled
+    dlog_s = s * float(xp.sum(dK * Kmat))
+    dth, dX1, dX2 = kernel.vjp(params.log_lengthscale, X1, X2, s * dK, wrt_X1, wrt_X2)
+    return KernelGrad(dth, dlog_s, dX1, dX2)
 
 
 # ------------------------------------------------------------------------------------------------
