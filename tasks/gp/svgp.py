@@ -32,6 +32,12 @@ Natural-gradient step with the Gaussian likelihood, step size ``rho``, ``A = L^-
 batch this is the optimal ``q(u)`` of SGPR: ``mu_u = sigma^-2 Kuu Sigma Kuf y``,
 ``S_u = Kuu Sigma Kuu``, ``Sigma = (Kuu + sigma^-2 Kuf Kfu)^-1``.
 
+Other likelihoods (Bernoulli, Poisson, Student-t: ``pgmflow.tasks.gp.likelihoods``, whose docstring derives
+the natural-gradient step for any likelihood from ``dE/dmu_i`` and ``dE/dvar_i``): pass ``likelihood=`` to
+:func:`natgrad_step`, :func:`svgp_elbo_and_grad` and :func:`svgp_elbo`; the Gaussian (``likelihood=None``
+or ``Likelihood("gaussian")``) keeps the closed forms above, bit for bit. :func:`svgp_predict` gives the
+latent ``f``; the likelihood maps it to what is observed.
+
 :func:`adam_init` / :func:`adam_update` are a small pure Adam over flat arrays;
 :func:`minibatch_indices` draws minibatch ``step`` from ``pgmflow.tasks.rng.generator(seed, STAGE_GP,
 GP_STREAM_MINIBATCH, step)``, independent of where it runs.
@@ -47,6 +53,7 @@ import scipy.linalg
 
 from pgmflow.tasks import rng as trng
 from pgmflow.tasks.gp import kernels as kern
+from pgmflow.tasks.gp import likelihoods as glik
 from pgmflow.tasks.gp.kernels import DEFAULT_JITTER, CholeskyError, GPParams
 
 __all__ = [
@@ -146,15 +153,19 @@ def natgrad_step(
     n: int,
     rho: float,
     jitter: float = DEFAULT_JITTER,
+    likelihood: glik.Likelihood | None = None,
 ) -> SVGPState:
     """One natural-gradient step of ``q`` from a minibatch ``X_batch`` [b, d], ``y_batch`` [b] of
-    ``n`` rows in all, step size ``rho`` in (0, 1]; ``count`` goes up by one."""
+    ``n`` rows in all, step size ``rho`` in (0, 1]; ``count`` goes up by one. A non-Gaussian
+    ``likelihood`` (``pgmflow.tasks.gp.likelihoods``) takes the step of that module's docstring."""
     X_batch = np.asarray(X_batch, dtype=np.float64)
     y_batch = np.asarray(y_batch, dtype=np.float64)
     b = X_batch.shape[0]
     L, _ = kern.inducing_cholesky(kernel, params, Z, jitter)
     m = L.shape[0]
     A = _solve_lower(L, kern.K(kernel, params, Z, X_batch))  # [m, b]  L^-1 Kub
+    if likelihood is not None and not likelihood.conjugate:
+        return _natgrad_step_nonconjugate(kernel, params, state, X_batch, y_batch, n, rho, A, likelihood)
     w = (n / b) / math.exp(float(params.log_noise))
     t1 = w * (A @ y_batch)  # [m]
     prec = np.eye(m) + w * (A @ A.T)  # [m, m]
@@ -162,6 +173,36 @@ def natgrad_step(
     theta1 = (1.0 - rho) * np.asarray(state.theta1) + rho * t1
     theta2 = (1.0 - rho) * np.asarray(state.theta2) + rho * (-0.5 * prec)
     return SVGPState(theta1, 0.5 * (theta2 + theta2.T), int(state.count) + 1)
+
+
+def _natgrad_step_nonconjugate(kernel, params, state, X_batch, y_batch, n, rho, A, lik) -> SVGPState:
+    """The natural-gradient step for a non-conjugate likelihood (``pgmflow.tasks.gp.likelihoods``):
+    ``theta1 <- (1 - rho) theta1 + rho c A (g - 2 h mu)``, ``theta2 <- (1 - rho) theta2 + rho (-I/2 + c A
+    diag(h) A')`` with ``g, h`` the derivatives of the variational expectations at the current ``q``. When
+    the new precision would not be positive definite (``h > 0``: the Student-t), ``rho`` is halved for
+    this step (at most 30 times) until it is."""
+    b = X_batch.shape[0]
+    m = A.shape[0]
+    c = n / b
+    m_v, S_v, _ = _q_v(state)
+    mu = A.T @ m_v  # [b]
+    var = kern.K_diag(kernel, params, X_batch) - np.sum(A * A, axis=0) + np.sum(A * (S_v @ A), axis=0)  # [b]
+    _, g, h, _ = glik.variational_expectations(lik, y_batch, mu, np.maximum(var, 0.0), float(params.log_noise))
+    t1 = c * (A @ (g - 2.0 * h * mu))  # [m]
+    t2 = -0.5 * np.eye(m) + c * ((A * h) @ A.T)  # [m, m]
+    t2 = 0.5 * (t2 + t2.T)
+    th1, th2 = np.asarray(state.theta1), np.asarray(state.theta2)
+    r = float(rho)
+    for _ in range(31):
+        theta2 = (1.0 - r) * th2 + r * t2
+        theta2 = 0.5 * (theta2 + theta2.T)
+        try:
+            scipy.linalg.cholesky(-2.0 * theta2, lower=True, check_finite=False)
+        except np.linalg.LinAlgError:
+            r *= 0.5
+            continue
+        return SVGPState((1.0 - r) * th1 + r * t1, theta2, int(state.count) + 1)
+    raise CholeskyError("the natural-gradient step of q(u) found no step size keeping its precision positive definite")
 
 
 class _Pieces(NamedTuple):
@@ -204,10 +245,13 @@ def svgp_elbo_and_grad(
     n: int,
     jitter: float = DEFAULT_JITTER,
     need_grad: bool = True,
+    likelihood: glik.Likelihood | None = None,
 ):
     """``(elbo, dparams, dZ)``: the minibatch ELBO estimate and its gradient w.r.t. the
     hyperparameters (a :class:`GPParams`) and ``Z`` [m, d], ``q(v)`` held fixed (both None without
-    ``need_grad``)."""
+    ``need_grad``). ``likelihood``: None or Gaussian (the closed form above), or any of
+    ``pgmflow.tasks.gp.likelihoods`` (the variational expectations and their derivatives ``g``, ``h``
+    per row; ``log_noise`` is the likelihood's parameter, its gradient 0 where it has none)."""
     kern.check_kernel(kernel)
     Z = np.asarray(Z, dtype=np.float64)
     X_batch = np.asarray(X_batch, dtype=np.float64)
@@ -223,35 +267,66 @@ def svgp_elbo_and_grad(
     mu = A.T @ pc.m_v  # [b]
     SA = pc.S_v @ A  # [m, b]
     var = kern.K_diag(kernel, params, X_batch) - np.sum(A * A, axis=0) + np.sum(A * SA, axis=0)  # [b]
-    r = y_batch - mu
-    ell = c * float(np.sum(-0.5 * (_LOG2PI + float(params.log_noise)) - (r * r + var) / (2.0 * noise)))
+    conj = likelihood is None or likelihood.conjugate
+    if conj:
+        r = y_batch - mu
+        ell = c * float(np.sum(-0.5 * (_LOG2PI + float(params.log_noise)) - (r * r + var) / (2.0 * noise)))
+    else:
+        e, g, h, dln = glik.variational_expectations(
+            likelihood, y_batch, mu, np.maximum(var, 0.0), float(params.log_noise)
+        )
+        ell = c * float(np.sum(e))
     value = ell - _kl(pc)
     if not need_grad:
         return value, None, None
-    dmu = (c / noise) * r  # [b]
-    dvar = -c / (2.0 * noise)  # same for every row
     KC = _solve_lower(pc.L, A - SA, trans=True)  # [m, b]  C Kub = L^-T (I - S_v) A
-    Bm = np.outer(pc.alpha, dmu) + (c / noise) * KC  # [m, b]  dF/dKub
+    if conj:
+        dmu = (c / noise) * r  # [b]
+        dvar = -c / (2.0 * noise)  # same for every row
+        Bm = np.outer(pc.alpha, dmu) + (c / noise) * KC  # [m, b]  dF/dKub
+    else:
+        dmu = c * g  # [b]
+        dvar = c * h  # [b]
+        Bm = np.outer(pc.alpha, dmu) - 2.0 * (KC * dvar)  # [m, b]  dF/dKub
     kg = kern.K_vjp(kernel, params, Z, X_batch, Bm, wrt_X1=True, wrt_X2=False)
     # through L: alpha = L^-T m_v and C = L^-T (I - S_v) L^-1
     alpha_bar = Kub @ dmu  # [m]
-    C_bar = (-dvar) * (Kub @ Kub.T)  # [m, m]
+    C_bar = (-dvar) * (Kub @ Kub.T) if conj else -((Kub * dvar) @ Kub.T)  # [m, m]
     w = pc.Linv @ alpha_bar  # [m]
     L_bar = -np.outer(pc.alpha, w) - 2.0 * (pc.C @ C_bar @ pc.Linv.T)  # [m, m]
     dKuu = kern.cholesky_backward(pc.L, L_bar)  # [m, m]
     kuu = kern.K_sym_vjp(kernel, params, Z, dKuu, wrt_X=True)
     s = math.exp(float(params.log_variance))
-    dlog_s = kg.log_variance + kuu.log_variance + dvar * b * s + pc.jitter * float(np.trace(dKuu))
-    dlog_noise = c * float(np.sum(-0.5 + (r * r + var) / (2.0 * noise)))
-    dparams = GPParams(kg.log_lengthscale + kuu.log_lengthscale, float(dlog_s), dlog_noise)
+    dvar_sum = dvar * b if conj else float(np.sum(dvar))  # d/dlog_s of diag Kff = s (stationary kernels)
+    dlog_s = kg.log_variance + kuu.log_variance + dvar_sum * s + pc.jitter * float(np.trace(dKuu))
+    if conj:
+        dlog_noise = c * float(np.sum(-0.5 + (r * r + var) / (2.0 * noise)))
+    else:
+        dlog_noise = c * float(np.sum(dln))
+    dth = kg.log_lengthscale + kuu.log_lengthscale
+    if kern.is_object(kernel):  # a kernel object's diag Kff is not s and moves with theta: its own adjoint
+        kd = kern.K_diag_vjp(kernel, params, X_batch, np.broadcast_to(np.asarray(dvar, dtype=np.float64), (b,)))
+        dth = dth + kd.log_lengthscale
+        dlog_s = kg.log_variance + kuu.log_variance + kd.log_variance + pc.jitter * float(np.trace(dKuu))
+    dparams = GPParams(dth, float(dlog_s), dlog_noise)
     return value, dparams, kg.X1 + kuu.X1
 
 
 def svgp_elbo(
-    kernel: str, params: GPParams, Z, state: SVGPState, X_batch, y_batch, n: int, jitter: float = DEFAULT_JITTER
+    kernel: str,
+    params: GPParams,
+    Z,
+    state: SVGPState,
+    X_batch,
+    y_batch,
+    n: int,
+    jitter: float = DEFAULT_JITTER,
+    likelihood: glik.Likelihood | None = None,
 ) -> float:
     """The minibatch ELBO estimate (see :func:`svgp_elbo_and_grad`)."""
-    return svgp_elbo_and_grad(kernel, params, Z, state, X_batch, y_batch, n, jitter, need_grad=False)[0]
+    return svgp_elbo_and_grad(
+        kernel, params, Z, state, X_batch, y_batch, n, jitter, need_grad=False, likelihood=likelihood
+    )[0]
 
 
 def svgp_predict(
