@@ -33,6 +33,17 @@ Horner form (the arithmetic of ``pgmflow.tasks.fastexp``) times the exact power 
 multiply-add (numba without fast-math; the CUDA source is compiled with ``--fmad=false``), so both kernels
 compute the same thresholds bit for bit.
 
+How the CPU kernel computes it
+------------------------------
+Replicas are independent, so the numba kernel sweeps them in blocks (``_sweep_block``, at most
+``BLOCK_MAX`` replicas, the replicas shared evenly between the threads) with the block's spins transposed
+to ``[n, lanes]``: every step of a node update (the Philox blocks, the local field's neighbour sum, the
+threshold, the update) is a loop over the block's replicas as vector lanes, without a branch that depends on
+data (``_thresholds`` is ``_threshold`` written with selects; numba's ``error_model="numpy"`` drops the
+division's zero check, which would otherwise stop the loop from vectorising). Each lane's arithmetic is the
+spec's, in the spec's order, so a replica's bits do not depend on the block it is swept in. The scalar
+``_threshold`` stays as the spec the lanes are tested against.
+
 The NumPy peer :func:`numpy_colour_sweep` (heat bath, the obvious way) is what ``benchmarks/tempering_mrf.py``
 measures the kernel against.
 """
@@ -52,6 +63,7 @@ METHODS = ("heatbath", "metropolis")
 _MASK32 = 0xFFFFFFFF
 _TWO32 = 4294967296.0
 PARALLEL_MIN_WORK = 1 << 20  # node and neighbour visits of one call above which threads run over replicas
+BLOCK_MAX = 64  # replicas swept together as vector lanes (see _sweep_block); more lanes hide more latency
 
 # dexp's constants (see pgmflow.tasks.fastexp); module globals, frozen into the compiled code
 _LOG2E = 1.4426950408889634
@@ -121,54 +133,157 @@ def _threshold(z, s, b, metropolis):
     return np.int64(np.rint(p * 4294967296.0))
 
 
-@backend.kernel(cache=True, nogil=True, inline="always")
-def _sweep_replica(x, r, br, h, a, indptr, nbr, Jn, colptr, sites, key0, key1, rid, chain32, sweep0, n_sweeps, metro):
-    """n_sweeps per-colour sweeps of replica r at level br, in place; returns the spins changed."""
+@backend.kernel(cache=True, nogil=True, inline="always", error_model="numpy")
+def _thresholds(z, sp, bb, n_lanes, metro, thr):
+    """thr[l] = _threshold(z[l], sp[l], bb[l], metro) for lanes l < n_lanes, without a data-dependent branch
+    (the selects below compute exactly what ``_threshold`` computes: one ``dexp`` per lane, its argument
+    clamped to [-40, 0] so that the power of two stays normal, 0 taken below -40 as ``_dexp`` does, and one
+    division whose numerator is selected), so that the lanes vectorise."""
+    for q in range(n_lanes):
+        zq = z[q]
+        s = np.float64(sp[q])
+        mq = metro & (bb[q] != 0.0)
+        az = zq if zq >= 0.0 else -zq
+        d = -2.0 * s * zq
+        d = d if d < 0.0 else 0.0
+        arg = d if mq else -2.0 * az
+        xc = arg if arg >= -40.0 else -40.0
+        kf = xc * _LOG2E + _SHIFT
+        k = kf - _SHIFT
+        r = (xc - k * _LN2_HI) - k * _LN2_LO
+        p = _C13
+        p = p * r + _C12
+        p = p * r + _C11
+        p = p * r + _C10
+        p = p * r + _C9
+        p = p * r + _C8
+        p = p * r + _C7
+        p = p * r + _C6
+        p = p * r + _C5
+        p = p * r + _C4
+        p = p * r + _C3
+        p = p * r + _C2
+        p = p * r + _C1
+        p = p * r + _C0
+        e = p * np.int64((np.int64(k) + 1023) << 52).view(np.float64)  # p * 2**k, exactly (k in [-58, 0])
+        e = e if arg >= -40.0 else 0.0
+        hb = (1.0 if zq >= 0.0 else e) / (1.0 + e)
+        t = np.int64(np.rint((e if mq else hb) * 4294967296.0))
+        t = (np.int64(4294967296) - t if s > 0.0 else t) if mq else t
+        thr[q] = t
+
+
+@backend.kernel(cache=True, nogil=True, inline="always", error_model="numpy")
+def _sweep_block(
+    x, r0, r1, b, h, a, indptr, nbr, Jn, colptr, sites, key0, key1, rid, chain32, sweep0, n_sweeps, metro, out
+):
+    """n_sweeps per-colour sweeps of replicas r0 .. r1 - 1 of x, in place; out[r] += spins changed.
+
+    The block's spins are transposed into xt [n, Rb] (replicas contiguous), so that every per-node step (the
+    local field's sum over neighbours, the thresholds, the Philox blocks and the updates) is a loop over the
+    block's replicas without branches that depend on data: independent lanes the compiler vectorises and the
+    CPU overlaps. Each replica's arithmetic is the spec's, in the spec's order, so the bits are those of one
+    replica swept alone."""
+    n = x.shape[1]
+    Rb = r1 - r0
+    Rp = (Rb + 7) // 8 * 8  # lanes: the block padded to whole groups of 8 (padding lanes are swept, never read)
     C = colptr.shape[0] - 1
-    cnt = 0
+    xt = np.ones((n, Rp), dtype=np.int8)
+    for q in range(Rb):
+        for i in range(n):
+            xt[i, q] = x[r0 + q, i]
+    bb = np.ones(Rp)
+    ridb = np.zeros(Rp, dtype=np.uint64)
+    for q in range(Rb):
+        bb[q] = b[r0 + q]
+        ridb[q] = rid[r0 + q]
+    cb = 1.0 - bb
+    f = np.empty(Rp)
+    z = np.empty(Rp)
+    sp = np.empty(Rp, dtype=np.int8)
+    thr = np.empty(Rp, dtype=np.int64)
+    u = np.empty((4, Rp), dtype=np.int64)
+    cnt = np.zeros(Rp, dtype=np.int64)
     for t in range(sweep0, sweep0 + n_sweeps):
         for c in range(C):
             ctr1 = np.uint64((t * C + c) & 0xFFFFFFFF)
             lo = colptr[c]
             hi = colptr[c + 1]
             for g in range((hi - lo + 3) // 4):
-                w0, w1, w2, w3 = _philox(np.uint64(g), ctr1, rid, chain32, key0, key1)
-                for w in range(4):
-                    k = lo + 4 * g + w
-                    if k >= hi:
-                        break
-                    u = w0 if w == 0 else (w1 if w == 1 else (w2 if w == 2 else w3))
-                    i = sites[k]
-                    f = h[i]
-                    for e in range(indptr[i], indptr[i + 1]):
-                        f += Jn[e] * np.float64(x[r, nbr[e]])
-                    z = br * f + (1.0 - br) * a[i]
-                    s = x[r, i]
-                    thr = _threshold(z, np.float64(s), br, metro)
-                    ns = 1 if np.int64(u) < thr else -1
-                    if ns != s:
-                        cnt += 1
-                        x[r, i] = ns
-    return cnt
+                for q in range(Rp):
+                    w0, w1, w2, w3 = _philox(np.uint64(g), ctr1, ridb[q], chain32, key0, key1)
+                    u[0, q] = np.int64(w0)
+                    u[1, q] = np.int64(w1)
+                    u[2, q] = np.int64(w2)
+                    u[3, q] = np.int64(w3)
+                for w in range(min(4, hi - lo - 4 * g)):
+                    i = sites[lo + 4 * g + w]
+                    hi_ = h[i]
+                    for q in range(Rp):
+                        f[q] = hi_
+                    for e in range(indptr[i], indptr[i + 1]):  # each lane summed in the spec's (CSR) order
+                        j = nbr[e]
+                        Je = Jn[e]
+                        for q in range(Rp):
+                            f[q] += Je * np.float64(xt[j, q])
+                    ai = a[i]
+                    for q in range(Rp):
+                        z[q] = bb[q] * f[q] + cb[q] * ai
+                        sp[q] = xt[i, q]
+                    _thresholds(z, sp, bb, Rp, metro, thr)
+                    for q in range(Rp):
+                        s = sp[q]
+                        ns = np.int8(1) if u[w, q] < thr[q] else np.int8(-1)
+                        cnt[q] += ns != s
+                        xt[i, q] = ns
+    for q in range(Rb):
+        out[r0 + q] += cnt[q]
+        for i in range(n):
+            x[r0 + q, i] = xt[i, q]
 
 
-@backend.kernel(cache=True, nogil=True, parallel=True)
-def _sweeps(x, b, h, a, indptr, nbr, Jn, colptr, sites, key0, key1, rid32, chain32, sweep0, n_sweeps, metro, out):
-    """_sweep_replica of every replica, threads over replicas; out[r] += spins changed."""
-    for r in prange(x.shape[0]):
-        out[r] += _sweep_replica(
-            x, r, b[r], h, a, indptr, nbr, Jn, colptr, sites, key0, key1, rid32[r], chain32, sweep0, n_sweeps, metro
+@backend.kernel(cache=True, nogil=True, parallel=True, error_model="numpy")
+def _sweeps(
+    x, b, h, a, indptr, nbr, Jn, colptr, sites, key0, key1, rid32, chain32, sweep0, n_sweeps, metro, out, block
+):
+    """_sweep_block over blocks of ``block`` replicas, threads over blocks; out[r] += spins changed."""
+    R = x.shape[0]
+    nb = (R + block - 1) // block
+    for ib in prange(nb):
+        r0 = ib * block
+        r1 = min(R, r0 + block)
+        _sweep_block(
+            x, r0, r1, b, h, a, indptr, nbr, Jn, colptr, sites, key0, key1, rid32, chain32, sweep0, n_sweeps, metro, out
         )
 
 
-@backend.kernel(cache=True, nogil=True)
+@backend.kernel(cache=True, nogil=True, error_model="numpy")
 def _sweeps_serial(
-    x, b, h, a, indptr, nbr, Jn, colptr, sites, key0, key1, rid32, chain32, sweep0, n_sweeps, metro, out
+    x, b, h, a, indptr, nbr, Jn, colptr, sites, key0, key1, rid32, chain32, sweep0, n_sweeps, metro, out, block
 ):
     """_sweeps on the calling thread (small problems: no thread wake-ups)."""
-    for r in range(x.shape[0]):
-        out[r] += _sweep_replica(
-            x, r, b[r], h, a, indptr, nbr, Jn, colptr, sites, key0, key1, rid32[r], chain32, sweep0, n_sweeps, metro
+    R = x.shape[0]
+    for r0 in range(0, R, block):
+        _sweep_block(
+            x,
+            r0,
+            min(R, r0 + block),
+            b,
+            h,
+            a,
+            indptr,
+            nbr,
+            Jn,
+            colptr,
+            sites,
+            key0,
+            key1,
+            rid32,
+            chain32,
+            sweep0,
+            n_sweeps,
+            metro,
+            out,
         )
 
 
@@ -222,6 +337,13 @@ def _check(x, b, key, replica_ids, sweep0, n_sweeps, method, n):
     return b, key, (rid.astype(np.int64) & _MASK32).astype(np.uint64)
 
 
+def _block_size(R: int, threads: int) -> int:
+    """Replicas per block: the replicas shared evenly between the threads, at most BLOCK_MAX per block (the
+    block's transposed spins and buffers stay in cache). Results do not depend on it."""
+    per = -(-R // max(1, threads))
+    return max(1, min(BLOCK_MAX, per))
+
+
 def mrf_sweep(x, target, b, key, replica_ids, chain: int, sweep0: int, n_sweeps: int, method: str) -> np.ndarray:
     """``n_sweeps`` per-colour sweeps of every replica, IN PLACE (see the module docstring for the rule).
 
@@ -243,7 +365,9 @@ def mrf_sweep(x, target, b, key, replica_ids, chain: int, sweep0: int, n_sweeps:
         raise ValueError("spins must be a writeable C-contiguous numpy (or cupy) array")
     out = np.zeros(R, dtype=np.int64)
     work = R * int(n_sweeps) * (target.n_sites + target.nbr.shape[0])
-    _kernels()["_sweeps" if R > 1 and work > PARALLEL_MIN_WORK else "_sweeps_serial"](
+    threaded = R > 1 and work > PARALLEL_MIN_WORK
+    block = _block_size(R, backend.numba().get_num_threads() if threaded else 1)
+    _kernels()["_sweeps" if threaded else "_sweeps_serial"](
         x,
         b,
         target.h,
@@ -261,6 +385,7 @@ def mrf_sweep(x, target, b, key, replica_ids, chain: int, sweep0: int, n_sweeps:
         np.int64(n_sweeps),
         method == "metropolis",
         out,
+        np.int64(block),
     )
     return out
 

@@ -107,6 +107,26 @@ def test_thresholds_are_saturated_beyond_the_cut():
     assert threshold_py(25.0, -1.0, 1.0, True) == 2**32  # a downhill flip is always taken
 
 
+def test_lane_thresholds_equal_the_scalar_spec():
+    """The vectorised, branch-free _thresholds (the CPU kernel's) equals the scalar _threshold (the spec, and
+    its Python transcription) lane by lane: both signs of z and s, levels 0 (exact reference draws) and not,
+    both methods, and arguments of dexp at and beyond the -40 cut."""
+    ks = K._kernels()
+    rng = np.random.default_rng(11)
+    z = np.concatenate(
+        [rng.normal(0.0, 3.0, 400), [0.0, -0.0, 20.0, -20.0, 20.0001, -20.0001, 35.0, -400.0, 1e-300, -1e-300]]
+    )
+    n = z.size
+    s = np.where(rng.random(n) < 0.5, 1, -1).astype(np.int8)
+    b = np.where(rng.random(n) < 0.2, 0.0, rng.random(n))
+    for metro in (False, True):
+        thr = np.empty(n, dtype=np.int64)
+        ks["_thresholds"](z, s, b, n, metro, thr)
+        want = [ks["_threshold"](float(z[q]), float(s[q]), float(b[q]), metro) for q in range(n)]
+        assert thr.tolist() == want
+        assert want[:40] == [threshold_py(float(z[q]), float(s[q]), float(b[q]), metro) for q in range(40)]
+
+
 @pytest.mark.parametrize("method", K.METHODS)
 @pytest.mark.parametrize("n,density", [(5, 1.0), (13, 0.3), (21, 0.15)])
 def test_numba_matches_reference(method, n, density):
