@@ -158,6 +158,7 @@ class Evaluations:
         self.ex, self.refs, self.tok, self.backend = chunks.ex, chunks.refs, chunks.tok, chunks.backend
         self.method, self.kernel = method, kernel
         self.m, self.d = (int(v) for v in Z0.shape)
+        self.p = kernel.n_params if kern.is_object(kernel) else None  # a kernel object's hyperparameters
         self.Z0, self.opt = Z0, bool(fit.optimize_inducing)
         self.jitter, self.max_tries = float(fit.jitter), int(fit.max_tries)
         self.count = 0
@@ -172,7 +173,7 @@ class Evaluations:
         self._groups = None  # (time, groups()) of the last time the scheduler was asked
 
     def unpack(self, theta):
-        p, Z = kern.unpack(theta, self.d, self.m if self.opt else 0)
+        p, Z = kern.unpack(theta, self.d, self.m if self.opt else 0, self.p)
         return p, (self.Z0 if Z is None else Z)
 
     def stats(self, params, Z, jitter):

@@ -31,9 +31,12 @@ SVGP_BLOCK = 20  # SVGP minibatches fetched per round of chunk tasks
 GP_STREAM_RESTART = 3  # first identity element under rng.STAGE_GP: restarts' starting points (then: restart)
 
 
-def lbfgs_box(d, m, opt):
+def lbfgs_box(d, m, opt, kernel_setup=None):
     """L-BFGS-B's bounds on ``theta = pack(params, Z)``: :data:`LOG_BOX` on the d + 2 log hyperparameters,
-    none on the m x d inducing inputs (``opt``: they are optimised)."""
+    none on the m x d inducing inputs (``opt``: they are optimised). A kernel object: its own bounds
+    (``kernel_setup``, :class:`~pgmflow.sparse_gp.kernel_config.KernelSetup`), the global scale held at 1."""
+    if kernel_setup is not None:
+        return kernel_setup.box(LOG_BOX, d, m, opt)
     return [LOG_BOX] * (d + 2) + ([(None, None)] * (m * d) if opt else [])
 
 
@@ -176,6 +179,7 @@ def fit_collapsed(ctx, plan, chunks: Chunks, params0, Z0) -> FitResult:
     continued from the run's newest checkpoint when the run is resumed."""
     tracker, fs = ctx.tracker, plan.fit
     ev = Evaluations(chunks, plan.method, plan.kernel, Z0, fs)
+    ev.kernel_setup = plan.kernel_setup  # a kernel object's bounds (None: the named kernels' box)
     theta0 = kern.pack(params0, Z0 if ev.opt else None)
     saved = _resume_state(ctx, ev) if ctx.resumed else None
     if saved is None:
@@ -243,7 +247,8 @@ def _optimise(ctx, fs, ev, theta0, callback, trace, saved):
     state checkpointed (pipelines/sparse_gp/lbfgsb.py) after every ``fs.checkpoint_every``-th iteration at which
     ``fs.checkpoint_every_seconds`` have passed since the last checkpoint (or the start), and after the last
     iteration always. Returns the result and the seconds spent writing checkpoints."""
-    every, max_iter, box = fs.checkpoint_every, fs.max_iter, lbfgs_box(ev.d, ev.m, ev.opt)
+    box = lbfgs_box(ev.d, ev.m, ev.opt, getattr(ev, "kernel_setup", None))
+    every, max_iter = fs.checkpoint_every, fs.max_iter
     slot = [1 - int(saved["slot"]) if saved is not None else 0]  # the slot not holding the newest checkpoint
 
     spent = [0.0]
@@ -434,8 +439,13 @@ def fit_svgp(ctx, plan, chunks: Chunks, params0, Z0) -> FitResult:
     adam = gsvgp.adam_init(theta)
     lo_box, hi_box = LOG_BOX
 
+    ks = plan.kernel_setup
+    q = d if ks is None else ks.kernel.n_params  # entries before the scale and the noise
+    if ks is not None:
+        lo_box, hi_box = (np.array(v) for v in zip(*ks.box(LOG_BOX, d, 0, False)))
+
     def unpack(th):
-        p, Z = kern.unpack(th, d, m if opt else 0)
+        p, Z = kern.unpack(th, d, m if opt else 0, q)
         return p, (Z0 if Z is None else Z)
 
     def full_elbo(params, Z, state, k):
@@ -465,7 +475,7 @@ def fit_svgp(ctx, plan, chunks: Chunks, params0, Z0) -> FitResult:
                 ) from None
             adam, step = gsvgp.adam_update(adam, -kern.pack(dparams, dZ if opt else None), lr=lr)
             theta = theta + step
-            theta[: d + 2] = np.clip(theta[: d + 2], lo_box, hi_box)
+            theta[: q + 2] = np.clip(theta[: q + 2], lo_box, hi_box)
             mb_trace.append((t + 1, elbo))
             tracker.log_metrics({"elbo_minibatch": elbo}, step=t + 1)
             if (t + 1) % every == 0 or t + 1 == steps:
@@ -549,6 +559,7 @@ def fit_exact(ctx, plan, chunks: Chunks, params0, Xslice) -> FitResult:
                 list(chunks.refs),
                 data.standardizer,
                 Xslice,
+                **({} if plan.kernel_setup is None else {"bounds": plan.kernel_setup.box(LOG_BOX, 0, 0, False)}),
                 dask_key_name=f"gp-exact-{chunks.tok}",
             )
         ],

@@ -37,7 +37,8 @@ OUTPUTS = ("mean", "variance")
 class GPPredictor:
     """A fitted GP regression (any of sgpr, dtc, fitc, svgp, exact) that predicts in original units.
 
-    method, kernel: str. params: ``pgmflow.tasks.gp.kernels.GPParams`` (standardised units).
+    method: str. kernel: a name (rbf, matern32, matern52) or a kernel object.
+    params: ``pgmflow.tasks.gp.kernels.GPParams`` (standardised units).
     standardizer: ``pgmflow.tasks.gp.data.Standardizer`` of the training rows.
     input_names: tuple of d str; target_name: str.
     Z: float64 [m, d] inducing inputs (standardised; None for exact); stats: the summed statistics
@@ -61,7 +62,8 @@ class GPPredictor:
         y_train=None,
         jitter: float = 0.0,
     ):
-        self.method, self.kernel, self.params = str(method), str(kernel), params
+        self.method, self.params = str(method), params
+        self.kernel = kernel if kern.is_object(kernel) else str(kernel)  # a name, or a kernel object
         self.standardizer = standardizer
         self.input_names, self.target_name = tuple(input_names), str(target_name)
         self.Z, self.stats, self.state = Z, stats, state
@@ -80,6 +82,10 @@ class GPPredictor:
         with np.load(path, allow_pickle=False) as z:
             a = {k: z[k] for k in z.files}
         method, kernel = str(a["method"]), str(a["kernel"])
+        if kernel not in kern.KERNELS:  # a kernel object, saved in its grammar (pgmflow.tasks.gp.kernel_algebra)
+            from pgmflow.tasks.gp.kernel_algebra import parse
+
+            kernel = parse(kernel, int(np.size(a["x_mean"])))
         params = kern.GPParams(
             np.asarray(a["log_lengthscale"], dtype=np.float64), float(a["log_variance"]), float(a["log_noise"])
         )

@@ -58,7 +58,9 @@ class SVGPSettings:
 class Plan:
     """A validated sparse-GP run.
 
-    seed: the master seed. method: sgpr | fitc | dtc | svgp | exact; kernel: rbf | matern32 | matern52;
+    seed: the master seed. method: sgpr | fitc | dtc | svgp | exact; kernel: rbf | matern32 | matern52 (the
+    named kernels of earlier versions) or a kernel object (``pgmflow.tasks.gp.kernel_algebra``), with its
+    starting point and bounds in ``kernel_setup`` (``pipelines/sparse_gp/kernel_config.py``; None for a name);
     m: inducing inputs. chunk_size: rows per chunk task. test_fraction: the held-out share.
     kmeans_iter, kmeans_points: Lloyd iterations after k-means++ and its subsample size (Arthur and
     Vassilvitskii 2007). in_process: ``"auto"``, True or False (``sparse_gp.in_process``). figures: log the
@@ -70,7 +72,7 @@ class Plan:
 
     seed: int
     method: str
-    kernel: str
+    kernel: object  # str | pgmflow.tasks.gp.kernel_algebra.Kernel
     m: int
     chunk_size: int
     test_fraction: float
@@ -84,3 +86,4 @@ class Plan:
     svgp: SVGPSettings
     data: GPData
     test_rows: TestRows | None = None
+    kernel_setup: object = None  # pgmflow.sparse_gp.kernel_config.KernelSetup for a kernel object

@@ -45,6 +45,7 @@ import numpy as np
 from pgmflow.core import artifacts
 from pgmflow.core.graph import Executor
 from pgmflow.sparse_gp import data as gp_data
+from pgmflow.sparse_gp import kernel_config as kc
 from pgmflow.sparse_gp import model as gp_model
 from pgmflow.sparse_gp.evaluations import Chunks, chunk_ranges, chunk_refs, inducing_pool, initial_inducing
 from pgmflow.sparse_gp.fit import FitResult, fit_collapsed, fit_exact, fit_restarts, fit_svgp, initial_params
@@ -126,7 +127,7 @@ def run(ctx, plan: Plan) -> dict:
     tracker.set_tags(
         {
             "pgmflow.gp.method": method,
-            "pgmflow.gp.kernel": kernel,
+            "pgmflow.gp.kernel": str(kernel)[:250],
             "pgmflow.gp.source": data.source[:250],
             "pgmflow.gp.data_access": access[:250],
             "pgmflow.gp.backend": ctx.backend,
@@ -153,7 +154,9 @@ def run(ctx, plan: Plan) -> dict:
     pool = inducing_pool(data, plan.seed, plan.test_fraction, plan.kmeans_points)
     median = np.median(pool, axis=0)
     lo, hi = pool.min(axis=0), pool.max(axis=0)
-    params0 = initial_params(plan.start, data.d)
+    params0 = (
+        initial_params(plan.start, data.d) if plan.kernel_setup is None else plan.kernel_setup.params0(plan.start.noise)
+    )
     Z0 = None
     if method != "exact":
         Z0 = initial_inducing(std.apply_X(pool), m, plan.seed, plan.kmeans_iter, plan.kmeans_points)
@@ -170,7 +173,7 @@ def run(ctx, plan: Plan) -> dict:
         slices = {j: _slice(data, median, lo, hi, j) for j in dims}  # every candidate: the fit picks one
         fit = fit_exact(ctx, plan, chunks, params0, np.concatenate([slices[j].grid for j in dims]))
         if j_slice is None:
-            j_slice = dims[int(np.argmin(np.asarray(fit.predictor.params.lengthscale)[dims]))]
+            j_slice = dims[_shortest(plan, fit.predictor.params, dims)]
         k = dims.index(j_slice)
         mean, var = fit.exact.slice
         sl = slices[j_slice]._replace(
@@ -179,7 +182,7 @@ def run(ctx, plan: Plan) -> dict:
         sums = fit.exact.sums
     else:
         if j_slice is None:
-            j_slice = int(np.argmin(np.asarray(fit.predictor.params.lengthscale)))
+            j_slice = _shortest(plan, fit.predictor.params, list(range(data.d)))
         sl = _slice(data, median, lo, hi, j_slice)
         h_pred = ex.scatter(fit.predictor)  # summed statistics (m x m) or q(u): to the cluster once
         scored = list(refs) + _test_file_refs(ex, plan)
@@ -224,6 +227,27 @@ def _test_file_refs(ex, plan: Plan) -> list:
     ]
 
 
+def _kernel_results(plan: Plan, params, std) -> dict:
+    """A kernel object's fitted hyperparameters by name, in original units (none for a named kernel)."""
+    if plan.kernel_setup is None:
+        return {}
+    return {"kernel_hyperparameters": kc.hyperparameters(plan.kernel, params, std)}
+
+
+def _lengthscales(plan: Plan, params) -> np.ndarray:
+    """float64 [d]: the ARD lengthscales (standardised units); a kernel object's shortest per input (NaN where
+    none of its kernels has one: ``kernel_config.shortest_lengthscales``)."""
+    if plan.kernel_setup is None:
+        return np.asarray(params.lengthscale)
+    return kc.shortest_lengthscales(plan.kernel, params, plan.data.d)
+
+
+def _shortest(plan: Plan, params, dims) -> int:
+    """The index into ``dims`` of the input with the shortest lengthscale (the first where none has one)."""
+    ls = _lengthscales(plan, params)[dims]
+    return int(np.nanargmin(ls)) if np.any(np.isfinite(ls)) else 0
+
+
 def _slice(data, median, lo, hi, j) -> Slice:
     """Input j over its training range (and 5% beyond), the others at their training medians."""
     span = hi[j] - lo[j]
@@ -239,12 +263,12 @@ def finish(ctx, plan: Plan, fit: FitResult, scores: Scores, sl: Slice) -> dict:
     pred = fit.predictor
     std = data.standardizer
     params = pred.params
-    ls_std = np.asarray(params.lengthscale)
+    ls_std = _lengthscales(plan, params)
     ls_orig = ls_std * std.x_std
     y2 = std.y_std**2
     result = {
         "method": method,
-        "kernel": plan.kernel,
+        "kernel": str(plan.kernel),
         "seconds": scores.seconds,
         "rows": data.n,
         "inputs": data.d,
@@ -267,7 +291,8 @@ def finish(ctx, plan: Plan, fit: FitResult, scores: Scores, sl: Slice) -> dict:
         "jitter_requested": plan.fit.jitter if method != "exact" else 0.0,
         "noise_variance": params.noise * y2,
         "kernel_variance": params.variance * y2,
-        "lengthscales": [float(v) for v in ls_orig],
+        "lengthscales": [float(v) if math.isfinite(v) else None for v in ls_orig],
+        **_kernel_results(plan, params, std),
         "input_names": list(data.input_names),
         "standardizer": std.to_dict(),
         **(
@@ -344,7 +369,7 @@ def _model_arrays(plan: Plan, fit: FitResult, scores: Scores) -> dict:
     params = pred.params
     arrays = {
         "method": np.array(plan.method),
-        "kernel": np.array(plan.kernel),
+        "kernel": np.array(str(plan.kernel)),
         "log_lengthscale": np.asarray(params.log_lengthscale, dtype=np.float64),
         "log_variance": np.float64(params.log_variance),
         "log_noise": np.float64(params.log_noise),

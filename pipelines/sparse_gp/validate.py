@@ -10,7 +10,6 @@ from pgmflow.core.validation import apply, boolean, choice, get, integer, real, 
 
 SPARSE_GP = {
     "method": choice("sgpr", "fitc", "dtc", "svgp", "exact"),
-    "kernel": choice("rbf", "matern32", "matern52"),
     "m": integer(lo=1, hi=100_000),
     "variance": real(gt=0),
     "noise": real(gt=0),
@@ -53,7 +52,8 @@ def check_sparse_gp(cfg: dict):
     from pgmflow.sparse_gp.fit import EXACT_MAX_N, LOG_BOX
     from pgmflow.sparse_gp.plan import FitSettings, Plan, Start, SVGPSettings
 
-    unknown_keys(cfg, "sparse_gp", set(SPARSE_GP) | set(SPARSE_GP_OPTIONAL) | {"lengthscale", "slice_dim"})
+    known = set(SPARSE_GP) | set(SPARSE_GP_OPTIONAL) | {"lengthscale", "slice_dim", "kernel", "kernel_params"}
+    unknown_keys(cfg, "sparse_gp", known)
     apply(cfg, {f"sparse_gp.{k}": r for k, r in SPARSE_GP.items()})
     s = cfg["sparse_gp"]
     apply(cfg, {f"sparse_gp.{k}": r for k, r in SPARSE_GP_OPTIONAL.items() if k in s})
@@ -116,6 +116,7 @@ def check_sparse_gp(cfg: dict):
             f"has {len(ls)} entries but the data has {data.d} inputs",
             "give one number, or one per input",
         )
+    kernel, kernel_setup = _kernel(s, data.d)
     j_slice = gp_data.slice_dim(s.get("slice_dim"), data)
     if g.get("test_path") and s["method"] == "exact":
         raise ConfigError(
@@ -144,7 +145,8 @@ def check_sparse_gp(cfg: dict):
     return Plan(
         seed=int(cfg["seed"]),
         method=str(s["method"]),
-        kernel=str(s["kernel"]),
+        kernel=kernel,
+        kernel_setup=kernel_setup,
         m=int(s["m"]),
         chunk_size=int(s["chunk_size"]),
         test_fraction=float(s["test_fraction"]),
@@ -178,3 +180,25 @@ def check_sparse_gp(cfg: dict):
         data=data,
         test_rows=test_rows,
     )
+
+
+def _kernel(s: dict, d: int):
+    """``(kernel, KernelSetup or None)``: a named kernel of earlier versions as its string (the old path, the
+    old bits), anything else as an object (``pipelines/sparse_gp/kernel_config.py``)."""
+    from pgmflow.sparse_gp import kernel_config
+
+    text, kp = s.get("kernel"), s.get("kernel_params")
+    if kp is not None and not isinstance(kp, dict):
+        raise ConfigError("sparse_gp.kernel_params", kp, "must be a mapping", "e.g. {rbf: {lengthscale: 2.0}}")
+    if kernel_config.is_named(text, kp):
+        return text.strip(), None
+    ks = kernel_config.setup(text, kp, d, get({"sparse_gp": s}, "sparse_gp.lengthscale"))
+    if s["restarts"]:
+        raise ConfigError(
+            "sparse_gp.restarts",
+            s["restarts"],
+            "restarts draw ARD lengthscales per input; a composed kernel takes its starting point from "
+            "sparse_gp.kernel_params",
+            "set sparse_gp.restarts=0 (or use kernel rbf / matern32 / matern52)",
+        )
+    return ks.kernel, ks

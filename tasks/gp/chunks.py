@@ -302,14 +302,14 @@ def chunk_elbo_task(kernel, params, Z, state, ref, jitter):
     return gsvgp.svgp_elbo(kernel, params, Z, state, c.X, c.y, c.X.shape[0], jitter), int(c.X.shape[0])
 
 
-def exact_task(kernel, params0, max_iter, chunks, std: Standardizer, Xslice):
+def exact_task(kernel, params0, max_iter, chunks, std: Standardizer, Xslice, bounds=None):
     """Fit the exact GP on every chunk's training rows; predict the held-out rows (test sums per
     chunk, in chunk order) and the slice inputs ``Xslice`` [P, d], with one factorisation."""
     cs = [load_chunk(r) for r in chunks]
     X = np.concatenate([c.X for c in cs])
     y = np.concatenate([c.y for c in cs])
     lml0 = gexact.log_marginal_likelihood(kernel, params0, X, y)
-    fit = gexact.fit(kernel, X, y, params0, maxiter=max_iter)
+    fit = gexact.fit(kernel, X, y, params0, maxiter=max_iter, **({} if bounds is None else {"bounds": bounds}))
     Xs = np.concatenate([c.Xt for c in cs] + [Xslice])
     mean, var = gexact.predict(kernel, fit.params, X, y, Xs)
     sums, a = [], 0

@@ -111,17 +111,19 @@ def fit(
     params0: GPParams,
     n_restarts: int = 0,
     rng: np.random.Generator | None = None,
-    bounds: tuple[float, float] = DEFAULT_BOUNDS,
+    bounds=DEFAULT_BOUNDS,
     maxiter: int = 1000,
     gtol: float = 1e-9,
     jitter: float = 0.0,
 ) -> ExactFit:
     """Maximise the log marginal likelihood over ``log_lengthscale, log_variance, log_noise`` with
     L-BFGS-B from ``params0`` and ``n_restarts`` more starts drawn uniformly within ``bounds``
-    (log space) from ``rng``; returns the best."""
+    (log space) from ``rng``; returns the best. ``bounds``: one ``(lo, hi)`` pair for every entry, or (a kernel
+    object, whose hyperparameters are ``params0.log_lengthscale``) a list of one pair per entry of
+    ``pack(params0)``; ``lo == hi`` holds an entry fixed."""
     X = np.asarray(X, dtype=np.float64)
     y = np.asarray(y, dtype=np.float64)
-    d = X.shape[1]
+    d = int(np.size(params0.log_lengthscale)) if kern.is_object(kernel) else X.shape[1]
 
     def fun(theta):
         p, _ = kern.unpack(theta, d)
@@ -135,13 +137,18 @@ def fit(
     if n_restarts:
         if rng is None:
             raise ValueError("n_restarts > 0 needs an rng")
-        starts += [rng.uniform(bounds[0], bounds[1], size=d + 2) for _ in range(int(n_restarts))]
-    box = [bounds] * (d + 2)
+        if np.ndim(bounds) == 1:
+            starts += [rng.uniform(bounds[0], bounds[1], size=d + 2) for _ in range(int(n_restarts))]
+        else:
+            lo, hi = np.array(_box(bounds, d)).T
+            starts += [rng.uniform(lo, hi) for _ in range(int(n_restarts))]
+    box = _box(bounds, d)
+    lo, hi = np.array(box).T
     best, lmls = None, []
     for th0 in starts:
         res = scipy.optimize.minimize(
             fun,
-            np.clip(th0, *bounds),
+            np.clip(th0, lo, hi),
             jac=True,
             method="L-BFGS-B",
             bounds=box,
@@ -152,3 +159,12 @@ def fit(
             best = res
     p, _ = kern.unpack(best.x, d)
     return ExactFit(p, -float(best.fun), int(best.nit), bool(best.success), np.array(lmls))
+
+
+def _box(bounds, d: int) -> list:
+    """One ``(lo, hi)`` pair per entry of the packed vector (``d + 2`` entries)."""
+    if np.ndim(bounds) == 1:
+        return [tuple(bounds)] * (d + 2)
+    if len(bounds) != d + 2:
+        raise ValueError(f"{len(bounds)} bounds for {d + 2} hyperparameters")
+    return [tuple(b) for b in bounds]

@@ -36,6 +36,7 @@ passes term ``i`` the adjoint ``dK * prod_{j != i} K_j``. Arrays may be NumPy or
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 
 import numpy as np
@@ -43,7 +44,7 @@ import numpy as np
 from pgmflow.tasks import backend
 from pgmflow.tasks.gp import kernels as kern
 
-__all__ = ["BASE_KINDS", "Base", "Kernel", "Product", "Sum", "base"]
+__all__ = ["BASE_KINDS", "Base", "Kernel", "Product", "Sum", "base", "parse"]
 
 _SQRT3 = math.sqrt(3.0)
 _SQRT5 = math.sqrt(5.0)
@@ -96,8 +97,11 @@ class Kernel:
 
     @property
     def spec(self) -> str:
-        """The kernel in the config grammar (``pgmflow.sparse_gp.kernel_config.parse`` reads it back)."""
+        """The kernel in the grammar of :func:`parse`, which reads it back (given the inputs' width)."""
         raise NotImplementedError
+
+    def __str__(self) -> str:
+        return self.spec
 
 
 def _terms(k: Kernel, cls) -> tuple:
@@ -427,3 +431,105 @@ class Base(Kernel):
 def base(kind: str, d: int, dims=None, name: str | None = None) -> Base:
     """A :class:`Base` kernel on columns ``dims`` (None: all ``d``), labelled ``name`` (default: ``kind``)."""
     return Base(kind, name or kind, tuple(range(d)) if dims is None else tuple(int(j) for j in dims), int(d))
+
+
+# ------------------------------------------------------------------------------------------------------------
+# The string grammar
+# ------------------------------------------------------------------------------------------------------------
+
+_TOKEN = re.compile(r"\s*(?:(?P<num>\d+)|(?P<name>[A-Za-z_][A-Za-z0-9_]*)|(?P<op>[-+*:,()\[\]])|(?P<bad>\S))")
+
+
+def parse(text: str, d: int) -> Kernel:
+    """A kernel from the grammar (``*`` binds tighter than ``+``; parentheses group)::
+
+        expr   := term ('+' term)*
+        term   := factor ('*' factor)*
+        factor := [label ':'] kind ['[' dim (',' dim)* ']'] | '(' expr ')'
+
+    ``kind`` is one of :data:`BASE_KINDS`; ``dim`` a 0-based input column of the ``d`` columns (default: all).
+    A base kernel's name (its key in ``sparse_gp.kernel_params``) is its label, or its kind, numbered from the
+    second of the same kind on (``rbf``, ``rbf2``, ...). ValueError, in one line, on anything malformed."""
+    toks = []
+    for m in _TOKEN.finditer(str(text)):
+        if m.group("bad"):
+            raise ValueError(f"unexpected character {m.group('bad')!r}")
+        toks.append(next((k, v) for k, v in m.groupdict().items() if v is not None))
+    pos = [0]
+    seen: dict[str, int] = {}
+    names: set[str] = set()
+
+    def peek():
+        return toks[pos[0]] if pos[0] < len(toks) else (None, None)
+
+    def take(kind=None, value=None, what=""):
+        k, v = peek()
+        if k is None or (kind and k != kind) or (value and v != value):
+            where = f"{v!r}" if k is not None else "the end"
+            raise ValueError(f"expected {what or value or kind} but found {where}")
+        pos[0] += 1
+        return v
+
+    def factor():
+        k, v = peek()
+        if (k, v) == ("op", "("):
+            take()
+            e = expr()
+            take("op", ")", "')'")
+            return e
+        if k != "name":
+            if (k, v) in (("op", "*"), ("op", "+")):
+                raise ValueError(f"'{v}' needs a kernel on both sides")
+            raise ValueError(f"expected a kernel but found {v!r}" if k else "expected a kernel but found the end")
+        word = take()
+        label = None
+        if peek() == ("op", ":"):
+            take()
+            label, word = word, take("name", what="a kernel after the label")
+        if word not in BASE_KINDS:
+            raise ValueError(f"unknown kernel {word!r}; expected one of {', '.join(BASE_KINDS)}")
+        dims = None
+        if peek() == ("op", "["):
+            take()
+            dims = [int(take("num", what="an input column"))]
+            while peek() == ("op", ","):
+                take()
+                dims.append(int(take("num", what="an input column")))
+            take("op", "]", "']'")
+            bad = [j for j in dims if not 0 <= j < d]
+            if bad or len(set(dims)) != len(dims):
+                raise ValueError(
+                    f"active dims {dims} of {word!r} out of range (or repeated): "
+                    f"the data has {d} input column(s), 0..{d - 1}"
+                )
+        seen[word] = seen.get(word, 0) + 1
+        name = label or (word if seen[word] == 1 else f"{word}{seen[word]}")
+        if name in names:
+            raise ValueError(f"two kernels are named {name!r}; give each a label (label:kind)")
+        names.add(name)
+        return base(word, d, dims, name)
+
+    def term():
+        k = factor()
+        while peek() == ("op", "*"):
+            take()
+            if peek()[0] is None or peek() in (("op", "+"), ("op", ")")):
+                raise ValueError("'*' needs a kernel on both sides")
+            k = k * factor()
+        return k
+
+    def expr():
+        k = term()
+        while peek() == ("op", "+"):
+            take()
+            if peek()[0] is None or peek() in (("op", "*"), ("op", ")")):
+                raise ValueError("'+' needs a kernel on both sides")
+            k = k + term()
+        return k
+
+    if not toks:
+        raise ValueError("is empty")
+    k = expr()
+    if pos[0] != len(toks):
+        raise ValueError(f"unexpected {peek()[1]!r} after a complete kernel")
+    return k

@@ -231,6 +231,8 @@ def cross_covariance(kernel: str, params: GPParams, Z, X_chunk):
     X = xp.asarray(X_chunk, dtype=xp.float64)
     if X.ndim != 2 or Z.ndim != 2 or X.shape[1] != Z.shape[1]:
         raise ValueError(f"X_chunk [n, d] and Z [m, d] must be matrices of equal width; got {X.shape}, {Z.shape}")
+    if kern.is_object(kernel):
+        return kern.K(kernel, params, Z, X)
     Zs, Xs = kern._scaled(xp, Z, params), kern._scaled(xp, X, params)
     if _cpu_rbf(xp, kernel, params):
         return fused.rbf_kuf(Zs, Xs, float(params.log_variance))  # Fortran order, as the SGPR/DTC passes keep it
@@ -256,12 +258,12 @@ def _tri_solve(xp, L, B, trans: bool = False):
     return xp.asarray(Linv.T if trans else Linv) @ B
 
 
-def _fitc_lambda(xp, params, L, Kuf):
+def _fitc_lambda(xp, params, L, Kuf, diag=None):
     """``V = L^-1 Kuf`` [m, n] and FITC's ``Lambda = diag(Kff - Qff) + sigma^2`` [n]
-    (``diag Kff = s`` for the stationary kernels; ``diag(Kff - Qff)`` is clipped at 0)."""
+    (``diag Kff = s`` for the stationary kernels, ``diag`` [n] when given; ``diag(Kff - Qff)`` is clipped at 0)."""
     V = _tri_solve(xp, L, Kuf)  # [m, n]
     q = xp.sum(V * V, axis=0)  # [n]  diag Qff
-    s = math.exp(float(params.log_variance))
+    s = math.exp(float(params.log_variance)) if diag is None else diag
     lam = xp.maximum(s - q, 0.0) + math.exp(float(params.log_noise))  # [n]
     return V, lam
 
@@ -299,6 +301,8 @@ def chunk_stats_and_kuf(
     check_method(method)
     kern.check_kernel(kernel)
     xp = backend.array_module(X_chunk)
+    if kern.is_object(kernel):
+        return _object_stats(xp, method, kernel, params, Z, X_chunk, y_chunk, jitter, Kuf)
     Zs, Xs, y = _inputs(xp, params, Z, X_chunk, y_chunk)
     n = int(Xs.shape[0])
     psi0 = n * math.exp(float(params.log_variance))  # sum diag Kff (stationary)
@@ -339,6 +343,8 @@ def chunk_grad(method: str, kernel: str, params: GPParams, Z, X_chunk, y_chunk, 
     if adjoints.method != method:
         raise ValueError(f"adjoints were made for method {adjoints.method!r}, not {method!r}")
     xp = backend.array_module(X_chunk)
+    if kern.is_object(kernel):
+        return _object_grad(xp, method, kernel, params, Z, X_chunk, y_chunk, adjoints, Kuf)
     Zs, Xs, y = _inputs(xp, params, Z, X_chunk, y_chunk)
     n = int(Xs.shape[0])
     s = math.exp(float(params.log_variance))
@@ -404,6 +410,80 @@ def chunk_grad(method: str, kernel: str, params: GPParams, Z, X_chunk, y_chunk, 
             G *= dKdu
     dlog_ls, dZ, _ = kern._vjp_core(xp, ls, Zs, Xs, G, True, False)
     return Grad(_h(dlog_ls), dlog_s + d_diag * s, float(dlog_noise), _h(dZ), dKuu)
+
+
+# ------------------------------------------------------------------------------------------------
+# Kernel objects (pgmflow.tasks.gp.kernel_algebra): the same statistics, with K(Z, X), diag Kff and their
+# adjoints from the object (no cache blocking, no lengthscale-scaled inputs: the object scales its own)
+# ------------------------------------------------------------------------------------------------
+
+
+def _object_inputs(xp, Z, X_chunk, y_chunk):
+    Z = xp.asarray(Z, dtype=xp.float64)
+    X = xp.asarray(X_chunk, dtype=xp.float64)
+    y = xp.asarray(y_chunk, dtype=xp.float64).ravel()
+    if X.ndim != 2 or Z.ndim != 2 or X.shape[1] != Z.shape[1]:
+        raise ValueError(f"X_chunk [n, d] and Z [m, d] must be matrices of equal width; got {X.shape}, {Z.shape}")
+    if y.shape != (X.shape[0],):
+        raise ValueError(f"y_chunk must have shape ({X.shape[0]},); got {y.shape}")
+    return Z, X, y
+
+
+def _object_stats(xp, method, kernel, params, Z, X_chunk, y_chunk, jitter, Kuf):
+    """:func:`chunk_stats_and_kuf` for a kernel object: ``psi0 = sum diag Kff`` from the object's diagonal."""
+    Z, X, y = _object_inputs(xp, Z, X_chunk, y_chunk)
+    n = int(X.shape[0])
+    if Kuf is None:
+        Kuf = kern.K(kernel, params, Z, X)  # [m, n]
+    diag = kern.K_diag(kernel, params, X)  # [n]
+    if method in ("sgpr", "dtc"):
+        st = Stats(n, float(y @ y), float(xp.sum(diag)), _h(Kuf @ y), _h(_gram(xp, Kuf)))
+        return st, Kuf
+    L, _ = kern.inducing_cholesky(kernel, params, backend.to_numpy(Z), jitter)
+    _, lam = _fitc_lambda(xp, params, L, Kuf, diag)
+    Kw = Kuf / xp.sqrt(lam)[None, :]  # [m, n]
+    y_l = y / lam  # [n]
+    st = FITCStats(n, float(y @ y_l), float(xp.sum(xp.log(lam))), _h(Kuf @ y_l), _h(_gram(xp, Kw)))
+    return st, Kuf
+
+
+def _object_grad(xp, method, kernel, params, Z, X_chunk, y_chunk, adjoints, Kuf) -> Grad:
+    """:func:`chunk_grad` for a kernel object: ``dF/dKuf`` as for the named kernels, pushed through
+    ``kernels.K_vjp``; the diagonal's adjoint (``dpsi0`` per row, FITC's ``g``) through ``K_diag_vjp``."""
+    Z, X, y = _object_inputs(xp, Z, X_chunk, y_chunk)
+    n = int(X.shape[0])
+    P = xp.asarray(adjoints.dpsi2, dtype=xp.float64)  # [m, m]
+    a = xp.asarray(adjoints.dpsi1y, dtype=xp.float64)  # [m]
+    if Kuf is None:
+        Kuf = kern.K(kernel, params, Z, X)  # [m, n]
+    dlog_noise, dKuu = 0.0, 0.0
+    if method in ("sgpr", "dtc"):
+        B = 2.0 * (P @ Kuf)  # [m, n]  dF/dKuf
+        _rank1_update(xp, B, a, y)
+        ddiag = float(adjoints.dpsi0)
+    else:
+        diag = kern.K_diag(kernel, params, X)  # [n]
+        L = _fixed_cholesky(kernel, params, Z, adjoints.jitter)
+        V, lam = _fitc_lambda(xp, params, L, Kuf, diag)
+        W = _tri_solve(xp, L, V, trans=True)  # [m, n]  Kuu^-1 Kuf
+        KP = P @ Kuf  # [m, n]
+        quad = xp.sum(Kuf * KP, axis=0)  # [n]
+        ak = a @ Kuf  # [n]
+        inv_lam = 1.0 / lam
+        g = (0.5 * y * y - quad - ak * y) * inv_lam * inv_lam - 0.5 * inv_lam  # [n]  dF/dLambda
+        B = 2.0 * KP
+        _rank1_update(xp, B, a, y)
+        B *= inv_lam[None, :]
+        Wg = W * g[None, :]  # [m, n]
+        dKuu = _h(Wg @ W.T)  # [m, m]
+        dKuu = 0.5 * (dKuu + dKuu.T)
+        B -= 2.0 * Wg
+        dlog_noise = math.exp(float(params.log_noise)) * float(xp.sum(g))
+        ddiag = g
+    kg = kern.K_vjp(kernel, params, Z, X, B, wrt_X1=True, wrt_X2=False)
+    kd = kern.K_diag_vjp(kernel, params, X, ddiag if np.ndim(ddiag) else xp.full(n, ddiag))
+    dth = _h(kg.log_lengthscale) + _h(kd.log_lengthscale)
+    return Grad(dth, float(kg.log_variance) + float(kd.log_variance), float(dlog_noise), _h(kg.X1), dKuu)
 
 
 def _rank1_update(xp, A, u, v):
