@@ -38,19 +38,25 @@ import pgmflow.tasks.gp
 from pgmflow.core.errors import ConfigError
 from pgmflow.tasks.gp.data import Standardizer, heldout_rows, open_npy, split_key  # noqa: F401  (part of this module's API)
 
-KINDS = ("synthetic", "diabetes", "co2", "csv", "npz", "npy")
+KINDS = ("synthetic", "diabetes", "co2", "breast_cancer", "csv", "npz", "npy")
 FUNCTIONS = ("friedman1", "sine_1d")
 KEYS = {
     "synthetic": {"kind", "function", "n", "d", "noise_std", "test_path"},
     "diabetes": {"kind", "test_path"},
     "co2": {"kind", "test_path"},
+    "breast_cancer": {"kind", "test_path"},
     "csv": {"kind", "path", "target", "test_path"},
     "npz": {"kind", "path", "x_key", "y_key", "test_path"},
     "npy": {"kind", "path", "target", "test_path"},
 }
 DIABETES = Path(pgmflow.tasks.gp.__file__).resolve().parent / "data" / "diabetes.csv"  # shipped as package data
 CO2 = DIABETES.with_name("co2.csv")  # shipped as package data too
-SHIPPED = {"diabetes": (DIABETES, "target"), "co2": (CO2, "co2")}  # gp_data.kind -> (file, target column)
+BREAST_CANCER = DIABETES.with_name("breast_cancer.csv")  # classification data (labels 0/1: sparse_gp.likelihood)
+SHIPPED = {
+    "diabetes": (DIABETES, "target"),
+    "co2": (CO2, "co2"),
+    "breast_cancer": (BREAST_CANCER, "benign"),
+}  # gp_data.kind -> (file, target column)
 _BLOCK_BYTES = 64 << 20  # rows read per block when streaming an .npy file (about 64 MB)
 
 

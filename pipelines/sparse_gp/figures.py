@@ -103,3 +103,65 @@ def gp_figures(method, fit, sl, data, lengthscales) -> dict:
         ),
         "lengthscales": lengthscale_figure(names, lengthscales),
     }
+
+
+def reliability_figure(rel, link: str) -> plt.Figure:
+    """Bernoulli: the observed frequency of class 1 against the mean predicted probability, per bin of the
+    predicted probability (``rel`` [3, bins]: rows, summed probabilities, positives; held-out rows), with
+    the rows per bin below."""
+    rows, psum, pos = (np.asarray(r, dtype=np.float64) for r in rel)
+    bins = rows.shape[0]
+    edges = np.linspace(0.0, 1.0, bins + 1)
+    has = rows > 0
+    fig, (ax, axn) = plt.subplots(2, 1, figsize=(5.5, 6), sharex=True, gridspec_kw={"height_ratios": [3, 1]})
+    ax.plot([0, 1], [0, 1], color="0.6", lw=1, ls="--", label="perfectly calibrated")
+    ax.plot(psum[has] / rows[has], pos[has] / rows[has], "o-", color="tab:blue", label=f"SVGP, Bernoulli ({link})")
+    ax.set_ylabel("observed frequency of class 1")
+    ax.set_xlim(0, 1)
+    ax.set_ylim(-0.02, 1.02)
+    ax.set_title(f"reliability on {int(rows.sum())} held-out rows", fontsize=10)
+    ax.legend(fontsize=8, loc="upper left")
+    ax.grid(alpha=0.3)
+    axn.bar(0.5 * (edges[:-1] + edges[1:]), rows, width=0.9 / bins, color="tab:blue", alpha=0.6)
+    axn.set_xlabel("predicted probability of class 1")
+    axn.set_ylabel("rows")
+    axn.grid(alpha=0.3, axis="y")
+    fig.tight_layout()
+    return fig
+
+
+def likelihood_figures(lik, params, sl, data, reliability=None) -> dict:
+    """A non-Gaussian likelihood's figures: ``slice`` (replacing the Gaussian one) in what is observed --
+    the class-1 probability with the band ``link^-1(mu +- 2 sd)`` (Bernoulli), the rate with ``exp(mu +- 2
+    sd)`` (Poisson), the median and the 5 % and 95 % predictive quantiles of a new y (Student-t) -- and
+    (Bernoulli, with held-out rows) ``reliability``."""
+    from pgmflow.tasks.gp import likelihoods as glik
+
+    std, names, j = data.standardizer, data.input_names, sl.j
+    mu, var = np.asarray(sl.mean), np.asarray(sl.var)
+    sd = np.sqrt(var)
+    if lik.name == "bernoulli":
+        inv = glik.class_probability
+        mid = inv(lik, mu, var)
+        lo, hi = inv(lik, mu - 2 * sd, 0 * var), inv(lik, mu + 2 * sd, 0 * var)
+        what, band = "P(class 1)", "link⁻¹(μ ± 2σ) of the latent f"
+    elif lik.name == "poisson":
+        mid, lo, hi = np.exp(mu + var / 2), np.exp(mu - 2 * sd), np.exp(mu + 2 * sd)
+        what, band = "rate E[exp f]", "exp(μ ± 2σ) of the latent f"
+    else:
+        q = glik.predictive_quantiles(lik, mu, var, (0.05, 0.5, 0.95), params.log_noise)
+        lo, mid, hi = (std.invert_mean(q[:, i]) for i in range(3))
+        what, band = f"median of a new {data.target_name}", "5 % - 95 % predictive quantiles"
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    ax.fill_between(sl.xs, lo, hi, color="tab:blue", alpha=0.25, label=band)
+    ax.plot(sl.xs, mid, color="tab:blue", lw=1.5, label=what)
+    ax.set_xlabel(str(names[j]))
+    ax.set_ylabel(str(data.target_name))
+    ax.set_title(f"svgp, {lik.name} likelihood: prediction along {names[j]} (others at training medians)", fontsize=9)
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    out = {"slice": fig}
+    if reliability is not None and lik.name == "bernoulli":
+        out["reliability"] = reliability_figure(reliability, lik.link)
+    return out

@@ -448,8 +448,10 @@ def fit_svgp(ctx, plan, chunks: Chunks, params0, Z0) -> FitResult:
         p, Z = kern.unpack(th, d, m if opt else 0, q)
         return p, (Z0 if Z is None else Z)
 
+    lik = None if plan.likelihood.conjugate else plan.likelihood  # None: the Gaussian's closed forms
+
     def full_elbo(params, Z, state, k):
-        return _full_elbo(chunks, kernel, params, Z, state, jitter, k)
+        return _full_elbo(chunks, kernel, params, Z, state, jitter, k, lik)
 
     trace, mb_trace = [], []
     params, Z = unpack(theta)
@@ -466,8 +468,10 @@ def fit_svgp(ctx, plan, chunks: Chunks, params0, Z0) -> FitResult:
             yb = np.concatenate([g[k][1] for g in got])
             params, Z = unpack(theta)
             try:
-                state = gsvgp.natgrad_step(kernel, params, Z, state, Xb, yb, n, rho, jitter)
-                elbo, dparams, dZ = gsvgp.svgp_elbo_and_grad(kernel, params, Z, state, Xb, yb, n, jitter)
+                state = gsvgp.natgrad_step(kernel, params, Z, state, Xb, yb, n, rho, jitter, likelihood=lik)
+                elbo, dparams, dZ = gsvgp.svgp_elbo_and_grad(
+                    kernel, params, Z, state, Xb, yb, n, jitter, likelihood=lik
+                )
             except kern.CholeskyError as exc:
                 raise RuntimeError(
                     f"SVGP step {t}: {exc}; fix: lower sparse_gp.svgp_lr or sparse_gp.svgp_rho, or "
@@ -487,7 +491,7 @@ def fit_svgp(ctx, plan, chunks: Chunks, params0, Z0) -> FitResult:
     seconds = time.monotonic() - t0
     bar.close()
     params, Z = unpack(theta)
-    pred = Predictor("svgp", kernel, params, Z, None, state, jitter, plan.fit.max_tries)
+    pred = Predictor("svgp", kernel, params, Z, None, state, jitter, plan.fit.max_tries, lik)
     _, jit_abs = kern.inducing_cholesky(kernel, params, Z, jitter, plan.fit.max_tries)
     rel = jit_abs / params.variance
     return FitResult(
@@ -508,11 +512,13 @@ def fit_svgp(ctx, plan, chunks: Chunks, params0, Z0) -> FitResult:
     )
 
 
-def _full_elbo(chunks: Chunks, kernel, params, Z, state, jitter, k) -> float:
-    """The SVGP ELBO over every chunk's training rows (chunk order) after step ``k``."""
+def _full_elbo(chunks: Chunks, kernel, params, Z, state, jitter, k, likelihood=None) -> float:
+    """The SVGP ELBO over every chunk's training rows (chunk order) after step ``k`` (``likelihood``: None
+    for the Gaussian, else a non-conjugate ``pgmflow.tasks.gp.likelihoods.Likelihood``)."""
+    lik = {} if likelihood is None else {"likelihood": likelihood}
     outs = [
         dask.delayed(chunk_elbo_task, pure=True)(
-            kernel, params, Z, state, ref, jitter, dask_key_name=f"gp-elbo-{chunks.tok}-s{k}-c{c}"
+            kernel, params, Z, state, ref, jitter, **lik, dask_key_name=f"gp-elbo-{chunks.tok}-s{k}-c{c}"
         )
         for c, ref in enumerate(chunks.refs)
     ]

@@ -27,6 +27,7 @@ import numpy as np
 from pgmflow.core import models
 from pgmflow.core.models import NPZ_KEY
 from pgmflow.tasks.gp import kernels as kern
+from pgmflow.tasks.gp import likelihoods as glik
 from pgmflow.tasks.gp import stats as gstats
 from pgmflow.tasks.gp.data import Standardizer
 
@@ -61,6 +62,7 @@ class GPPredictor:
         X_train=None,
         y_train=None,
         jitter: float = 0.0,
+        likelihood=None,
     ):
         self.method, self.params = str(method), params
         self.kernel = kernel if kern.is_object(kernel) else str(kernel)  # a name, or a kernel object
@@ -69,6 +71,7 @@ class GPPredictor:
         self.Z, self.stats, self.state = Z, stats, state
         self.X_train, self.y_train = X_train, y_train
         self.jitter = float(jitter)
+        self.likelihood = likelihood  # svgp: a pgmflow.tasks.gp.likelihoods.Likelihood; None: Gaussian
 
     @property
     def d(self) -> int:
@@ -115,6 +118,7 @@ class GPPredictor:
             X_train=a.get("X_train"),
             y_train=a.get("y_train"),
             jitter=float(a["jitter"]),
+            likelihood=_likelihood(a),
         )
 
     @classmethod
@@ -155,11 +159,43 @@ class GPPredictor:
     def predict(self, X, include_noise: bool = True) -> tuple[np.ndarray, np.ndarray]:
         """Predictive mean [n] and variance [n] at inputs ``X`` in original units (a DataFrame, an array
         [n, d] or one row), in the target's units; ``include_noise``: the variance of a new ``y``
-        (latent variance plus the noise variance), else of the latent ``f``."""
+        (latent variance plus the noise variance), else of the latent ``f``. With a non-Gaussian likelihood
+        (``self.likelihood``) and ``include_noise``: the mean and variance of a new ``y`` under it
+        (``pgmflow.tasks.gp.likelihoods.predict_y``: Bernoulli the class-1 probability ``p`` and ``p (1 - p)``,
+        Poisson the rate and the count variance, Student-t the mean and ``var + s2 nu / (nu - 2)``)."""
         std = self.standardizer
         mean_f, var_f = self.predict_latent(std.apply_X(self._inputs(X)))
+        lik = self.likelihood
+        if lik is not None and not lik.conjugate:
+            if include_noise:
+                mean_f, var_f = glik.predict_y(lik, mean_f, np.asarray(var_f), self.params.log_noise)
+            return std.invert_mean(mean_f), std.invert_var(np.asarray(var_f))
         var = np.asarray(var_f) + (self.params.noise if include_noise else 0.0)
         return std.invert_mean(mean_f), std.invert_var(var)
+
+    def predict_proba(self, X) -> np.ndarray:
+        """Bernoulli: float64 [n, 2], the probabilities of class 0 and class 1 at inputs ``X``."""
+        lik = self.likelihood
+        if lik is None or lik.name != "bernoulli":
+            raise ValueError("predict_proba needs a model fitted with sparse_gp.likelihood=bernoulli")
+        p, _ = self.predict(X)
+        return np.column_stack([1.0 - p, p])
+
+    def predict_quantiles(self, X, probs=(0.05, 0.5, 0.95)) -> np.ndarray:
+        """float64 [n, len(probs)]: quantiles of a new ``y`` at inputs ``X`` in the target's units (Gaussian
+        and Student-t likelihoods; ``pgmflow.tasks.gp.likelihoods.predictive_quantiles``)."""
+        lik = self.likelihood or glik.GAUSSIAN
+        std = self.standardizer
+        mean_f, var_f = self.predict_latent(std.apply_X(self._inputs(X)))
+        q = glik.predictive_quantiles(lik, mean_f, np.asarray(var_f), probs, self.params.log_noise)
+        return std.y_mean + std.y_std * q
+
+
+def _likelihood(a: dict):
+    """The likelihood a ``model.npz`` records (none recorded: Gaussian, as every model before it existed)."""
+    if "likelihood" not in a:
+        return None
+    return glik.Likelihood(str(a["likelihood"]), str(a["link"]), float(a["student_t_dof"]), int(a["quadrature_points"]))
 
 
 def load_predictor(artifact_dir) -> GPPredictor:

@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from pgmflow.sparse_gp.data import GPData, TestRows
+from pgmflow.tasks.gp.likelihoods import GAUSSIAN, Likelihood
 
 
 @dataclass(frozen=True)
@@ -87,3 +88,4 @@ class Plan:
     data: GPData
     test_rows: TestRows | None = None
     kernel_setup: object = None  # pgmflow.sparse_gp.kernel_config.KernelSetup for a kernel object
+    likelihood: Likelihood = GAUSSIAN  # SVGP's likelihood (pgmflow.tasks.gp.likelihoods); the others: Gaussian

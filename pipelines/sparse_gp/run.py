@@ -50,6 +50,7 @@ from pgmflow.sparse_gp import model as gp_model
 from pgmflow.sparse_gp.evaluations import Chunks, chunk_ranges, chunk_refs, inducing_pool, initial_inducing
 from pgmflow.sparse_gp.fit import FitResult, fit_collapsed, fit_exact, fit_restarts, fit_svgp, initial_params
 from pgmflow.sparse_gp.plan import Plan
+from pgmflow.tasks.gp import likelihoods as glik
 from pgmflow.tasks.gp import stats as gstats
 from pgmflow.tasks.gp.chunks import Chunk, chunk_test_task, predict_f
 
@@ -83,6 +84,8 @@ class Scores(NamedTuple):
     nlpd: float
     n_test: int
     seconds: float
+    likelihood: dict | None = None  # a non-Gaussian likelihood's held-out metrics (likelihoods.test_metrics)
+    reliability: np.ndarray | None = None  # Bernoulli: [3, bins] rows, summed probabilities, positives per bin
 
 
 def in_process(plan: Plan) -> bool:
@@ -202,7 +205,23 @@ def run(ctx, plan: Plan) -> dict:
         nlpd += s[2]
     rmse = math.sqrt(sse / n_test) if n_test else float("nan")  # no held-out rows: nothing to score
     mean_nlpd = nlpd / n_test if n_test else float("nan")
-    return finish(ctx, plan, fit, Scores(rmse, mean_nlpd, n_test, seconds), sl)
+    scores = Scores(rmse, mean_nlpd, n_test, seconds)
+    if not plan.likelihood.conjugate:
+        scores = _likelihood_scores(plan.likelihood, sums, scores)
+    return finish(ctx, plan, fit, scores, sl)
+
+
+def _likelihood_scores(lik, sums, scores: Scores) -> Scores:
+    """A non-Gaussian likelihood's held-out metrics from the chunks' ``likelihoods.test_sums`` (chunk order),
+    and a Bernoulli's reliability-diagram counts."""
+    total = [0, 0.0, 0.0, 0.0]
+    rel = None
+    for s in sums:  # chunk order
+        for i in range(4):
+            total[i] += s[i]
+        if len(s) > 4:
+            rel = s[4] if rel is None else rel + s[4]
+    return scores._replace(likelihood=glik.test_metrics(lik, total), reliability=rel)
 
 
 def _test_file_refs(ex, plan: Plan) -> list:
@@ -307,6 +326,8 @@ def finish(ctx, plan: Plan, fit: FitResult, scores: Scores, sl: Slice) -> dict:
     if not scores.n_test:  # every row trained on and no test file: the fit's own bound per row is the objective
         result["objective"] = -result["bound_per_row"]
         result["objective_name"] = "negative bound per training row (no held-out rows; lower is better)"
+    if not plan.likelihood.conjugate:
+        _likelihood_results(plan.likelihood, result, scores, params, std)
     artifacts.log_final_metrics(tracker, result, step=max(fit.iterations, 1), flush=False)
     tracker.flush()
     arrays = _model_arrays(plan, fit, scores)
@@ -316,10 +337,36 @@ def finish(ctx, plan: Plan, fit: FitResult, scores: Scores, sl: Slice) -> dict:
     if plan.figures:
         from pgmflow.sparse_gp import figures
 
-        artifacts.log_figures(tracker, figures.gp_figures(method, fit, sl, data, ls_orig))
+        figs = figures.gp_figures(method, fit, sl, data, ls_orig)
+        if not plan.likelihood.conjugate:  # the slice in what is observed, and (Bernoulli) a reliability diagram
+            extra = figures.likelihood_figures(plan.likelihood, fit.predictor.params, sl, data, scores.reliability)
+            figures.plt.close(figs["slice"])
+            figs.update(extra)
+        artifacts.log_figures(tracker, figs)
     _print_summary(ctx.say, result)
     json.dumps(result)  # results must stay JSON-serialisable (logged as results.json)
     return result
+
+
+def _likelihood_results(lik, result: dict, scores: Scores, params, std) -> None:
+    """A non-Gaussian likelihood's fields of ``results.json``: its name and settings, its held-out metrics
+    (``test_rmse`` is of the predictive mean: the class-1 probability, the rate); Bernoulli and Poisson have
+    no noise variance (the slot holds its unused starting value), the Student-t's is its squared scale."""
+    result["likelihood"] = lik.name
+    if lik.name == "bernoulli":
+        result["link"] = lik.link
+    if lik.name == "student_t":
+        result["student_t_dof"] = float(lik.dof)
+        result["student_t_scale"] = math.sqrt(params.noise) * std.y_std
+    else:
+        result.pop("noise_variance", None)
+    result["quadrature_points"] = int(lik.quadrature_points)
+    result.update(scores.likelihood or {})
+    if scores.n_test:
+        result["objective_name"] = (
+            f"test NLPD ({'log loss' if lik.name == 'bernoulli' else 'mean negative log predictive density'} of "
+            "the held-out rows, original units; lower is better)"
+        )
 
 
 def _print_summary(say, r):
@@ -332,7 +379,9 @@ def _print_summary(say, r):
         + (f" ({r['evaluations']} evaluations, {per:.3g} s each)" if r["method"] in gstats.METHODS else "")
         + (f" of the kept fit (restart {r['best_restart']})" if "best_restart" in r else ""),
         (
-            f"  test RMSE {r['test_rmse']:.6g}, NLPD {r['test_nlpd']:.6g} (original units, {r['test_rows']} "
+            _likelihood_line(r)
+            if "likelihood" in r
+            else f"  test RMSE {r['test_rmse']:.6g}, NLPD {r['test_nlpd']:.6g} (original units, {r['test_rows']} "
             f"held-out rows); noise variance {r['noise_variance']:.4g}"
             if r["test_rows"]
             else f"  no held-out rows (sparse_gp.test_fraction=0, no gp_data.test_path): no test scores; noise "
@@ -360,6 +409,26 @@ def _print_summary(say, r):
             "for a tighter fit"
         )
     say("\n".join(lines), prefix="", summary=True)
+
+
+def _likelihood_line(r) -> str:
+    """The summary's line of held-out scores with a non-Gaussian likelihood."""
+    name, rows = r["likelihood"], r["test_rows"]
+    if not rows:
+        return f"  likelihood {name}: no held-out rows (sparse_gp.test_fraction=0, no gp_data.test_path)"
+    if name == "bernoulli":
+        got = f"accuracy {r['test_accuracy']:.4g}, log loss {r['test_log_loss']:.4g}, Brier {r['test_brier']:.4g}"
+        name = f"bernoulli ({r['link']})"
+    elif name == "poisson":
+        got = (
+            f"mean deviance {r['test_deviance']:.4g}, NLPD {r['test_nlpd']:.4g}, RMSE of the rate {r['test_rmse']:.4g}"
+        )
+    else:
+        got = (
+            f"RMSE {r['test_rmse']:.6g}, NLPD {r['test_nlpd']:.6g}, 90 % interval coverage "
+            f"{r['test_coverage_90']:.3g}; scale {r['student_t_scale']:.4g}, dof {r['student_t_dof']:g}"
+        )
+    return f"  likelihood {name}: test {got} ({rows} held-out rows)"
 
 
 def _model_arrays(plan: Plan, fit: FitResult, scores: Scores) -> dict:
@@ -395,4 +464,10 @@ def _model_arrays(plan: Plan, fit: FitResult, scores: Scores) -> dict:
     if fit.exact is not None:
         arrays["X_train"] = fit.exact.X
         arrays["y_train"] = fit.exact.y
+    lik = plan.likelihood
+    if not lik.conjugate:  # a Gaussian model's file stays as it was
+        arrays["likelihood"] = np.array(lik.name)
+        arrays["link"] = np.array(lik.link)
+        arrays["student_t_dof"] = np.float64(lik.dof)
+        arrays["quadrature_points"] = np.int64(lik.quadrature_points)
     return arrays

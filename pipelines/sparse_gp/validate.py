@@ -35,7 +35,15 @@ SPARSE_GP = {
 # optional (a run recorded before the key existed is reproduced with its default: evaluate direct, a checkpoint
 # at most every 5 s). Both evaluate values now mean one graph per evaluation (direct calls to the workers are
 # gone; they gave the same bits)
-SPARSE_GP_OPTIONAL = {"evaluate": choice("direct", "graph"), "checkpoint_every_seconds": real(ge=0)}
+SPARSE_GP_OPTIONAL = {
+    "evaluate": choice("direct", "graph"),
+    "checkpoint_every_seconds": real(ge=0),
+    # SVGP's likelihood (pgmflow.tasks.gp.likelihoods); absent in configs recorded before it existed: gaussian
+    "likelihood": choice("gaussian", "bernoulli", "poisson", "student_t"),
+    "link": choice("probit", "logit"),
+    "student_t_dof": real(gt=0),
+    "quadrature_points": integer(lo=2, hi=200),
+}
 GP_SYNTHETIC = {
     "function": choice("friedman1", "sine_1d"),
     "n": integer(lo=2),
@@ -126,6 +134,7 @@ def check_sparse_gp(cfg: dict):
             "use sparse_gp.method=sgpr (or hold rows out with sparse_gp.test_fraction)",
         )
     test_rows = gp_data.read_test_file(cfg, data)  # read and checked before any run starts
+    likelihood, data = _likelihood(s, data, test_rows)
     if s["method"] == "exact":
         if data.n_train > EXACT_MAX_N:
             raise ConfigError(
@@ -179,6 +188,7 @@ def check_sparse_gp(cfg: dict):
         ),
         data=data,
         test_rows=test_rows,
+        likelihood=likelihood,
     )
 
 
@@ -202,3 +212,46 @@ def _kernel(s: dict, d: int):
             "set sparse_gp.restarts=0 (or use kernel rbf / matern32 / matern52)",
         )
     return ks.kernel, ks
+
+
+def _likelihood(s: dict, data, test_rows):
+    """``(Likelihood, data)``: SVGP's likelihood (``sparse_gp.likelihood``, ``link``, ``student_t_dof``,
+    ``quadrature_points``), refused with a method that assumes a Gaussian one or with targets it cannot
+    take (labels outside {0, 1}, counts that are not integers >= 0). Bernoulli and Poisson targets are
+    never standardised (labels and counts stay as they are); the inputs are, with ``sparse_gp.standardize``."""
+    import numpy as np
+
+    from pgmflow.tasks.gp.likelihoods import Likelihood, check_targets
+
+    name = s.get("likelihood", "gaussian")
+    lik = Likelihood(
+        name,
+        str(s.get("link", "probit")),
+        float(s.get("student_t_dof", 4.0)),
+        int(s.get("quadrature_points", 20)),
+    )
+    if name == "gaussian":
+        return lik, data
+    if s["method"] != "svgp":
+        raise ConfigError(
+            "sparse_gp.likelihood",
+            name,
+            f"is not taken by sparse_gp.method={s['method']} (sgpr, dtc, fitc and exact assume a Gaussian "
+            "likelihood; only svgp fits others)",
+            "use sparse_gp.method=svgp, or sparse_gp.likelihood=gaussian",
+        )
+    y = data.y if data.y is not None else np.asarray(data.rows[:, data.target_col], dtype=np.float64)
+    for where, values in (("", y), (" (gp_data.test_path)", None if test_rows is None else test_rows.y)):
+        why = None if values is None else check_targets(lik, values)
+        if why:
+            fix = (
+                "give the classes as 0 and 1 (or use sparse_gp.likelihood=gaussian)"
+                if name == "bernoulli"
+                else "give counts as integers >= 0 (or use sparse_gp.likelihood=gaussian)"
+            )
+            raise ConfigError(
+                "sparse_gp.likelihood", name, f"the target '{data.target_name}' of {data.source}{where}: {why}", fix
+            )
+    if name in ("bernoulli", "poisson"):  # labels and counts are modelled as they are
+        data = data._replace(standardizer=data.standardizer._replace(y_mean=0.0, y_std=1.0))
+    return lik, data

@@ -17,6 +17,7 @@ from pgmflow.tasks.gp import bounds as gbounds
 from pgmflow.tasks.gp import exact as gexact
 from pgmflow.tasks.gp import kernels as kern
 from pgmflow.tasks.gp import kuf_cache
+from pgmflow.tasks.gp import likelihoods as glik
 from pgmflow.tasks.gp import stats as gstats
 from pgmflow.tasks.gp import svgp as gsvgp
 from pgmflow.tasks.gp.data import Standardizer, heldout_rows, open_npy
@@ -256,6 +257,7 @@ class Predictor(NamedTuple):
     state: object
     jitter: float
     max_tries: int
+    likelihood: object = None  # svgp: a pgmflow.tasks.gp.likelihoods.Likelihood (None: Gaussian)
 
 
 def predict_f(pred: Predictor, Xs):
@@ -279,8 +281,19 @@ def _test_sums(mean_f, var_f, noise, yt, std: Standardizer):
 
 
 def chunk_test_task(pred: Predictor, ref, std: Standardizer):
-    """Test sums of one chunk's held-out rows."""
+    """Test sums of one chunk's held-out rows: ``(rows, squared errors, NLPD)``; with a non-Gaussian
+    likelihood ``pgmflow.tasks.gp.likelihoods.test_sums`` (those three and one more)."""
     c = load_chunk(ref)
+    lik = pred.likelihood
+    if lik is not None and not lik.conjugate:  # Bernoulli: and the reliability diagram's sums
+        rel = (glik.reliability_sums(np.zeros(0), np.zeros(0)),) if lik.name == "bernoulli" else ()
+        if c.Xt.shape[0] == 0:
+            return (0, 0.0, 0.0, 0.0, *rel)
+        mean, var = predict_f(pred, c.Xt)
+        sums = glik.test_sums(lik, c.yt, mean, var, float(pred.params.log_noise), std.y_mean, std.y_std)
+        if rel:
+            rel = (glik.reliability_sums(glik.predict_y(lik, mean, var)[0], c.yt),)
+        return (*sums, *rel)
     if c.Xt.shape[0] == 0:
         return 0, 0.0, 0.0
     mean, var = predict_f(pred, c.Xt)
@@ -294,12 +307,15 @@ def chunk_rows_task(ref, selections):
     return [(c.X[s], c.y[s]) for s in selections]
 
 
-def chunk_elbo_task(kernel, params, Z, state, ref, jitter):
+def chunk_elbo_task(kernel, params, Z, state, ref, jitter, likelihood=None):
     """``(ELBO of the chunk's training rows alone, rows)``: ``ell_c - KL`` (see :func:`_full_elbo`)."""
     c = load_chunk(ref)
     if c.X.shape[0] == 0:
         return 0.0, 0
-    return gsvgp.svgp_elbo(kernel, params, Z, state, c.X, c.y, c.X.shape[0], jitter), int(c.X.shape[0])
+    n = c.X.shape[0]
+    if likelihood is None:
+        return gsvgp.svgp_elbo(kernel, params, Z, state, c.X, c.y, n, jitter), int(n)
+    return gsvgp.svgp_elbo(kernel, params, Z, state, c.X, c.y, n, jitter, likelihood=likelihood), int(n)
 
 
 def exact_task(kernel, params0, max_iter, chunks, std: Standardizer, Xslice, bounds=None):

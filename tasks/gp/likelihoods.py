@@ -92,6 +92,7 @@ __all__ = [
     "predict_y",
     "predictive_log_density",
     "predictive_quantiles",
+    "reliability_sums",
     "test_metrics",
     "test_sums",
     "variational_expectations",
@@ -374,6 +375,22 @@ def test_sums(lik: Likelihood, y, mu, var, log_noise: float = 0.0, y_mean: float
     q = predictive_quantiles(lik, mu, var, (0.05, 0.95), log_noise)
     inside = float(np.sum((ys >= q[:, 0]) & (ys <= q[:, 1])))
     return n, float(r @ r), float(np.sum(nlpd)), inside
+
+
+RELIABILITY_BINS = 10
+
+
+def reliability_sums(p, y, bins: int = RELIABILITY_BINS) -> np.ndarray:
+    """float64 [3, bins]: per bin of the predicted class-1 probability ``p`` ([0, 0.1), ..., [0.9, 1]),
+    the rows, the sum of ``p`` and the positives ``y == 1`` -- sums that add over chunks (a reliability
+    diagram: the observed frequency ``positives / rows`` against the mean predicted ``sum p / rows``)."""
+    p = np.asarray(p, dtype=np.float64)
+    k = np.minimum((p * bins).astype(np.int64), bins - 1)
+    out = np.zeros((3, bins))
+    out[0] = np.bincount(k, minlength=bins)
+    out[1] = np.bincount(k, weights=p, minlength=bins)
+    out[2] = np.bincount(k, weights=(np.asarray(y) == 1.0).astype(np.float64), minlength=bins)
+    return out
 
 
 def test_metrics(lik: Likelihood, sums) -> dict:

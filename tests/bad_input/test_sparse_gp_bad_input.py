@@ -105,6 +105,35 @@ CASES = {
     "negative_lengthscale": lambda p: (["sparse_gp.lengthscale=-1.0"], ["sparse_gp.lengthscale=-1.0", "must be > 0"]),
     "zero_noise": lambda p: (["sparse_gp.noise=0"], ["sparse_gp.noise=0", "must be > 0"]),
     "unknown_kernel": lambda p: (["sparse_gp.kernel=rbff"], ["sparse_gp.kernel='rbff'", "matern52"]),
+    # composed kernels (issue 37): a malformed tree, a bad bound, active dims out of range, an unknown term
+    "unknown_kernel_in_a_tree": lambda p: (
+        ["sparse_gp.kernel='rbf + periodic * laplace'"],
+        ["sparse_gp.kernel='rbf + periodic * laplace'", "unknown kernel 'laplace'", "fix:"],
+    ),
+    "product_with_one_operand": lambda p: (
+        ["sparse_gp.kernel='rbf + periodic *'"],
+        ["sparse_gp.kernel='rbf + periodic *'", "'*' needs a kernel on both sides"],
+    ),
+    "kernel_bound_below_zero": lambda p: (
+        ["sparse_gp.kernel='rbf + periodic'", "+sparse_gp.kernel_params.periodic.period_bounds=[-1.0,2.0]"],
+        ["sparse_gp.kernel_params.periodic.period_bounds=[-1.0, 2.0]", "at or below zero"],
+    ),
+    "active_dims_out_of_range": lambda p: (
+        ["sparse_gp.kernel='rbf[0,12] + white'"],
+        ["sparse_gp.kernel='rbf[0,12] + white'", "out of range", "10 input column(s)"],
+    ),
+    "kernel_params_for_no_term": lambda p: (
+        ["sparse_gp.kernel='rbf + white'", "+sparse_gp.kernel_params.seasonal.period=1.0"],
+        ["sparse_gp.kernel_params.seasonal=", "names no kernel", "rbf, white"],
+    ),
+    "kernel_start_outside_its_bounds": lambda p: (
+        [
+            "sparse_gp.kernel='rbf * periodic'",
+            "+sparse_gp.kernel_params.periodic.period=5.0",
+            "+sparse_gp.kernel_params.periodic.period_bounds=[0.5,2.0]",
+        ],
+        ["sparse_gp.kernel_params.periodic.period=5.0", "outside its bounds"],
+    ),
     "unknown_method": lambda p: (["sparse_gp.method=vfe"], ["sparse_gp.method='vfe'", "svgp"]),
     "unknown_evaluate": lambda p: (["sparse_gp.evaluate=tasks"], ["sparse_gp.evaluate='tasks'", "direct", "graph"]),
     "exact_on_too_many_rows": lambda p: (
@@ -112,6 +141,97 @@ CASES = {
         ["sparse_gp.method='exact'", "more than 20000"],
     ),
     "model_for_another_pipeline": lambda p: (["model=ising"], ["model=", "takes no model group"]),
+}
+
+
+# SVGP likelihoods (issue 37): a likelihood a method does not take, targets the likelihood cannot take
+def _labels_csv(tmp_path, values, name="data.csv"):
+    X, _ = _xy(len(values))
+    (tmp_path / name).write_text("a,b,c,target\n" + "".join(f"{r[0]},{r[1]},{r[2]},{t}\n" for r, t in zip(X, values)))
+    return ["gp_data=csv", f"gp_data.path={name}", "sparse_gp.method=svgp", "sparse_gp.m=4"]
+
+
+def _bernoulli_label_2(tmp_path):
+    labels = [0, 1] * 10 + [2] + [1] * 9
+    return _labels_csv(tmp_path, labels) + ["sparse_gp.likelihood=bernoulli"], [
+        "sparse_gp.likelihood='bernoulli'",
+        "row 20 has the label 2",
+        "0 or 1",
+    ]
+
+
+def _bernoulli_test_file_labels(tmp_path):
+    args = _labels_csv(tmp_path, [0, 1] * 15)
+    _labels_csv(tmp_path, [0, 1, -1, 1], name="test.csv")
+    return args + ["sparse_gp.likelihood=bernoulli", "gp_data.test_path=test.csv"], [
+        "sparse_gp.likelihood='bernoulli'",
+        "gp_data.test_path",
+        "row 2 has the label -1",
+    ]
+
+
+def _bernoulli_npy_labels(tmp_path):
+    X, _ = _xy(30)
+    y = np.r_[np.zeros(15), np.ones(14), 0.5]
+    return _npy(tmp_path, np.column_stack([X, y])) + ["sparse_gp.method=svgp", "sparse_gp.likelihood=bernoulli"], [
+        "sparse_gp.likelihood='bernoulli'",
+        "row 29 has the label 0.5",
+    ]
+
+
+def _poisson_negative(tmp_path):
+    return _labels_csv(tmp_path, [3, 0, 1, 7, -2] + [1] * 25) + ["sparse_gp.likelihood=poisson"], [
+        "sparse_gp.likelihood='poisson'",
+        "row 4 has the count -2",
+        "integers >= 0",
+    ]
+
+
+def _poisson_fraction(tmp_path):
+    return _labels_csv(tmp_path, [3, 0, 1.5] + [1] * 27) + ["sparse_gp.likelihood=poisson"], [
+        "sparse_gp.likelihood='poisson'",
+        "row 2 has the count 1.5",
+    ]
+
+
+CASES |= {
+    "bernoulli_with_sgpr": lambda p: (
+        ["gp_data=breast_cancer", "sparse_gp.likelihood=bernoulli"],
+        ["sparse_gp.likelihood='bernoulli'", "sparse_gp.method=sgpr", "only svgp", "fix: use sparse_gp.method=svgp"],
+    ),
+    "bernoulli_with_exact": lambda p: (
+        ["gp_data=breast_cancer", "sparse_gp.likelihood=bernoulli", "sparse_gp.method=exact"],
+        ["sparse_gp.likelihood='bernoulli'", "sparse_gp.method=exact", "only svgp"],
+    ),
+    "poisson_with_fitc": lambda p: (
+        ["sparse_gp.likelihood=poisson", "sparse_gp.method=fitc"],
+        ["sparse_gp.likelihood='poisson'", "sparse_gp.method=fitc", "only svgp"],
+    ),
+    "student_t_with_dtc": lambda p: (
+        ["sparse_gp.likelihood=student_t", "sparse_gp.method=dtc"],
+        ["sparse_gp.likelihood='student_t'", "sparse_gp.method=dtc", "only svgp"],
+    ),
+    "bernoulli_on_regression_targets": lambda p: (
+        ["sparse_gp.method=svgp", "sparse_gp.likelihood=bernoulli"],
+        ["sparse_gp.likelihood='bernoulli'", "row 0 has the label", "Bernoulli labels must be 0 or 1"],
+    ),
+    "bernoulli_label_outside_0_1": _bernoulli_label_2,
+    "bernoulli_label_in_the_test_file": _bernoulli_test_file_labels,
+    "bernoulli_label_in_an_npy_file": _bernoulli_npy_labels,
+    "poisson_negative_count": _poisson_negative,
+    "poisson_non_integer_count": _poisson_fraction,
+    "unknown_likelihood": lambda p: (
+        ["sparse_gp.method=svgp", "sparse_gp.likelihood=gamma"],
+        ["sparse_gp.likelihood='gamma'", "bernoulli", "student_t"],
+    ),
+    "unknown_link": lambda p: (
+        ["gp_data=breast_cancer", "sparse_gp.method=svgp", "sparse_gp.likelihood=bernoulli", "sparse_gp.link=cloglog"],
+        ["sparse_gp.link='cloglog'", "probit", "logit"],
+    ),
+    "student_t_dof_zero": lambda p: (
+        ["sparse_gp.method=svgp", "sparse_gp.likelihood=student_t", "sparse_gp.student_t_dof=0"],
+        ["sparse_gp.student_t_dof=0", "must be > 0"],
+    ),
 }
 
 
