@@ -134,6 +134,35 @@ CASES = {
         ],
         ["sparse_gp.kernel_params.periodic.period=5.0", "outside its bounds"],
     ),
+    # composed kernels (issue 37): a malformed tree, a bad bound, active dims out of range, an unknown term
+    "unknown_kernel_in_a_tree": lambda p: (
+        ["sparse_gp.kernel='rbf + periodic * laplace'"],
+        ["sparse_gp.kernel='rbf + periodic * laplace'", "unknown kernel 'laplace'", "fix:"],
+    ),
+    "product_with_one_operand": lambda p: (
+        ["sparse_gp.kernel='rbf + periodic *'"],
+        ["sparse_gp.kernel='rbf + periodic *'", "'*' needs a kernel on both sides"],
+    ),
+    "kernel_bound_below_zero": lambda p: (
+        ["sparse_gp.kernel='rbf + periodic'", "+sparse_gp.kernel_params.periodic.period_bounds=[-1.0,2.0]"],
+        ["sparse_gp.kernel_params.periodic.period_bounds=[-1.0, 2.0]", "at or below zero"],
+    ),
+    "active_dims_out_of_range": lambda p: (
+        ["sparse_gp.kernel='rbf[0,12] + white'"],
+        ["sparse_gp.kernel='rbf[0,12] + white'", "out of range", "10 input column(s)"],
+    ),
+    "kernel_params_for_no_term": lambda p: (
+        ["sparse_gp.kernel='rbf + white'", "+sparse_gp.kernel_params.seasonal.period=1.0"],
+        ["sparse_gp.kernel_params.seasonal=", "names no kernel", "rbf, white"],
+    ),
+    "kernel_start_outside_its_bounds": lambda p: (
+        [
+            "sparse_gp.kernel='rbf * periodic'",
+            "+sparse_gp.kernel_params.periodic.period=5.0",
+            "+sparse_gp.kernel_params.periodic.period_bounds=[0.5,2.0]",
+        ],
+        ["sparse_gp.kernel_params.periodic.period=5.0", "outside its bounds"],
+    ),
     "unknown_method": lambda p: (["sparse_gp.method=vfe"], ["sparse_gp.method='vfe'", "svgp"]),
     "unknown_evaluate": lambda p: (["sparse_gp.evaluate=tasks"], ["sparse_gp.evaluate='tasks'", "direct", "graph"]),
     "exact_on_too_many_rows": lambda p: (
