@@ -76,7 +76,11 @@ class MRFTarget(NamedTuple):
 
     @property
     def exact_log_z(self) -> float | None:
-        """log Z by enumeration for at most :data:`EXACT_MAX_NODES` nodes, else None."""
+        """log Z by enumeration for at most :data:`EXACT_MAX_NODES` nodes; ``sum_i log 2 cosh h_i`` for a graph
+        without couplings (independent spins) of any size; else None."""
+        if not np.any(self.J != 0):
+            h = np.abs(self.h)
+            return float(np.sum(h + np.log1p(np.exp(-2.0 * h))))  # log 2 cosh h = |h| + log(1 + exp(-2 |h|))
         if self.n_sites > EXACT_MAX_NODES:
             return None
         from pgmflow.tasks.bounds import exact

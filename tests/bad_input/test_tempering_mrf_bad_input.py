@@ -53,10 +53,6 @@ def _no_nodes(tmp_path):
     return _save(tmp_path, J=np.zeros((0, 0))), ["model.path='model.npz'", "no nodes"]
 
 
-def _no_couplings(tmp_path):
-    return _save(tmp_path, J=np.zeros((5, 5)), h=np.ones(5)), ["model.path='model.npz'", "no non-zero coupling"]
-
-
 def _edge_list_self_loop(tmp_path):
     args = _save(tmp_path, edges=np.array([[0, 1], [2, 2]]), J=np.array([0.5, 0.3]))
     return args, ["model.path='model.npz'", "self-loop on node 2"]
@@ -89,7 +85,6 @@ CASES = {
     "infinite_field": _inf_field,
     "h_of_the_wrong_length": _h_length,
     "empty_graph_no_nodes": _no_nodes,
-    "empty_graph_no_couplings": _no_couplings,
     "edge_list_self_loop": _edge_list_self_loop,
     "edge_list_nan": _edge_list_nan,
     "edge_list_length_mismatch": _edge_list_lengths,

@@ -56,6 +56,18 @@ def test_log_z_against_enumeration_with_bounds_and_figures(tmp_path, mlflow_uri)
     assert "tables/bounds.csv" in set(tr.list_artifacts("tables"))
 
 
+def test_a_graph_without_couplings_runs_and_matches_its_closed_form(tmp_path, mlflow_uri):
+    """Independent spins (a learned network can be empty at a time point): PT runs, and log Z is compared with
+    sum_i log 2 cosh h_i (an empty graph, no nodes at all, is refused: tests/bad_input)."""
+    h = np.array([0.4, -1.1, 0.0, 2.2, 0.7, -0.3])
+    np.savez(tmp_path / "free.npz", J=np.zeros((6, 6)), h=h)
+    res, tr = run(small(tmp_path / "free.npz"), mlflow_uri)
+    truth = float(np.sum(np.log(2.0 * np.cosh(h))))
+    assert res["log_z_exact"] == pytest.approx(truth, rel=1e-14)
+    assert tr.client.get_run(tr.run_id).data.tags["pgmflow.tempering.exact_log_z"] == "analytic"
+    assert abs(res["log_z_ss"] - truth) < 3 * res["log_z_ss_se"] + 1e-9, res
+
+
 def _drop_checkpoints_after(tracker, run_id, keep: int):
     uri = tracker.client.get_run(run_id).info.artifact_uri
     for p in (Path(urlparse(uri).path) / "checkpoints").glob("round_*.npz"):
