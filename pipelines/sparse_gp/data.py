@@ -43,7 +43,7 @@ FUNCTIONS = ("friedman1", "sine_1d")
 KEYS = {
     "synthetic": {"kind", "function", "n", "d", "noise_std", "test_path"},
     "diabetes": {"kind", "test_path"},
-    "co2": {"kind", "test_path"},
+    "co2": {"kind", "test_path", "forecast_from"},
     "breast_cancer": {"kind", "test_path"},
     "csv": {"kind", "path", "target", "test_path"},
     "npz": {"kind", "path", "x_key", "y_key", "test_path"},
@@ -204,6 +204,8 @@ def resolve(cfg: dict) -> GPData:
     elif kind in SHIPPED:
         shipped, target = SHIPPED[kind]
         X, y, names, tname = _read_csv(shipped, target, "gp_data.kind", kind)
+        if kind == "co2" and gcfg.get("forecast_from") is not None:  # the record before it trains
+            X, y = _before(X, y, gcfg["forecast_from"], keep_before=True)
         source = f"{kind} ({shipped})"
         field = "gp_data.kind"
         origin = DataOrigin(shipped.name, path=str(shipped.resolve()))
@@ -503,6 +505,8 @@ def read_test_file(cfg: dict, data: GPData) -> TestRows | None:
     training data and every value finite."""
     gcfg = cfg.get("gp_data") or {}
     raw = gcfg.get("test_path")
+    if gcfg.get("kind") == "co2" and gcfg.get("forecast_from") is not None:
+        return _forecast_rows(gcfg)
     if not raw:
         return None
     p = Path(str(raw)).expanduser()
@@ -561,3 +565,32 @@ def slice_dim(spec, data: GPData):
         f"{', '.join(data.input_names[:12])}{' ...' if data.d > 12 else ''})",
         "use an input index, an input name, or null (the shortest lengthscale)",
     )
+
+
+def _before(X, y, t, keep_before: bool):
+    """The rows of the CO2 record before (``keep_before``) or from the decimal year ``t``; ConfigError unless
+    both sides keep rows."""
+    if isinstance(t, bool) or not isinstance(t, (int, float)) or not X[0, 0] < t <= X[-1, 0]:
+        raise ConfigError(
+            "gp_data.forecast_from",
+            t,
+            f"must be a decimal year inside the record ({X[0, 0]:.2f} to {X[-1, 0]:.2f}), leaving rows on both sides",
+            "use e.g. gp_data.forecast_from=1992.0 (the last 10 years held out)",
+        )
+    keep = X[:, 0] < t if keep_before else X[:, 0] >= t
+    return X[keep], y[keep]
+
+
+def _forecast_rows(gcfg) -> TestRows:
+    """``gp_data.forecast_from`` (co2): the record from that decimal year on, scored as held-out rows (the
+    forecast's test RMSE and NLPD) instead of a ``gp_data.test_path``."""
+    if gcfg.get("test_path"):
+        raise ConfigError(
+            "gp_data.test_path",
+            gcfg["test_path"],
+            "is not taken with gp_data.forecast_from (the rows from that year are the test rows)",
+            "drop one of the two",
+        )
+    X, y, _, _ = _read_csv(CO2, "co2", "gp_data.kind", "co2")
+    X, y = _before(X, y, gcfg["forecast_from"], keep_before=False)
+    return TestRows(CO2.resolve(), X, y)

@@ -246,6 +246,15 @@ def _test_file_refs(ex, plan: Plan) -> list:
     ]
 
 
+def _forecast(plan: Plan, fit: FitResult) -> dict:
+    """``{"forecast": figure}`` for one input scored on a test file or ``gp_data.forecast_from``'s rows."""
+    if plan.test_rows is None or plan.data.d != 1 or plan.data.X is None or plan.method == "exact":
+        return {}
+    from pgmflow.sparse_gp.forecast import forecast_figure
+
+    return {"forecast": forecast_figure(fit.predictor, plan.data, plan.test_rows)}
+
+
 def _kernel_results(plan: Plan, params, std) -> dict:
     """A kernel object's fitted hyperparameters by name, in original units (none for a named kernel)."""
     if plan.kernel_setup is None:
@@ -342,7 +351,7 @@ def finish(ctx, plan: Plan, fit: FitResult, scores: Scores, sl: Slice) -> dict:
             extra = figures.likelihood_figures(plan.likelihood, fit.predictor.params, sl, data, scores.reliability)
             figures.plt.close(figs["slice"])
             figs.update(extra)
-        artifacts.log_figures(tracker, figs)
+        artifacts.log_figures(tracker, {**figs, **_forecast(plan, fit)})
     _print_summary(ctx.say, result)
     json.dumps(result)  # results must stay JSON-serialisable (logged as results.json)
     return result

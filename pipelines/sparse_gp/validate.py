@@ -133,6 +133,13 @@ def check_sparse_gp(cfg: dict):
             "is not scored by the exact GP yet",
             "use sparse_gp.method=sgpr (or hold rows out with sparse_gp.test_fraction)",
         )
+    if g.get("forecast_from") is not None and s["method"] == "exact":
+        raise ConfigError(
+            "gp_data.forecast_from",
+            g["forecast_from"],
+            "is not scored by the exact GP yet",
+            "use sparse_gp.method=sgpr with a large sparse_gp.m",
+        )
     test_rows = gp_data.read_test_file(cfg, data)  # read and checked before any run starts
     likelihood, data = _likelihood(s, data, test_rows)
     if s["method"] == "exact":

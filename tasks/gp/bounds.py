@@ -324,14 +324,17 @@ def fit(
     optimize_inducing: bool = True,
     maxiter: int = 500,
     jitter: float = DEFAULT_JITTER,
+    bounds=None,
 ) -> SparseFit:
     """Maximise the objective over the hyperparameters (and ``Z``) with L-BFGS-B, in-process (a
-    notebook helper; the pipeline runs the same loop with Dask)."""
+    notebook helper; the pipeline runs the same loop with Dask). ``bounds``: None, or L-BFGS-B's
+    ``(lo, hi)`` per entry of ``pack(params, Z)`` (a kernel object's hyperparameters are ``params.log_lengthscale``)."""
     Z = np.asarray(Z, dtype=np.float64)
     m, d = Z.shape
+    q = int(np.size(params.log_lengthscale)) if kern.is_object(kernel) else None
 
     def fun(theta):
-        p, Zt = kern.unpack(theta, d, m if optimize_inducing else 0)
+        p, Zt = kern.unpack(theta, d, m if optimize_inducing else 0, q)
         Zt = Z if Zt is None else Zt
         try:
             val, dp, dZ = value_and_grad(method, kernel, p, Zt, X, y, chunk_size, jitter)
@@ -341,6 +344,8 @@ def fit(
         return -val, -g
 
     theta0 = kern.pack(params, Z if optimize_inducing else None)
-    res = scipy.optimize.minimize(fun, theta0, jac=True, method="L-BFGS-B", options={"maxiter": int(maxiter)})
-    p, Zt = kern.unpack(res.x, d, m if optimize_inducing else 0)
+    res = scipy.optimize.minimize(
+        fun, theta0, jac=True, method="L-BFGS-B", bounds=bounds, options={"maxiter": int(maxiter)}
+    )
+    p, Zt = kern.unpack(res.x, d, m if optimize_inducing else 0, q)
     return SparseFit(p, Z if Zt is None else Zt, float(-res.fun), int(res.nit), bool(res.success), str(res.message))

@@ -95,6 +95,11 @@ class Kernel:
     def diag_vjp(self, theta, X, ddiag):  # pragma: no cover - interface
         raise NotImplementedError
 
+    def scale_grad(self, dtheta) -> float:
+        """``dL/dlog c`` for a scale ``c`` multiplying the whole kernel, from ``dtheta = dL/dtheta`` (every base
+        kernel is proportional to its own variance: a sum adds its terms', a product takes its first factor's)."""
+        raise NotImplementedError
+
     @property
     def spec(self) -> str:
         """The kernel in the grammar of :func:`parse`, which reads it back (given the inputs' width)."""
@@ -169,6 +174,9 @@ class Sum(Kernel):
     def diag_vjp(self, theta, X, ddiag):
         return np.concatenate([t.diag_vjp(th, X, ddiag) for t, th in zip(self.terms, _split(theta, self.terms))])
 
+    def scale_grad(self, dtheta) -> float:
+        return sum(t.scale_grad(g) for t, g in zip(self.terms, _split(dtheta, self.terms)))
+
 
 @dataclass(frozen=True)
 class Product(Kernel):
@@ -229,6 +237,9 @@ class Product(Kernel):
             [t.diag_vjp(th, X, ddiag * rest) for t, th, rest in zip(self.terms, parts, self._others(diags))]
         )
 
+    def scale_grad(self, dtheta) -> float:
+        return self.terms[0].scale_grad(_split(dtheta, self.terms)[0])
+
 
 @dataclass(frozen=True)
 class Base(Kernel):
@@ -252,6 +263,9 @@ class Base(Kernel):
 
     def bases(self):
         return (self,)
+
+    def scale_grad(self, dtheta) -> float:
+        return float(np.asarray(dtheta)[0])  # its variance's: the kernel is proportional to it
 
     def param_names(self) -> list[str]:
         out = []
@@ -311,9 +325,10 @@ class Base(Kernel):
             return s * (1.0 + r + r * r / 3.0) * e, (-5.0 / 6.0 * s) * (1.0 + r) * e, None
         alpha = math.exp(float(theta[-1]))  # rq
         base = 1.0 + U / (2.0 * alpha)
-        Kmat = s * base ** (-alpha)
+        log_base = xp.log(base)
+        Kmat = s * xp.exp(-alpha * log_base)
         dKdu = -0.5 * Kmat / base
-        dKdlog_alpha = alpha * Kmat * (-xp.log(base) + (U / (2.0 * alpha)) / base)
+        dKdlog_alpha = alpha * Kmat * ((U / (2.0 * alpha)) / base - log_base)
         return Kmat, dKdu, dKdlog_alpha
 
     def _periodic_parts(self, xp, theta, X1, X2):

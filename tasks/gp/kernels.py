@@ -455,10 +455,8 @@ def _object_vjp(kernel, params: GPParams, X1, X2, dK, wrt_X1: bool, wrt_X2: bool
     xp = backend.array_module(X1)
     s = math.exp(float(params.log_variance))
     dK = xp.asarray(dK, dtype=xp.float64)
-    Kmat = kernel.K(params.log_lengthscale, X1, X2)  # [N1, N2]  unscaled
-    dlog_s = s * float(xp.sum(dK * Kmat))
     dth, dX1, dX2 = kernel.vjp(params.log_lengthscale, X1, X2, s * dK, wrt_X1, wrt_X2)
-    return KernelGrad(dth, dlog_s, dX1, dX2)
+    return KernelGrad(dth, kernel.scale_grad(dth), dX1, dX2)  # dL/dlog s = sum(dK * s K): no second K
 
 
 # ------------------------------------------------------------------------------------------------

@@ -126,34 +126,9 @@ CASES = {
         ["sparse_gp.kernel='rbf + white'", "+sparse_gp.kernel_params.seasonal.period=1.0"],
         ["sparse_gp.kernel_params.seasonal=", "names no kernel", "rbf, white"],
     ),
-    "kernel_start_outside_its_bounds": lambda p: (
-        [
-            "sparse_gp.kernel='rbf * periodic'",
-            "+sparse_gp.kernel_params.periodic.period=5.0",
-            "+sparse_gp.kernel_params.periodic.period_bounds=[0.5,2.0]",
-        ],
-        ["sparse_gp.kernel_params.periodic.period=5.0", "outside its bounds"],
-    ),
-    # composed kernels (issue 37): a malformed tree, a bad bound, active dims out of range, an unknown term
-    "unknown_kernel_in_a_tree": lambda p: (
-        ["sparse_gp.kernel='rbf + periodic * laplace'"],
-        ["sparse_gp.kernel='rbf + periodic * laplace'", "unknown kernel 'laplace'", "fix:"],
-    ),
-    "product_with_one_operand": lambda p: (
-        ["sparse_gp.kernel='rbf + periodic *'"],
-        ["sparse_gp.kernel='rbf + periodic *'", "'*' needs a kernel on both sides"],
-    ),
-    "kernel_bound_below_zero": lambda p: (
-        ["sparse_gp.kernel='rbf + periodic'", "+sparse_gp.kernel_params.periodic.period_bounds=[-1.0,2.0]"],
-        ["sparse_gp.kernel_params.periodic.period_bounds=[-1.0, 2.0]", "at or below zero"],
-    ),
-    "active_dims_out_of_range": lambda p: (
-        ["sparse_gp.kernel='rbf[0,12] + white'"],
-        ["sparse_gp.kernel='rbf[0,12] + white'", "out of range", "10 input column(s)"],
-    ),
-    "kernel_params_for_no_term": lambda p: (
-        ["sparse_gp.kernel='rbf + white'", "+sparse_gp.kernel_params.seasonal.period=1.0"],
-        ["sparse_gp.kernel_params.seasonal=", "names no kernel", "rbf, white"],
+    "co2_forecast_from_outside_the_record": lambda p: (
+        ["gp_data=co2", "gp_data.forecast_from=2010.0", "sparse_gp.test_fraction=0"],
+        ["gp_data.forecast_from=2010.0", "inside the record"],
     ),
     "kernel_start_outside_its_bounds": lambda p: (
         [

@@ -137,3 +137,15 @@ def test_every_method_fits_a_composed_kernel(store, method):
     assert "periodic.period" in hp and "linear.variance" in hp
     model = _model(tr)
     assert float(np.exp(model["log_variance"])) == 1.0  # the global scale is held at 1
+
+
+def test_co2_experiment_forecasts_the_last_ten_years_and_logs_the_forecast_figure(store):
+    """experiment=gp_co2 (shrunk): the record before 1992 trains, 1992-2001 is scored, figures/forecast.png
+    is logged; results.json names the R&W kernel's hyperparameters in years and ppm."""
+    res, tr = run(["experiment=gp_co2", "debug=default", "progress=false"], store)
+    assert (res["train_rows"], res["test_rows"]) == (1703, 522)
+    assert math.isfinite(res["test_rmse"]) and res["test_rmse"] > 0
+    assert Path(tr.download("figures/forecast.png")).stat().st_size > 10_000
+    hp = res["kernel_hyperparameters"]
+    assert hp["seasonal.period"] == pytest.approx(1.0, rel=1e-6)  # held at one year (standardised: 1 / 9.6253)
+    assert hp["decay.variance"] == pytest.approx(12.311**2, rel=1e-3)  # held at 1 (standardised)
