@@ -437,12 +437,7 @@ def fit_svgp(ctx, plan, chunks: Chunks, params0, Z0) -> FitResult:
     state = gsvgp.svgp_init(m)
     theta = kern.pack(params0, Z0 if opt else None)
     adam = gsvgp.adam_init(theta)
-    lo_box, hi_box = LOG_BOX
-
-    ks = plan.kernel_setup
-    q = d if ks is None else ks.kernel.n_params  # entries before the scale and the noise
-    if ks is not None:
-        lo_box, hi_box = (np.array(v) for v in zip(*ks.box(LOG_BOX, d, 0, False)))
+    q, lo_box, hi_box = _hyper_box(plan.kernel_setup, d)
 
     def unpack(th):
         p, Z = kern.unpack(th, d, m if opt else 0, q)
@@ -510,6 +505,15 @@ def fit_svgp(ctx, plan, chunks: Chunks, params0, Z0) -> FitResult:
         jit_abs,
         minibatch_trace=mb_trace,
     )
+
+
+def _hyper_box(kernel_setup, d: int):
+    """``(q, lo, hi)``: the number of kernel entries of ``pack(params)`` before the scale and the noise, and the
+    box SVGP's Adam steps are clipped to on those ``q + 2`` entries (:data:`LOG_BOX`, or a kernel object's own)."""
+    if kernel_setup is None:
+        return d, *LOG_BOX
+    lo, hi = (np.array(v) for v in zip(*kernel_setup.box(LOG_BOX, d, 0, False)))
+    return kernel_setup.kernel.n_params, lo, hi
 
 
 def _full_elbo(chunks: Chunks, kernel, params, Z, state, jitter, k, likelihood=None) -> float:

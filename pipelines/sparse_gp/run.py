@@ -160,9 +160,11 @@ def run(ctx, plan: Plan) -> dict:
     params0 = (
         initial_params(plan.start, data.d) if plan.kernel_setup is None else plan.kernel_setup.params0(plan.start.noise)
     )
-    Z0 = None
-    if method != "exact":
-        Z0 = initial_inducing(std.apply_X(pool), m, plan.seed, plan.kmeans_iter, plan.kmeans_points)
+    Z0 = (
+        None
+        if method == "exact"
+        else initial_inducing(std.apply_X(pool), m, plan.seed, plan.kmeans_iter, plan.kmeans_points)
+    )
 
     if method in gstats.METHODS:
         fit = fit_collapsed(ctx, plan, chunks, params0, Z0)
