@@ -47,7 +47,7 @@ BUILTIN_PROFILES = {
     "synchronous": {"type": "synchronous"},
 }
 TLS_TYPES = ("local", "address")
-ADDRESS_KEYS = ("type", "address", "timeout", "tls")
+ADDRESS_KEYS = ("type", "address", "timeout", "tls", "dask_config")
 SCHEMES = ("tcp://", "tls://", "ucx://", "inproc://", "ws://", "wss://")
 
 
@@ -202,6 +202,46 @@ LOCAL_DASK_CONFIG = {
 }
 
 
+# How long a network fault may last before Dask gives up on a peer, for every profile with a scheduler: the
+# client of each (driver, sweep jobs), and the scheduler and workers that pgmflow starts itself (local, slurm,
+# pbs). The daemons of an `address` profile are started by someone else: start them with the same values
+# (DASK_DISTRIBUTED__... variables, docs/clusters.md). Chosen, not Dask's defaults left as they were:
+# - comm.timeouts.tcp (Dask: 30s): an unanswered connection is declared dead after this long (the kernel's
+#   TCP_USER_TIMEOUT and keepalive). A partition shorter than it costs nothing; a longer one removes the cut-off
+#   worker (its results are recomputed elsewhere) or cuts the driver off (it reconnects: cluster.reconnect_limit).
+#   Kept at 30 s: lower makes a busy or briefly congested worker look dead; Dask needs at least 11 s.
+# - comm.timeouts.connect (Dask: 30s): how long one attempt to open a connection may take; 30 s rides out a
+#   scheduler restarting or a lossy link.
+# - scheduler.worker-ttl (Dask: 5 minutes): a worker that sends no heartbeat for this long is removed and its
+#   tasks go to the others. A paused (SIGSTOP) or hung worker keeps its TCP connections up, so only this catches
+#   it: with 60 s it is removed within 2 x 60 s (the scheduler checks every worker-ttl), not 10 minutes.
+# - comm.retry.count (Dask: 0): an RPC that fails on a dropped connection (a lost packet burst, a reset) is
+#   tried again 3 times, 1 s to 20 s apart, before the caller sees the error.
+# A value from the user's own Dask configuration is kept; a profile's dask_config: wins over both.
+NETWORK_DASK_CONFIG = {
+    "distributed.comm.timeouts.tcp": "30s",
+    "distributed.comm.timeouts.connect": "30s",
+    "distributed.scheduler.worker-ttl": "60s",
+    "distributed.comm.retry.count": 3,
+    "distributed.comm.retry.delay.min": "1s",
+    "distributed.comm.retry.delay.max": "20s",
+}
+
+
+@contextlib.contextmanager
+def network_timeouts(overrides: dict | None = None):
+    """While this block runs (the whole of a run: the client reads the TCP timeout whenever it connects),
+    Dask's network settings are :data:`NETWORK_DASK_CONFIG`, except where the user's Dask configuration already
+    differs from Dask's default; ``overrides`` (a profile's ``dask_config:``) win over both."""
+    import dask
+    import distributed  # noqa: F401  (loads distributed's config defaults)
+
+    values = {k: v for k, v in NETWORK_DASK_CONFIG.items() if dask.config.get(k, default=None) == _dask_default(k)}
+    values.update({str(k): v for k, v in (overrides or {}).items()})
+    with dask.config.set(values):
+        yield
+
+
 def _dask_default(key: str):
     """The value Dask itself ships for a dotted configuration key (None when it has none)."""
     import dask
@@ -293,6 +333,19 @@ def _check_address(field: str, address, fix: str):
         raise ConfigError(field, address, "must end in :PORT (a number between 1 and 65535)", fix)
 
 
+def _check_dask_config(path: Path, name: str, prof: dict):
+    dcfg = prof.get("dask_config", {})
+    if dcfg is None:
+        return
+    if not isinstance(dcfg, dict) or not all(isinstance(k, str) and "." in k for k in dcfg):
+        raise ConfigError(
+            _field(path, name, "dask_config"),
+            dcfg,
+            "must be a mapping of dotted Dask configuration keys to values",
+            "write dask_config: {distributed.worker.profile.interval: 10ms}",
+        )
+
+
 def _check_profile(path: Path, name: str, prof: dict, ccfg: dict):
     """Key names and types of the selected profile (the cluster classes would fail later, less clearly)."""
     kind = prof["type"]
@@ -328,18 +381,12 @@ def _check_profile(path: Path, name: str, prof: dict, ccfg: dict):
                 "must be a mapping of environment variables for the workers",
                 "write env: {NAME: value}",
             )
-        dcfg = prof.get("dask_config", {})
-        if not isinstance(dcfg, dict) or not all(isinstance(k, str) and "." in k for k in dcfg):
-            raise ConfigError(
-                _field(path, name, "dask_config"),
-                dcfg,
-                "must be a mapping of dotted Dask configuration keys to values",
-                "write dask_config: {distributed.worker.profile.interval: 10ms}",
-            )
+        _check_dask_config(path, name, prof)
     elif kind == "address":
         for key, value in prof.items():
             if key not in ADDRESS_KEYS:
                 raise _unknown(f"{path.name}:profiles.{name}", key, value, ADDRESS_KEYS)
+        _check_dask_config(path, name, prof)
         t = prof.get("timeout", 10)
         if isinstance(t, bool) or not isinstance(t, numbers.Real) or not math.isfinite(t) or t <= 0:
             raise ConfigError(
@@ -426,6 +473,14 @@ def check_cluster_config(ccfg: dict) -> dict:
             name,
             f"no such profile in {path}",
             f"use one of {', '.join(map(str, profiles))} or add it to the file",
+        )
+    limit = ccfg.get("reconnect_limit", 600)
+    if isinstance(limit, bool) or not isinstance(limit, numbers.Real) or not math.isfinite(limit) or limit < 0:
+        raise ConfigError(
+            "cluster.reconnect_limit",
+            limit,
+            "must be a number of seconds, 0 or more",
+            "set cluster.reconnect_limit=600 (0: a run that loses its scheduler fails at once)",
         )
     n = ccfg.get("n_workers")
     if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 1):
@@ -533,6 +588,11 @@ def open_cluster(ccfg: dict):
     security = make_security(prof.pop("tls", None))
     tags, want = {}, None
     with contextlib.ExitStack() as stack:
+        # the network settings hold for the whole run (every connection the client makes reads them); a local
+        # profile's dask_config: is applied again over its housekeeping below
+        stack.enter_context(network_timeouts(prof.get("dask_config") if kind in ("local", "address") else None))
+        if kind == "address":
+            prof.pop("dask_config", None)
         cluster = None
         if kind == "local":
             from distributed import LocalCluster

@@ -100,7 +100,8 @@ class Executor:
         if (on_done is not None or on_result is not None) and watch:
             index = {futures[i].key: i for i in watch}
             with self._memory_errors():
-                for fut in as_completed([futures[i] for i in watch]):
+                # this client's loop, not the default client's (after a reconnect the default may be a closed one)
+                for fut in as_completed([futures[i] for i in watch], loop=self.client.loop):
                     if fut.status == "error":
                         fut.result()  # raises the task's exception here
                     if on_result is not None:
@@ -217,6 +218,50 @@ class Executor:
 
 def _identity(x):
     return x
+
+
+class SchedulerLost(RuntimeError):
+    """The driver lost the Dask scheduler and it did not come back within ``cluster.reconnect_limit``."""
+
+
+def connection_lost(exc: BaseException, client) -> bool:
+    """Whether ``exc`` means that the driver lost its connection to the scheduler (not a task's failure):
+    a result cancelled for ``scheduler-connection-lost`` (the client cancels every pending future when its
+    connection drops), a closed comm, or any error raised while the client is not connected."""
+    from asyncio import CancelledError
+
+    from distributed.comm.core import CommClosedError
+
+    seen = set()
+    e = exc
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        if isinstance(e, CancelledError) and "scheduler-connection-lost" in f"{getattr(e, 'reason', '')} {e}":
+            return True
+        if isinstance(e, CommClosedError):
+            return True
+        e = e.__cause__ or e.__context__
+    return client is not None and getattr(client, "status", "running") != "running"
+
+
+def await_scheduler(client, address: str | None, limit: float):
+    """Wait up to ``limit`` seconds for the scheduler at ``address``: ``client`` itself once it has
+    reconnected (it tries for its own ``timeout``), or else a new client of the same address and security.
+    Returns the connected client; raises :class:`SchedulerLost` after ``limit``."""
+    from distributed import Client
+
+    deadline = time.monotonic() + limit
+    while time.monotonic() < deadline:
+        if client.status == "running":
+            return client
+        if client.status in ("closed", "closing") and address:
+            try:
+                wait = max(1.0, min(10.0, deadline - time.monotonic()))
+                return Client(address, security=client.security, timeout=wait)
+            except (OSError, TimeoutError):
+                pass
+        time.sleep(0.5)
+    raise SchedulerLost(address or "the scheduler")
 
 
 class Dep(NamedTuple):

@@ -11,6 +11,7 @@ for the core's own sections (tracking, progress) and for recording the config wi
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import sys
 import time
@@ -251,8 +252,7 @@ def _execute(cfg: dict, stream, sweep_run: str | None, given, record: RunRecord,
             stream=stream,
         )
         try:
-            with threads.pinned_blas():  # the same bits on any scheduler: tasks/threads.py
-                result = registry.get(cfg["pipeline"]["name"]).load_run()(ctx, plan)
+            result = _run_reconnecting(ctx, plan, threads)
             objective = result.get("objective")
             if isinstance(objective, (int, float)) and objective == objective:
                 tracker.log_metrics({"objective": objective}, step=0, flush=True)
@@ -280,3 +280,66 @@ def _execute(cfg: dict, stream, sweep_run: str | None, given, record: RunRecord,
         result["run_id"] = tracker.run_id
         print(f"pgmflow: finished. {tracker.ui_hint}", file=stream, flush=True)
         return result
+
+
+def _run_reconnecting(ctx: RunContext, plan, threads) -> dict:
+    """The workload's ``run``; when the driver loses the scheduler (every pending result cancelled with
+    ``scheduler-connection-lost``: the connection was dead for longer than ``comm.timeouts.tcp``), wait up to
+    ``cluster.reconnect_limit`` seconds for it, then run the workload again on the reconnected client as a
+    resumed run: it starts from the run's own newest checkpoint and submits the same graphs (deterministic keys
+    and tasks), so the run ends with the same bits as an undisturbed one, and the tracker logs no metric twice
+    at one step. Past the limit, :class:`SchedulerLost`: one line that says how to resume."""
+    limit = float((ctx.cfg.get("cluster") or {}).get("reconnect_limit", 600) or 0)
+    run = registry.get(ctx.cfg["pipeline"]["name"]).load_run()
+    reconnects, made = 0, []
+    try:
+        while True:
+            try:
+                # a client opened after a reconnect is made the current one (Dask's default client, which
+                # the cluster's own `with Client(...)` had set to the lost one)
+                current = made[-1].as_current() if made else contextlib.nullcontext()
+                with current, threads.pinned_blas():  # the same bits on any scheduler: tasks/threads.py
+                    return run(ctx, plan)
+            except Exception as exc:
+                client = _reconnect(ctx, exc, limit, reconnects)
+                if client is not ctx.executor.client:
+                    made.append(client)
+                reconnects += 1
+                ctx.cluster = dataclasses.replace(ctx.cluster, client=client) if ctx.cluster is not None else None
+                ctx.executor = Executor(client)
+                ctx.resumed = True
+    finally:
+        for c in made:
+            with contextlib.suppress(Exception):
+                c.close()
+
+
+def _reconnect(ctx: RunContext, exc: Exception, limit: float, reconnects: int):
+    """The client to go on with after ``exc``: the scheduler's, once it answers again (within ``limit``
+    seconds); raises ``exc`` again when it is not a lost scheduler, :class:`SchedulerLost` past the limit."""
+    from pgmflow.core.graph import PinBlasThreads, SchedulerLost, await_scheduler, connection_lost
+    from pgmflow.tasks import threads
+
+    client = ctx.executor.client
+    if client is None or not connection_lost(exc, client):
+        raise
+    t0 = time.monotonic()
+    ctx.say(f"lost the Dask scheduler ({type(exc).__name__}); waiting up to {limit:.0f} s for it")
+    address = getattr(ctx.cluster, "address", None)
+    try:
+        client = await_scheduler(client, address, limit)
+    except SchedulerLost:
+        raise SchedulerLost(
+            f"the Dask scheduler {address} did not come back within cluster.reconnect_limit={limit:.0f} s; "
+            f"fix: start the scheduler and its workers again, then continue with pgmflow "
+            f"resume={ctx.tracker.run_id} (the same tracking.uri and cluster settings)"
+        ) from exc
+    if threads.configured_threads() is not None:  # a scheduler started again has no plugins
+        client.register_plugin(PinBlasThreads(threads.configured_threads()), name=PinBlasThreads.name)
+    ctx.say(
+        f"reconnected to the scheduler after {time.monotonic() - t0:.1f} s; continuing from the run's newest "
+        f"checkpoint (reconnect {reconnects + 1})"
+    )
+    with contextlib.suppress(Exception):
+        ctx.tracker.set_tags({"pgmflow.reconnects": reconnects + 1})
+    return client
