@@ -8,6 +8,7 @@
     pgmflow resume=<mlflow run id>            # continue an interrupted run
     pgmflow -m model.L=16,32 seed=0,1         # a sweep: every job on the Dask cluster, one MLflow parent run
     pgmflow reproduce <mlflow run id>         # re-run a logged run from its config; compare the metrics
+    pgmflow cluster start|status|stop         # a local cluster kept between runs (cluster.profile=address)
 
 Bad input exits with code 2 and one line naming the field, the value and the fix. A sweep exits
 with the number of jobs that failed (0: all finished).
@@ -152,6 +153,10 @@ def main():
         from pgmflow.core.cache_cli import main as cache_main
 
         sys.exit(cache_main(argv))
+    if argv and argv[0] == "cluster" and not any("=" in a for a in argv):  # docs/clusters.md
+        from pgmflow.core.cluster_cli import main as cluster_main
+
+        sys.exit(cluster_main(argv))
     _precheck(argv)
     try:
         check_install()
