@@ -115,6 +115,7 @@ def fit(
     maxiter: int = 1000,
     gtol: float = 1e-9,
     jitter: float = 0.0,
+    ftol: float = 1e-15,
 ) -> ExactFit:
     """Maximise the log marginal likelihood over ``log_lengthscale, log_variance, log_noise`` with
     L-BFGS-B from ``params0`` and ``n_restarts`` more starts drawn uniformly within ``bounds``
@@ -152,7 +153,7 @@ def fit(
             jac=True,
             method="L-BFGS-B",
             bounds=box,
-            options={"maxiter": int(maxiter), "gtol": gtol, "ftol": 1e-15},
+            options={"maxiter": int(maxiter), "gtol": gtol, "ftol": ftol},
         )
         lmls.append(-float(res.fun))
         if best is None or res.fun < best.fun:
