@@ -72,7 +72,7 @@ test-slurm: $(TREE)
 # a delaying proxy, SIGSTOP and ss -K, each bounded in time. Everything is removed at the end (checked). Without
 # root or iptables the tests skip with the reason.
 test-network: $(TREE)
-	$(BIN)/python -m pytest -q -m network --durations=15 tests/network $(PYTEST_ARGS)
+	PGMFLOW_TEST_WARM=0 $(BIN)/python -m pytest -q -m network --durations=15 tests/network $(PYTEST_ARGS)
 
 bench: $(TREE)
 	$(PIP_QUIET_BUILD) $(BIN)/pip install -q -e '.[dev,bench]' $(EDITABLE)

@@ -227,7 +227,9 @@ class SchedulerLost(RuntimeError):
 def connection_lost(exc: BaseException, client) -> bool:
     """Whether ``exc`` means that the driver lost its connection to the scheduler (not a task's failure):
     a result cancelled for ``scheduler-connection-lost`` (the client cancels every pending future when its
-    connection drops), a closed comm, or any error raised while the client is not connected."""
+    connection drops), or for ``lost dependencies`` (a graph submitted after a quick reconnection names results
+    of the earlier connection, which the scheduler forgot with it: pgmflow never releases a result it still
+    uses), a closed comm, or any error raised while the client is not connected."""
     from asyncio import CancelledError
 
     from distributed.comm.core import CommClosedError
@@ -236,7 +238,8 @@ def connection_lost(exc: BaseException, client) -> bool:
     e = exc
     while e is not None and id(e) not in seen:
         seen.add(id(e))
-        if isinstance(e, CancelledError) and "scheduler-connection-lost" in f"{getattr(e, 'reason', '')} {e}":
+        text = f"{getattr(e, 'reason', '')} {e}"
+        if isinstance(e, CancelledError) and ("scheduler-connection-lost" in text or "lost dependencies" in text):
             return True
         if isinstance(e, CommClosedError):
             return True

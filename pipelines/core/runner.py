@@ -282,6 +282,9 @@ def _execute(cfg: dict, stream, sweep_run: str | None, given, record: RunRecord,
         return result
 
 
+MAX_RECONNECTS = 20  # a run that lost its scheduler this often is not on a network that works: it fails
+
+
 def _run_reconnecting(ctx: RunContext, plan, threads) -> dict:
     """The workload's ``run``; when the driver loses the scheduler (every pending result cancelled with
     ``scheduler-connection-lost``: the connection was dead for longer than ``comm.timeouts.tcp``), wait up to
@@ -321,7 +324,7 @@ def _reconnect(ctx: RunContext, exc: Exception, limit: float, reconnects: int):
     from pgmflow.tasks import threads
 
     client = ctx.executor.client
-    if client is None or not connection_lost(exc, client):
+    if client is None or reconnects >= MAX_RECONNECTS or not connection_lost(exc, client):
         raise
     t0 = time.monotonic()
     ctx.say(f"lost the Dask scheduler ({type(exc).__name__}); waiting up to {limit:.0f} s for it")

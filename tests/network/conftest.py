@@ -34,7 +34,7 @@ WORKERS = ("worker1", "worker2", "worker3")
 DAEMON_DASK = {
     "DASK_DISTRIBUTED__COMM__TIMEOUTS__TCP": "12s",
     "DASK_DISTRIBUTED__COMM__TIMEOUTS__CONNECT": "10s",
-    "DASK_DISTRIBUTED__SCHEDULER__WORKER_TTL": "20s",
+    "DASK_DISTRIBUTED__SCHEDULER__WORKER_TTL": "10s",
     "DASK_DISTRIBUTED__COMM__RETRY__COUNT": "3",
     "DASK_DISTRIBUTED__WORKER__PROFILE__INTERVAL": "100ms",
     "DASK_DISTRIBUTED__ADMIN__TICK__INTERVAL": "500ms",
@@ -119,10 +119,26 @@ class Cluster:
                 "--port",
                 "8786",
                 "--no-dashboard",
+                "--preload",
+                str(Path(__file__).with_name("task_log.py")),
             ],
-            env=self.env,
+            env={**self.env, "PGMFLOW_NET_TASK_LOG": str(self.task_log)},
             cwd=self.root,
         )
+
+    @property
+    def task_log(self) -> Path:
+        return self.root / "tasks.log"
+
+    def events_since(self, t0: float) -> list[tuple[float, str, str]]:
+        """(unix time, worker or ADD/REMOVE, key or worker) of the scheduler's task log after ``t0``."""
+        out = []
+        if self.task_log.exists():
+            for line in self.task_log.read_text().splitlines():
+                parts = line.split(" ", 2)
+                if len(parts) == 3 and float(parts[0]) >= t0:
+                    out.append((float(parts[0]), parts[1], parts[2]))
+        return out
 
     def start_worker(self, host: str):
         wdir = self.root / f"dask-{host}"
@@ -263,3 +279,13 @@ def cluster_up(hosts):
     """``hosts``, every daemon checked (and restarted where a previous test left one down) before the test."""
     hosts.ensure()
     return hosts
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    """The fault figures of tests/network/test_faults.py (docs/reliability.md), and with
+    ``PGMFLOW_NET_FIGURES=path`` the same table as markdown in that file."""
+    import sys as _sys
+
+    mod = _sys.modules.get("tests.network.test_faults")
+    if mod is not None:
+        mod.write_figures(os.environ.get("PGMFLOW_NET_FIGURES"), terminalreporter)

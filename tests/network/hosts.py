@@ -340,6 +340,18 @@ class TestNet:
         with self._fault(f"pause {proc.host}/{proc.name}", undo, max_s):
             yield
 
+    @contextlib.contextmanager
+    def pause_pid(self, pid: int, what: str, max_s: float = 120):
+        """SIGSTOP one process (a hung worker whose nanny is alive), SIGCONT after."""
+        os.kill(pid, signal.SIGSTOP)
+
+        def undo():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGCONT)
+
+        with self._fault(f"pause {what}", undo, max_s):
+            yield
+
     def reset(self, host: str):
         """Reset every TCP connection of ``host`` to a test address (``ss -K``), once."""
         _run("ip", "netns", "exec", self.ns(host), "ss", "-K", "dst", f"{SUBNET}.0/24", check=False)
