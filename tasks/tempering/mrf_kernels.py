@@ -64,6 +64,7 @@ _MASK32 = 0xFFFFFFFF
 _TWO32 = 4294967296.0
 PARALLEL_MIN_WORK = 1 << 20  # node and neighbour visits of one call above which threads run over replicas
 BLOCK_MAX = 64  # replicas swept together as vector lanes (see _sweep_block); more lanes hide more latency
+BLOCK_MIN = 8  # ... and at least this many (the lanes come in groups of 8): fewer threads rather than idle lanes
 
 # dexp's constants (see pgmflow.tasks.fastexp); module globals, frozen into the compiled code
 _LOG2E = 1.4426950408889634
@@ -338,10 +339,11 @@ def _check(x, b, key, replica_ids, sweep0, n_sweeps, method, n):
 
 
 def _block_size(R: int, threads: int) -> int:
-    """Replicas per block: the replicas shared evenly between the threads, at most BLOCK_MAX per block (the
-    block's transposed spins and buffers stay in cache). Results do not depend on it."""
+    """Replicas per block: the replicas shared evenly between the threads, at least BLOCK_MIN (or all R) and at
+    most BLOCK_MAX per block (the block's transposed spins and buffers stay in cache). Results do not depend on
+    it."""
     per = -(-R // max(1, threads))
-    return max(1, min(BLOCK_MAX, per))
+    return max(1, min(BLOCK_MAX, max(per, min(BLOCK_MIN, R))))
 
 
 def mrf_sweep(x, target, b, key, replica_ids, chain: int, sweep0: int, n_sweeps: int, method: str) -> np.ndarray:
