@@ -230,16 +230,19 @@ def connection_lost(exc: BaseException, client) -> bool:
     connection drops), or for ``lost dependencies`` (a graph submitted after a quick reconnection names results
     of the earlier connection, which the scheduler forgot with it: pgmflow never releases a result it still
     uses), a closed comm, or any error raised while the client is not connected."""
-    from asyncio import CancelledError
+    import asyncio
+    import concurrent.futures
 
     from distributed.comm.core import CommClosedError
+
+    cancelled = (asyncio.CancelledError, concurrent.futures.CancelledError)  # distributed raises the latter
 
     seen = set()
     e = exc
     while e is not None and id(e) not in seen:
         seen.add(id(e))
         text = f"{getattr(e, 'reason', '')} {e}"
-        if isinstance(e, CancelledError) and ("scheduler-connection-lost" in text or "lost dependencies" in text):
+        if isinstance(e, cancelled) and ("scheduler-connection-lost" in text or "lost dependencies" in text):
             return True
         if isinstance(e, CommClosedError):
             return True
