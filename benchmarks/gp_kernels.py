@@ -162,7 +162,7 @@ def main() -> int:
             "experiment=gp_co2",
             f"sparse_gp.m={a.m}",
             "sparse_gp.kernel=rbf",
-            "sparse_gp.kernel_params={}",
+            "sparse_gp.kernel_params=null",
             "sparse_gp.noise=0.1",
             "sparse_gp.figures=false",
             cluster="synchronous",

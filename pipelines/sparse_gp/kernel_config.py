@@ -138,7 +138,8 @@ def setup(kernel_text, kernel_params, d: int, lengthscale) -> KernelSetup:
 
 def hyperparameters(kernel, params, std) -> dict:
     """``{name.hyperparameter: value}`` of a kernel object's fitted hyperparameters in original units
-    (lengthscales and periods times the input's standard deviation, variances times the target's)."""
+    (lengthscales and periods times the input's standard deviation, variances times the target's; the periodic
+    kernel's lengthscale, which scales ``sin``, has no unit)."""
     out, i = {}, 0
     th = np.exp(np.asarray(params.log_lengthscale, dtype=np.float64))
     for b in kernel.bases():
@@ -147,7 +148,7 @@ def hyperparameters(kernel, params, std) -> dict:
                 v = float(th[i])
                 if p == "variance":
                     v *= float(std.y_std) ** 2
-                elif p in ("lengthscale", "period"):
+                elif (p == "lengthscale" and per_dim) or p == "period":  # periodic's lengthscale has no unit
                     v *= float(np.asarray(std.x_std)[b.dims[k] if per_dim else b.dims[0]])
                 out[f"{b.name}.{p}" + (f"[{b.dims[k]}]" if per_dim else "")] = v
                 i += 1
@@ -163,9 +164,8 @@ def shortest_lengthscales(kernel, params, d: int) -> np.ndarray:
     for b in kernel.bases():
         for p, per_dim in ka.BASE_KINDS[b.kind]:
             n = len(b.dims) if per_dim else 1
-            if p == "lengthscale":
+            if p == "lengthscale" and per_dim:  # (periodic's lengthscale has no unit: not one of the inputs')
                 for k in range(n):
-                    j = b.dims[k] if per_dim else b.dims[0]
-                    out[j] = np.fmin(out[j], th[i + k])
+                    out[b.dims[k]] = np.fmin(out[b.dims[k]], th[i + k])
             i += n
     return out
