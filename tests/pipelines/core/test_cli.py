@@ -23,7 +23,7 @@ def test_help_and_cfg(tmp_path):
     r = pgmflow(["--help"], tmp_path)
     assert r.returncode == 0
     assert "pipeline: bounds, network_mrf, sparse_gp, svi, tempering, tesla" in r.stdout and "experiment" in r.stdout
-    assert "gp_data: co2, csv, diabetes, npy, npz, synthetic" in r.stdout
+    assert "gp_data: breast_cancer, co2, csv, diabetes, npy, npz, synthetic" in r.stdout
     assert "corpus: docstrings" in r.stdout and "network: csv, npz, rollcall, synthetic" in r.stdout
     r = pgmflow(["--cfg", "job", "model.L=16", "seed=3"], tmp_path)
     assert r.returncode == 0
