@@ -87,7 +87,6 @@ _C = (
     2.08767569878681e-09,
     1.6059043836821613e-10,
 )
-_POW2_NEG = np.ldexp(1.0, -np.arange(64))  # 2**-j, exact
 _C0, _C1, _C2, _C3, _C4, _C5, _C6, _C7, _C8, _C9, _C10, _C11, _C12, _C13 = _C
 
 # numba kernels: plain module-level functions; _kernels() compiles them and binds these names
@@ -97,12 +96,13 @@ _philox = philox._philox4x32
 
 @backend.kernel(cache=True, nogil=True, inline="always")
 def _dexp(x):
-    """exp(x) for -40 <= x <= 0 from IEEE + - * only (see the module docstring); 0 below -40."""
-    if x < -40.0:
-        return 0.0
-    kf = x * _LOG2E + _SHIFT
+    """exp(x) for -40 <= x <= 0 from IEEE + - * only (see the module docstring); 0 below -40. Written without a
+    branch on data (the argument clamped to -40 so that the power of two stays normal, 0 selected below), so
+    that it vectorises inside a loop over lanes."""
+    xc = x if x >= -40.0 else -40.0
+    kf = xc * _LOG2E + _SHIFT
     k = kf - _SHIFT
-    r = (x - k * _LN2_HI) - k * _LN2_LO
+    r = (xc - k * _LN2_HI) - k * _LN2_LO
     p = _C13
     p = p * r + _C12
     p = p * r + _C11
@@ -117,7 +117,8 @@ def _dexp(x):
     p = p * r + _C2
     p = p * r + _C1
     p = p * r + _C0
-    return p * _POW2_NEG[-int(k)]  # exactly ldexp(p, k): k in [-58, 0]
+    e = p * np.int64((np.int64(k) + 1023) << 52).view(np.float64)  # p * 2**k exactly: k in [-58, 0]
+    return e if x >= -40.0 else 0.0
 
 
 @backend.kernel(cache=True, nogil=True, inline="always")
@@ -137,9 +138,8 @@ def _threshold(z, s, b, metropolis):
 @backend.kernel(cache=True, nogil=True, inline="always", error_model="numpy")
 def _thresholds(z, sp, bb, n_lanes, metro, thr):
     """thr[l] = _threshold(z[l], sp[l], bb[l], metro) for lanes l < n_lanes, without a data-dependent branch
-    (the selects below compute exactly what ``_threshold`` computes: one ``dexp`` per lane, its argument
-    clamped to [-40, 0] so that the power of two stays normal, 0 taken below -40 as ``_dexp`` does, and one
-    division whose numerator is selected), so that the lanes vectorise."""
+    (the selects below compute exactly what ``_threshold`` computes, with one ``_dexp`` per lane and one division
+    whose numerator is selected), so that the lanes vectorise."""
     for q in range(n_lanes):
         zq = z[q]
         s = np.float64(sp[q])
@@ -148,26 +148,7 @@ def _thresholds(z, sp, bb, n_lanes, metro, thr):
         d = -2.0 * s * zq
         d = d if d < 0.0 else 0.0
         arg = d if mq else -2.0 * az
-        xc = arg if arg >= -40.0 else -40.0
-        kf = xc * _LOG2E + _SHIFT
-        k = kf - _SHIFT
-        r = (xc - k * _LN2_HI) - k * _LN2_LO
-        p = _C13
-        p = p * r + _C12
-        p = p * r + _C11
-        p = p * r + _C10
-        p = p * r + _C9
-        p = p * r + _C8
-        p = p * r + _C7
-        p = p * r + _C6
-        p = p * r + _C5
-        p = p * r + _C4
-        p = p * r + _C3
-        p = p * r + _C2
-        p = p * r + _C1
-        p = p * r + _C0
-        e = p * np.int64((np.int64(k) + 1023) << 52).view(np.float64)  # p * 2**k, exactly (k in [-58, 0])
-        e = e if arg >= -40.0 else 0.0
+        e = _dexp(arg)
         hb = (1.0 if zq >= 0.0 else e) / (1.0 + e)
         t = np.int64(np.rint((e if mq else hb) * 4294967296.0))
         t = (np.int64(4294967296) - t if s > 0.0 else t) if mq else t
