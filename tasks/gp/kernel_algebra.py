@@ -133,8 +133,8 @@ def _add_opt(a, b):
 
 
 @dataclass(frozen=True)
-class Sum(Kernel):
-    """``k = sum_i k_i``."""
+class _Composite(Kernel):
+    """What a sum and a product share: their terms, whose hyperparameters are theirs in order."""
 
     terms: tuple
 
@@ -144,6 +144,11 @@ class Sum(Kernel):
 
     def bases(self):
         return tuple(b for t in self.terms for b in t.bases())
+
+
+@dataclass(frozen=True)
+class Sum(_Composite):
+    """``k = sum_i k_i``."""
 
     @property
     def spec(self) -> str:
@@ -179,17 +184,8 @@ class Sum(Kernel):
 
 
 @dataclass(frozen=True)
-class Product(Kernel):
+class Product(_Composite):
     """``k = prod_i k_i`` (elementwise)."""
-
-    terms: tuple
-
-    @property
-    def n_params(self) -> int:
-        return sum(t.n_params for t in self.terms)
-
-    def bases(self):
-        return tuple(b for t in self.terms for b in t.bases())
 
     @property
     def spec(self) -> str:
