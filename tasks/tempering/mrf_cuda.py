@@ -81,13 +81,16 @@ __device__ __forceinline__ pgm_i64 pgm_mrf_threshold(double z, double s, double 
 
 /* One colour of one sweep: thread (blockIdx.y + r0, g) updates the nodes at positions 4g .. 4g+3 of the
    colour, sites[lo + 4g + w] with Philox word w of counter (g, ctr1, rid32[r], chain32).
-   x int8 [R, n] (in place); b float64 [R]; h, a float64 [n]; indptr int64 [n+1]; nbr int64 [2E];
-   Jn float64 [2E]; sites int64 [n]; counts uint64 [R] (changed spins, accumulated). */
+   x int8 [R, n] (in place); b float64 [R]; h float64 [n]; a float64 [G, n], the reference fields of G <= 2
+   references, and leg int32 [R], each replica's row of a (its leg of a two-leg path; 0 with one reference);
+   indptr int64 [n+1]; nbr int64 [2E]; Jn float64 [2E]; sites int64 [n]; counts uint64 [R] (changed spins,
+   accumulated). */
 extern "C" __global__ void pgm_mrf_colour(
     signed char* __restrict__ x,
     const double* __restrict__ b,
     const double* __restrict__ h,
     const double* __restrict__ a,
+    const int* __restrict__ leg,
     const pgm_i64* __restrict__ indptr,
     const pgm_i64* __restrict__ nbr,
     const double* __restrict__ Jn,
@@ -105,6 +108,7 @@ extern "C" __global__ void pgm_mrf_colour(
     pgm_mrf_philox(u, key0, key1);
     signed char* X = x + (pgm_i64)r * n;
     const double br = b[r];
+    const double* ar = a + (pgm_i64)leg[r] * n;
     pgm_u64 cnt = 0;
     for (int w = 0; w < 4; ++w) {
         const int k = lo + 4 * g + w;
@@ -112,7 +116,7 @@ extern "C" __global__ void pgm_mrf_colour(
         const pgm_i64 i = sites[k];
         double f = h[i];
         for (pgm_i64 e = indptr[i]; e < indptr[i + 1]; ++e) f += Jn[e] * (double)X[nbr[e]];
-        const double z = br * f + (1.0 - br) * a[i];
+        const double z = br * f + (1.0 - br) * ar[i];
         const int s = X[i];
         const int ns = ((pgm_i64)u[w] < pgm_mrf_threshold(z, (double)s, br, metropolis)) ? 1 : -1;
         if (ns != s) { X[i] = (signed char)ns; ++cnt; }
@@ -133,18 +137,24 @@ def _cupy_kernel():
     return cp.RawKernel(_CUDA_SOURCE, _CUDA_KERNEL_NAME, options=("-std=c++11", "--fmad=false"))
 
 
-def sweep_cuda(x, target, b, key, rid, chain, sweep0, n_sweeps, method, xp, launch):
+def sweep_cuda(x, target, b, key, rid, chain, sweep0, n_sweeps, method, xp, launch, ref_fields=None, leg=None):
     """Host side of the GPU path: the target's arrays on the device, one launch of ``pgm_mrf_colour`` per
     colour of each sweep, the change counts back. ``xp`` is the array module of ``x`` and
     ``launch(grid, block, args)`` runs the kernel (a CuPy ``RawKernel``; the tests pass NumPy and the same
-    source compiled for the host CPU). Returns int64 [R] on the host."""
+    source compiled for the host CPU). ``ref_fields`` [G, n] and ``leg`` [R]: the reference of each replica
+    (None: the target's own, :func:`pgmflow.tasks.tempering.mrf_kernels.reference_rows`). Returns int64 [R]
+    on the host."""
+    from pgmflow.tasks.tempering.mrf_kernels import reference_rows
+
     R, n = x.shape
+    ref_h, leg_h = reference_rows(target, R, ref_fields, leg)
     work = x if x.flags.c_contiguous else xp.ascontiguousarray(x)
     if bool(((work != 1) & (work != -1)).any()):
         raise ValueError("spins must contain only -1 and +1")
     b_d = xp.asarray(b, dtype=xp.float64)
     h = xp.asarray(target.h, dtype=xp.float64)
-    a = xp.asarray(target.ref_field, dtype=xp.float64)
+    a = xp.asarray(ref_h, dtype=xp.float64)
+    leg_d = xp.asarray(leg_h.astype(np.int32), dtype=xp.int32)
     indptr = xp.asarray(target.indptr, dtype=xp.int64)
     nbr = xp.asarray(target.nbr, dtype=xp.int64)
     Jn = xp.asarray(target.Jn, dtype=xp.float64)
@@ -172,6 +182,7 @@ def sweep_cuda(x, target, b, key, rid, chain, sweep0, n_sweeps, method, xp, laun
                         b_d,
                         h,
                         a,
+                        leg_d,
                         indptr,
                         nbr,
                         Jn,
@@ -194,8 +205,8 @@ def sweep_cuda(x, target, b, key, rid, chain, sweep0, n_sweeps, method, xp, laun
     return backend.to_numpy(counts).astype(np.int64)
 
 
-def sweep_cupy(x, target, b, key, rid, chain, sweep0, n_sweeps, method):
+def sweep_cupy(x, target, b, key, rid, chain, sweep0, n_sweeps, method, ref_fields=None, leg=None):
     """GPU path of :func:`pgmflow.tasks.tempering.mrf_kernels.mrf_sweep` (``x`` a CuPy array)."""
     cp = backend.cupy()
     with cp.cuda.Device(x.device.id):
-        return sweep_cuda(x, target, b, key, rid, chain, sweep0, n_sweeps, method, cp, _cupy_kernel())
+        return sweep_cuda(x, target, b, key, rid, chain, sweep0, n_sweeps, method, cp, _cupy_kernel(), ref_fields, leg)

@@ -19,6 +19,10 @@ field, summed in the CSR order of its neighbours from ``h_i``, is
 
     f = h_i + sum_k Jn[k] * x[nbr[k]],    z = b * f + (1 - b) * a_i        (a: the reference fields)
 
+where ``a`` is the replica's reference: ``ref_fields[leg[r]]`` when a per-replica reference is given (the two
+legs of ``tempering.reference=stabilized``: uniform spins and the mean-field/fitted product), else the
+target's own ``ref_field`` (one reference: a select between two loaded values, so the bits are the same),
+
 and its new spin is ``+1`` iff ``u < thr`` with the integer threshold ``thr`` in ``[0, 2**32]``:
 
 * heat bath (and every method at ``b == 0``: an exact draw from the reference):
@@ -57,7 +61,7 @@ import numpy as np
 
 from pgmflow.tasks import backend, philox
 
-__all__ = ["METHODS", "mrf_sweep", "mrf_statistics", "numpy_colour_sweep"]
+__all__ = ["METHODS", "mrf_sweep", "mrf_statistics", "numpy_colour_sweep", "reference_rows"]
 
 METHODS = ("heatbath", "metropolis")
 _MASK32 = 0xFFFFFFFF
@@ -157,7 +161,7 @@ def _thresholds(z, sp, bb, n_lanes, metro, thr):
 
 @backend.kernel(cache=True, nogil=True, inline="always", error_model="numpy")
 def _sweep_block(
-    x, r0, r1, b, h, a, indptr, nbr, Jn, colptr, sites, key0, key1, rid, chain32, sweep0, n_sweeps, metro, out
+    x, r0, r1, b, h, a, leg, indptr, nbr, Jn, colptr, sites, key0, key1, rid, chain32, sweep0, n_sweeps, metro, out
 ):
     """n_sweeps per-colour sweeps of replicas r0 .. r1 - 1 of x, in place; out[r] += spins changed.
 
@@ -165,7 +169,7 @@ def _sweep_block(
     local field's sum over neighbours, the thresholds, the Philox blocks and the updates) is a loop over the
     block's replicas without branches that depend on data: independent lanes the compiler vectorises and the
     CPU overlaps. Each replica's arithmetic is the spec's, in the spec's order, so the bits are those of one
-    replica swept alone."""
+    replica swept alone. a: reference fields [G, n] (G = 1 or 2); leg: each replica's row of a (int64 [R])."""
     n = x.shape[1]
     Rb = r1 - r0
     Rp = (Rb + 7) // 8 * 8  # lanes: the block padded to whole groups of 8 (padding lanes are swept, never read)
@@ -176,9 +180,12 @@ def _sweep_block(
             xt[i, q] = x[r0 + q, i]
     bb = np.ones(Rp)
     ridb = np.zeros(Rp, dtype=np.uint64)
+    legb = np.zeros(Rp, dtype=np.int64)
     for q in range(Rb):
         bb[q] = b[r0 + q]
         ridb[q] = rid[r0 + q]
+        legb[q] = leg[r0 + q]
+    G1 = a.shape[0] - 1
     cb = 1.0 - bb
     f = np.empty(Rp)
     z = np.empty(Rp)
@@ -208,8 +215,10 @@ def _sweep_block(
                         Je = Jn[e]
                         for q in range(Rp):
                             f[q] += Je * np.float64(xt[j, q])
-                    ai = a[i]
+                    a0 = a[0, i]
+                    a1 = a[G1, i]
                     for q in range(Rp):
+                        ai = a1 if legb[q] != 0 else a0  # the replica's reference (a select: vectorises)
                         z[q] = bb[q] * f[q] + cb[q] * ai
                         sp[q] = xt[i, q]
                     _thresholds(z, sp, bb, Rp, metro, thr)
@@ -226,7 +235,7 @@ def _sweep_block(
 
 @backend.kernel(cache=True, nogil=True, parallel=True, error_model="numpy")
 def _sweeps(
-    x, b, h, a, indptr, nbr, Jn, colptr, sites, key0, key1, rid32, chain32, sweep0, n_sweeps, metro, out, block
+    x, b, h, a, leg, indptr, nbr, Jn, colptr, sites, key0, key1, rid32, chain32, sweep0, n_sweeps, metro, out, block
 ):
     """_sweep_block over blocks of ``block`` replicas, threads over blocks; out[r] += spins changed."""
     R = x.shape[0]
@@ -235,13 +244,32 @@ def _sweeps(
         r0 = ib * block
         r1 = min(R, r0 + block)
         _sweep_block(
-            x, r0, r1, b, h, a, indptr, nbr, Jn, colptr, sites, key0, key1, rid32, chain32, sweep0, n_sweeps, metro, out
+            x,
+            r0,
+            r1,
+            b,
+            h,
+            a,
+            leg,
+            indptr,
+            nbr,
+            Jn,
+            colptr,
+            sites,
+            key0,
+            key1,
+            rid32,
+            chain32,
+            sweep0,
+            n_sweeps,
+            metro,
+            out,
         )
 
 
 @backend.kernel(cache=True, nogil=True, error_model="numpy")
 def _sweeps_serial(
-    x, b, h, a, indptr, nbr, Jn, colptr, sites, key0, key1, rid32, chain32, sweep0, n_sweeps, metro, out, block
+    x, b, h, a, leg, indptr, nbr, Jn, colptr, sites, key0, key1, rid32, chain32, sweep0, n_sweeps, metro, out, block
 ):
     """_sweeps on the calling thread (small problems: no thread wake-ups)."""
     R = x.shape[0]
@@ -253,6 +281,7 @@ def _sweeps_serial(
             b,
             h,
             a,
+            leg,
             indptr,
             nbr,
             Jn,
@@ -327,23 +356,54 @@ def _block_size(R: int, threads: int) -> int:
     return max(1, min(BLOCK_MAX, max(per, min(BLOCK_MIN, R))))
 
 
-def mrf_sweep(x, target, b, key, replica_ids, chain: int, sweep0: int, n_sweeps: int, method: str) -> np.ndarray:
+def reference_rows(target, R: int, ref_fields=None, leg=None) -> tuple[np.ndarray, np.ndarray]:
+    """The reference of each replica as the kernels take it: fields float64 [G, n] (G = 1 or 2) and each
+    replica's row int64 [R]. ``ref_fields`` None: the target's own ``ref_field`` for all (G = 1)."""
+    n = target.n_sites
+    if ref_fields is None:
+        a = np.ascontiguousarray(np.asarray(target.ref_field, dtype=np.float64).reshape(1, n))
+    else:
+        a = np.ascontiguousarray(np.asarray(ref_fields, dtype=np.float64))
+        if a.ndim != 2 or a.shape[1] != n or not 1 <= a.shape[0] <= 2 or not np.all(np.isfinite(a)):
+            raise ValueError(f"ref_fields must be one or two rows of {n} finite fields, got {a.shape}")
+    lg = np.zeros(R, dtype=np.int64) if leg is None else np.ascontiguousarray(np.asarray(leg), dtype=np.int64)
+    if lg.shape != (R,) or (R and (lg.min() < 0 or lg.max() >= a.shape[0])):
+        raise ValueError(f"leg must be [R] = [{R}] rows of ref_fields (0 .. {a.shape[0] - 1}), got {lg}")
+    return a, lg
+
+
+def mrf_sweep(
+    x,
+    target,
+    b,
+    key,
+    replica_ids,
+    chain: int,
+    sweep0: int,
+    n_sweeps: int,
+    method: str,
+    ref_fields=None,
+    leg=None,
+) -> np.ndarray:
     """``n_sweeps`` per-colour sweeps of every replica, IN PLACE (see the module docstring for the rule).
 
     x: int8 [R, n] spins, numpy (numba kernel, CPU) or cupy (CUDA kernel); target: an
     :class:`~pgmflow.tasks.tempering.mrf_target.MRFTarget`; b: float64 [R] levels in [0, 1]; key: uint32 [2]
     Philox key; replica_ids: int [R] (counter word 2, mod 2**32); chain: counter word 3 (mod 2**32);
-    sweep0: global index of the first sweep. Returns int64 [R] (host): spins changed per replica.
+    sweep0: global index of the first sweep; ref_fields: None (every replica at the target's own reference
+    ``target.ref_field``) or float64 [G, n], the reference fields of G <= 2 references (a two-leg path), with
+    leg: int [R] the row of each replica. Returns int64 [R] (host): spins changed per replica.
     The result depends only on the arguments, not on the backend, thread count or how replicas are batched.
     """
     b, key, rid = _check(x, b, key, replica_ids, sweep0, n_sweeps, method, target.n_sites)
     R = x.shape[0]
+    a, lg = reference_rows(target, R, ref_fields, leg)
     if R == 0 or int(n_sweeps) == 0:
         return np.zeros(R, dtype=np.int64)
     if type(x).__module__.startswith("cupy"):
         from pgmflow.tasks.tempering.mrf_cuda import sweep_cupy
 
-        return sweep_cupy(x, target, b, key, rid, chain, sweep0, int(n_sweeps), method)
+        return sweep_cupy(x, target, b, key, rid, chain, sweep0, int(n_sweeps), method, a, lg)
     if not isinstance(x, np.ndarray) or not x.flags.c_contiguous or not x.flags.writeable:
         raise ValueError("spins must be a writeable C-contiguous numpy (or cupy) array")
     out = np.zeros(R, dtype=np.int64)
@@ -354,7 +414,8 @@ def mrf_sweep(x, target, b, key, replica_ids, chain: int, sweep0: int, n_sweeps:
         x,
         b,
         target.h,
-        target.ref_field,
+        a,
+        lg,
         target.indptr,
         target.nbr,
         target.Jn,
@@ -373,14 +434,16 @@ def mrf_sweep(x, target, b, key, replica_ids, chain: int, sweep0: int, n_sweeps:
     return out
 
 
-def mrf_statistics(x, target) -> np.ndarray:
+def mrf_statistics(x, target, ref_field=None) -> np.ndarray:
     """float64 [R, 4] of spins ``x`` [R, n] (numpy or cupy): ``(h.x, sum_e J_e x_i x_j, a.x, sum_i x_i)``,
-    each summed in index order per replica, so a replica's values do not depend on the others in ``x``."""
+    each summed in index order per replica, so a replica's values do not depend on the others in ``x``
+    (``a``: ``ref_field`` [n], None: the target's own)."""
     xh = np.ascontiguousarray(backend.to_numpy(x), dtype=np.int8)
     out = np.empty((xh.shape[0], 4))
     ea = np.ascontiguousarray(target.edges[:, 0])
     eb = np.ascontiguousarray(target.edges[:, 1])
-    _kernels()["_statistics"](xh, target.h, target.ref_field, ea, eb, target.J, out)
+    a = target.ref_field if ref_field is None else np.ascontiguousarray(ref_field, dtype=np.float64)
+    _kernels()["_statistics"](xh, target.h, a, ea, eb, target.J, out)
     return out
 
 

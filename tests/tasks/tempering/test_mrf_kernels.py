@@ -50,8 +50,10 @@ def threshold_py(z, s, b, metropolis):
     return int(np.rint(p * 2.0**32))
 
 
-def reference_sweep(x, t, b, key, rids, chain, sweep0, n_sweeps, method):
-    """The module docstring's rule, one node at a time (slow; small graphs)."""
+def reference_sweep(x, t, b, key, rids, chain, sweep0, n_sweeps, method, ref_fields=None, leg=None):
+    """The module docstring's rule, one node at a time (slow; small graphs); ``ref_fields`` [G, n] and
+    ``leg`` [R]: each replica's reference (None: the target's own)."""
+    a_of = [t.ref_field] * x.shape[0] if ref_fields is None else [ref_fields[g] for g in leg]
     C = t.n_colours
     changed = np.zeros(x.shape[0], dtype=np.int64)
     for r in range(x.shape[0]):
@@ -64,7 +66,7 @@ def reference_sweep(x, t, b, key, rids, chain, sweep0, n_sweeps, method):
                     f = t.h[i]
                     for e in range(t.indptr[i], t.indptr[i + 1]):
                         f += t.Jn[e] * float(x[r, t.nbr[e]])
-                    z = b[r] * f + (1.0 - b[r]) * t.ref_field[i]
+                    z = b[r] * f + (1.0 - b[r]) * a_of[r][i]
                     new = 1 if u < threshold_py(z, float(x[r, i]), b[r], method == "metropolis") else -1
                     changed[r] += new != x[r, i]
                     x[r, i] = new
@@ -252,7 +254,7 @@ static inline unsigned long long atomicAdd(unsigned long long* p, unsigned long 
 
 _HOST_DRIVER = r"""
 extern "C" void pgm_launch(unsigned int gx, unsigned int gy, unsigned int bx,
-    signed char* x, const double* b, const double* h, const double* a, const long long* indptr,
+    signed char* x, const double* b, const double* h, const double* a, const int* leg, const long long* indptr,
     const long long* nbr, const double* Jn, const long long* sites, const unsigned int* rid32,
     unsigned long long* counts, int r0, int n, int lo, int hi, unsigned int ctr1, unsigned int chain32,
     unsigned int key0, unsigned int key1, int metropolis)
@@ -264,7 +266,7 @@ extern "C" void pgm_launch(unsigned int gx, unsigned int gy, unsigned int bx,
             blockIdx.x = bb;
             for (unsigned int t = 0; t < bx; ++t) {
                 threadIdx.x = t;
-                pgm_mrf_colour(x, b, h, a, indptr, nbr, Jn, sites, rid32, counts, r0, n, lo, hi, ctr1, chain32,
+                pgm_mrf_colour(x, b, h, a, leg, indptr, nbr, Jn, sites, rid32, counts, r0, n, lo, hi, ctr1, chain32,
                                key0, key1, metropolis);
             }
         }
@@ -288,13 +290,13 @@ def cuda_source_on_cpu(tmp_path_factory):
     subprocess.run([cxx, *flags, str(src), "-o", str(lib)], check=True)
     fn = ctypes.CDLL(str(lib)).pgm_launch
     P, U, I = ctypes.c_void_p, ctypes.c_uint, ctypes.c_int
-    fn.argtypes = [U, U, U] + [P] * 10 + [I] * 4 + [U] * 4 + [I]
+    fn.argtypes = [U, U, U] + [P] * 11 + [I] * 4 + [U] * 4 + [I]
     fn.restype = None
-    dtypes = [np.int8, np.float64, np.float64, np.float64, np.int64, np.int64, np.float64, np.int64]
+    dtypes = [np.int8, np.float64, np.float64, np.float64, np.int32, np.int64, np.int64, np.float64, np.int64]
     dtypes += [np.uint32, np.uint64]
 
     def launch(grid, block, args):
-        arrays, scalars = args[:10], args[10:]
+        arrays, scalars = args[:11], args[11:]
         for arr, dt in zip(arrays, dtypes):
             assert isinstance(arr, np.ndarray) and arr.flags.c_contiguous and arr.dtype == dt
         assert [type(v) for v in scalars] == [np.int32] * 4 + [np.uint32] * 4 + [np.int32]
@@ -338,3 +340,138 @@ def test_cupy_kernel_matches_numba():
             assert isinstance(c_dev, np.ndarray) and c_dev.dtype == np.int64
             np.testing.assert_array_equal(cp.asnumpy(dev), host)
             np.testing.assert_array_equal(c_dev, c_host)
+            rows, leg = np.stack([np.zeros(n), rng.normal(0, 0.5, n)]), np.arange(R) % 2  # two references
+            host = x.copy()
+            c_host = K.mrf_sweep(host, t, b, KEY, rids, 2, 9, 4, method, ref_fields=rows, leg=leg)
+            dev = cp.asarray(x)
+            c_dev = K.mrf_sweep(dev, t, b, KEY, rids, 2, 9, 4, method, ref_fields=rows, leg=leg)
+            np.testing.assert_array_equal(cp.asnumpy(dev), host)
+            np.testing.assert_array_equal(c_dev, c_host)
+
+
+# ----------------------------------------------------------------------------------------------
+# A reference per replica (the two legs of tempering.reference=stabilized)
+# ----------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("method", K.METHODS)
+@pytest.mark.parametrize("n,density", [(5, 1.0), (21, 0.15)])
+def test_per_replica_reference_matches_the_spec(method, n, density):
+    """Two reference rows (uniform and a product of independent spins), each replica on its own row: the numba
+    kernel equals the spec transcribed node by node, at b = 0 (exact draws from the replica's reference) too."""
+    rng = np.random.default_rng(100 + n)
+    t = T.make_mrf_target(random_model(rng, n, density, 0.8))
+    rows = np.stack([np.zeros(n), rng.normal(0, 0.7, n)])
+    leg = np.array([0, 1, 1, 0, 1])
+    x = np.where(rng.random((5, n)) < 0.5, 1, -1).astype(np.int8)
+    b = np.array([0.0, 0.0, 0.37, 1.0, 1.0])
+    rids = np.array([5, 2**32 + 3, 1, 8, 9])
+    a, ref = x.copy(), x.copy()
+    ca = K.mrf_sweep(a, t, b, KEY, rids, 7, 2**31 + 1, 3, method, ref_fields=rows, leg=leg)
+    cr = reference_sweep(ref, t, b, KEY, rids, 7, 2**31 + 1, 3, method, ref_fields=rows, leg=leg)
+    np.testing.assert_array_equal(a, ref)
+    np.testing.assert_array_equal(ca, cr)
+    one = x.copy()  # one row equal to the target's own reference: the same bits as no rows at all
+    K.mrf_sweep(one, t, b, KEY, rids, 7, 2**31 + 1, 3, method, ref_fields=t.ref_field[None], leg=np.zeros(5, int))
+    own = x.copy()
+    K.mrf_sweep(own, t, b, KEY, rids, 7, 2**31 + 1, 3, method)
+    np.testing.assert_array_equal(one, own)
+
+
+def test_per_replica_reference_bits_do_not_depend_on_batching():
+    """A replica's bits with two reference rows depend on its own row only, not on which replicas share its
+    call (blocks of one replica against the whole set, threaded)."""
+    rng = np.random.default_rng(4)
+    t = T.make_mrf_target(random_model(rng, 150, 0.04, 0.7))
+    rows = np.stack([np.zeros(150), rng.normal(0, 0.5, 150)])
+    R = 20
+    leg = (np.arange(R) % 3 == 0).astype(np.int64)
+    x0 = np.where(rng.random((R, 150)) < 0.5, 1, -1).astype(np.int8)
+    b = rng.random(R)
+    whole = x0.copy()
+    K.mrf_sweep(whole, t, b, KEY, np.arange(R), 2, 0, 5, "heatbath", ref_fields=rows, leg=leg)
+    for r in range(R):
+        one = x0[r : r + 1].copy()
+        K.mrf_sweep(one, t, b[r : r + 1], KEY, np.array([r]), 2, 0, 5, "heatbath", ref_fields=rows, leg=leg[r : r + 1])
+        np.testing.assert_array_equal(one[0], whole[r])
+
+
+def test_per_replica_reference_rejects_bad_rows():
+    t = T.make_mrf_target(random_model(np.random.default_rng(0), 4, 1.0, 1.0))
+    x = np.ones((2, 4), dtype=np.int8)
+    with pytest.raises(ValueError, match="ref_fields"):
+        K.mrf_sweep(x, t, np.zeros(2), KEY, np.arange(2), 0, 0, 1, "heatbath", ref_fields=np.zeros((3, 4)))
+    with pytest.raises(ValueError, match="leg"):
+        K.mrf_sweep(x, t, np.zeros(2), KEY, np.arange(2), 0, 0, 1, "heatbath", np.zeros((2, 4)), np.array([0, 2]))
+
+
+@pytest.mark.parametrize("n,density", [(6, 1.0), (200, 0.02)])
+def test_cuda_source_on_cpu_matches_numba_per_replica_reference(cuda_source_on_cpu, n, density, monkeypatch):
+    monkeypatch.setattr(mrf_cuda, "_CUDA_MAX_GRID_Y", 2)
+    rng = np.random.default_rng(n + 1)
+    t = T.make_mrf_target(random_model(rng, n, density, 1.2))
+    rows = np.stack([np.zeros(n), rng.normal(0, 0.6, n)])
+    leg = np.array([1, 0, 1, 1])
+    x = np.where(rng.random((4, n)) < 0.5, 1, -1).astype(np.int8)
+    b = np.array([0.0, 0.5, 1.0, 0.25])
+    rids = np.array([3, 2**32 + 1, 77, 4], dtype=np.uint64)
+    for method in K.METHODS:
+        a, c = x.copy(), x.copy()
+        ca = mrf_cuda.sweep_cuda(a, t, b, KEY, rids, 6, 9, 3, method, np, cuda_source_on_cpu, rows, leg)
+        cc = K.mrf_sweep(c, t, b, KEY, rids.astype(np.int64), 6, 9, 3, method, ref_fields=rows, leg=leg)
+        np.testing.assert_array_equal(a, c)
+        np.testing.assert_array_equal(ca, cc)
+
+
+# Digests of the kernel's output (spins, change counts, statistics) for the single-reference paths, saved before
+# the per-replica reference was added: reference=fixed (uniform) and reference=variational (the mean-field
+# product), both methods, three graphs, 3 and 70 replicas. A change here changes every fixed/variational run.
+SAVED_BITS = {
+    "fixed-heatbath-n7-R3": "8daf0d15946833f8",
+    "fixed-heatbath-n7-R70": "c93734ce4934e3fc",
+    "fixed-metropolis-n7-R3": "83256804b784d684",
+    "fixed-metropolis-n7-R70": "9366ae3f896e0734",
+    "variational-heatbath-n7-R3": "25873b85f2b51f87",
+    "variational-heatbath-n7-R70": "320b51e0af0d6c70",
+    "variational-metropolis-n7-R3": "125cc99d7bd800f8",
+    "variational-metropolis-n7-R70": "779b4b9436a964c4",
+    "fixed-heatbath-n40-R3": "26988d73ee66be5e",
+    "fixed-heatbath-n40-R70": "2f417fd5e6febe9e",
+    "fixed-metropolis-n40-R3": "1ba7ba5950504096",
+    "fixed-metropolis-n40-R70": "41188056488c4006",
+    "variational-heatbath-n40-R3": "749b3946406b939f",
+    "variational-heatbath-n40-R70": "0267fdcce20c71ab",
+    "variational-metropolis-n40-R3": "b4d78e29a866ec3c",
+    "variational-metropolis-n40-R70": "4fa5716a264146c8",
+    "fixed-heatbath-n300-R3": "9109e039eec6ea4a",
+    "fixed-heatbath-n300-R70": "7adff78c55700f91",
+    "fixed-metropolis-n300-R3": "0b579cad7056095a",
+    "fixed-metropolis-n300-R70": "f3f85d51cc2d02a6",
+    "variational-heatbath-n300-R3": "1f98c2af37d4203e",
+    "variational-heatbath-n300-R70": "96e0301f22c775bd",
+    "variational-metropolis-n300-R3": "ab225828687e524b",
+    "variational-metropolis-n300-R70": "2dac04d50c66b5e4",
+}
+
+
+def test_single_reference_bits_are_the_saved_ones():
+    import hashlib
+
+    got = {}
+    for n, d in [(7, 1.0), (40, 0.2), (300, 0.02)]:
+        rng = np.random.default_rng(1000 + n)
+        model = random_model(rng, n, d, 1.0)
+        for ref in ("fixed", "variational"):
+            if ref == "fixed":
+                t = T.make_mrf_target(model)
+            else:
+                t = T.make_mrf_target(model, T.mean_field_reference(model)[0], "mean_field")
+            for method in K.METHODS:
+                for R in (3, 70):
+                    x = np.where(rng.random((R, n)) < 0.5, 1, -1).astype(np.int8)
+                    c = K.mrf_sweep(x, t, np.linspace(0.0, 1.0, R), KEY, np.arange(R) * 3 + 1, 5, 11, 4, method)
+                    st = K.mrf_statistics(x, t)
+                    got[f"{ref}-{method}-n{n}-R{R}"] = hashlib.sha256(
+                        x.tobytes() + c.tobytes() + st.tobytes()
+                    ).hexdigest()[:16]
+    assert got == SAVED_BITS
