@@ -121,15 +121,13 @@ def _f1_over_time(methods, recov, rule):
 
 
 def _chosen_grid_points(methods, choices, grid: Grid):
-    lam1, lam2, bandwidths = grid.lambda1, grid.lambda2, grid.bandwidths
     fig, axes = plt.subplots(1, len(methods), figsize=(4 * len(methods), 3.5), squeeze=False)
     for ax, m in zip(axes[0], methods):
-        counts = np.zeros((max(len(lam2), len(bandwidths), 1), len(lam1)))
+        lam1, second = grid.lambda1_of(m), grid.second_axis(m)  # each method's own lambda1 grid
+        counts = np.zeros((len(second), len(lam1)))
         for ch in choices[m]:
             if not ch.isolated:
                 counts[ch.i_lam2, ch.i_lam1] += 1
-        second = grid.second_axis(m)
-        counts = counts[: len(second)]
         im = ax.imshow(counts, aspect="auto", cmap="Blues", origin="lower")
         ax.set_xticks(range(len(lam1)))
         ax.set_xticklabels([f"{v:g}" for v in lam1], rotation=45, fontsize=7)

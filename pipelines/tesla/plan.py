@@ -23,13 +23,25 @@ class Grid:
     """The penalty grid every node's path is solved over.
 
     lambda1: the L1 penalties on the edge weights, solved in this order, each warm-started from the one
-    before (largest first). lambda2: TESLA's temporal smoothing penalties (Ahmed & Xing 2009, eq. 13).
-    bandwidths: KELLER's Gaussian kernel bandwidths h, in time points (Kolar et al. 2010).
+    before (largest first); TESLA's, and KELLER's and static's unless they have their own.
+    lambda2: TESLA's temporal smoothing penalties (Ahmed & Xing 2009, eq. 13). bandwidths: KELLER's
+    Gaussian kernel bandwidths h, in time points (Kolar et al. 2010). keller_lambda1, static_lambda1:
+    KELLER's and static's own lambda1 grids (``tesla.keller_lambda1``, ``tesla.static_lambda1``), or None
+    for the shared ``lambda1``. The methods' criteria turn at different penalties (the 109th Senate's BIC
+    wants KELLER and static far above TESLA: docs/tesla.md), so one shared grid is either too narrow for
+    some method or wastes solves on the others.
     """
 
     lambda1: tuple[float, ...]
     lambda2: tuple[float, ...]
     bandwidths: tuple[float, ...]
+    keller_lambda1: tuple[float, ...] | None = None
+    static_lambda1: tuple[float, ...] | None = None
+
+    def lambda1_of(self, method: str) -> tuple[float, ...]:
+        """The lambda1 grid ``method`` is solved over: its own, else the shared ``lambda1``."""
+        own = {"keller": self.keller_lambda1, "static": self.static_lambda1}.get(method)
+        return self.lambda1 if own is None else own
 
     def second_axis(self, method: str) -> tuple[float, ...]:
         """The grid's second axis for ``method``: lambda2 (TESLA), the bandwidths (KELLER), one point (static)."""

@@ -68,7 +68,7 @@ def build_fits(ex, tok: str, data: NetworkData, est: Estimation, skip=frozenset(
                     dask.delayed(path_tasks.fit_node, pure=True)(
                         dfit,
                         i,
-                        np.asarray(grid.lambda1),
+                        np.asarray(grid.lambda1_of(m)),
                         l2,
                         method=m,
                         q=sv.q,
@@ -112,7 +112,7 @@ def run(ctx, plan: TeslaPlan) -> dict:
     ctx.say(
         f"{data.source}: T={T} time points, p={p} nodes, {N} samples; methods {', '.join(methods)}; "
         f"grid {len(grid.lambda1)} lambda1 x {len(grid.lambda2)} lambda2 ({len(grid.bandwidths)} KELLER "
-        f"bandwidths); {n_fit} path tasks, selection by {criterion}"
+        f"bandwidths){_own_lambda1(grid, methods)}; {n_fit} path tasks, selection by {criterion}"
     )
     tracker.set_tags(
         {
@@ -141,6 +141,12 @@ def run(ctx, plan: TeslaPlan) -> dict:
     choices = _solve(ctx, plan)
     seconds = time.monotonic() - t0
     return report.finish(ctx, plan, choices, seconds)
+
+
+def _own_lambda1(grid, methods) -> str:
+    """The methods that have their own lambda1 grid, for the run's first line ("" when all share it)."""
+    own = [f"{m} {len(grid.lambda1_of(m))} lambda1" for m in methods if grid.lambda1_of(m) is not grid.lambda1]
+    return f"; {', '.join(own)}" if own else ""
 
 
 def _unit(m: str, i: int) -> str:

@@ -18,6 +18,8 @@ from pgmflow.tesla.plan import Estimation, Grid, ReportSettings, Selection, Solv
 TESLA_KEYS = {
     "methods",
     "lambda1",
+    "keller_lambda1",
+    "static_lambda1",
     "lambda2",
     "bandwidth",
     "criterion",
@@ -76,6 +78,9 @@ def check_tesla(cfg: dict) -> TeslaPlan:
     if len(set(methods)) != len(methods):
         raise ConfigError("tesla.methods", methods, "lists a method twice", "list each method once")
     number_list("tesla.lambda1", get(cfg, "tesla.lambda1"), ge=0)
+    for key in ("keller_lambda1", "static_lambda1"):  # optional: null is the shared tesla.lambda1
+        if t.get(key) is not None:
+            number_list(f"tesla.{key}", t[key], ge=0)
     number_list("tesla.lambda2", get(cfg, "tesla.lambda2"), ge=0)
     number_list("tesla.bandwidth", get(cfg, "tesla.bandwidth"), gt=0)
     f = get(cfg, "tesla.heldout_fraction")
@@ -142,7 +147,13 @@ def check_tesla(cfg: dict) -> TeslaPlan:
         snapshot_times = tuple(int(s_) for s_ in snaps)
     else:  # four evenly spaced time points
         snapshot_times = tuple(int(s_) for s_ in sorted(set(np.linspace(0, T - 1, min(4, T)).round().astype(int))))
-    grid = Grid(lambda1=_floats(t["lambda1"]), lambda2=_floats(t["lambda2"]), bandwidths=_floats(t["bandwidth"]))
+    grid = Grid(
+        lambda1=_floats(t["lambda1"]),
+        lambda2=_floats(t["lambda2"]),
+        bandwidths=_floats(t["bandwidth"]),
+        keller_lambda1=None if t.get("keller_lambda1") is None else _floats(t["keller_lambda1"]),
+        static_lambda1=None if t.get("static_lambda1") is None else _floats(t["static_lambda1"]),
+    )
     solver = SolverSettings(
         q=int(cfg["model"]["q"]), max_iter=int(t["max_iter"]), tol=float(t["tol"]), active_sets=bool(t["active_sets"])
     )
