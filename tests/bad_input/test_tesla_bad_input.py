@@ -117,6 +117,14 @@ CASES = {
     "single_time_point_with_lambda2": _single_time_point,
     "negative_lambda1": lambda p: (["tesla.lambda1=[0.1,-0.2]"], ["tesla.lambda1=[0.1, -0.2]", "-0.2 is negative"]),
     "negative_lambda2": lambda p: (["tesla.lambda2=[-1]"], ["tesla.lambda2=[-1]", "-1 is negative"]),
+    "negative_keller_lambda1": lambda p: (
+        ["tesla.keller_lambda1=[1,-0.5]"],
+        ["tesla.keller_lambda1=[1, -0.5]", "-0.5 is negative"],
+    ),
+    "static_lambda1_not_a_list": lambda p: (
+        ["tesla.static_lambda1=0.1"],
+        ["tesla.static_lambda1=0.1", "must be a non-empty list"],
+    ),
     "npz_nodes_differ_over_time": _npz_p_mismatch,
     "csv_sample_lacks_a_node": _csv_node_missing,
     "npz_nan": _npz_nan,
