@@ -45,11 +45,13 @@ def rejection(trace: engine.RoundTrace) -> np.ndarray:
     return 1.0 - trace.accept_prob.mean(axis=0)
 
 
-def chain_estimates(betas, trace, legs=None, leg_rts=None) -> dict:
+def chain_estimates(betas, trace, legs=None, leg_rts=None, offset: float = 0.0) -> dict:
     """log Z (stepping stone, TI; with SEs) and the barrier of one chain's round; with two legs
     (``legs``, reference=stabilized) per-leg entries ``<key>_fixed`` / ``<key>_variational`` too:
     the leg's estimates and barrier, its number of levels, its own round trips and restarts (its
-    reference -> target -> its reference, a replica in the other leg counted as at the target)."""
+    reference -> target -> its reference, a replica in the other leg counted as at the target).
+    ``offset`` (the target's ``log_z_reference``) is added to the per-leg log Z entries, as the callers add
+    it to the chain's own."""
     rej = rejection(trace)
     ll = trace.loglik.T  # [K, T]
     if legs is None or int(np.max(legs)) == 0:
@@ -66,7 +68,7 @@ def chain_estimates(betas, trace, legs=None, leg_rts=None) -> dict:
     est = variational.leg_estimates(betas, legs, ll, rej)
     out = {k: est[k] for k in ("barrier", "log_z_ss", "log_z_ss_se", "log_z_ti", "log_z_ti_se")}
     for name, leg, w in zip(variational.LEG_NAMES, est["legs"], est["weights"]):
-        out.update({f"{k}_{name}": v for k, v in leg.items()})
+        out.update({f"{k}_{name}": v + offset if k in ("log_z_ss", "log_z_ti") else v for k, v in leg.items()})
         out[f"log_z_weight_{name}"] = w
         out[f"n_levels_{name}"] = int(np.sum(np.asarray(legs) == variational.LEG_NAMES.index(name)))
         if leg_rts is not None:
@@ -80,7 +82,7 @@ def round_summary(c: int, target, chain: ChainRound) -> dict:
     trips, and the error against the target's exact log Z where known."""
     betas, trace, rts = chain.betas, chain.trace, chain.rts
     rej = rejection(trace)
-    est = chain_estimates(betas, trace, chain.legs, chain.leg_rts)
+    est = chain_estimates(betas, trace, chain.legs, chain.leg_rts, target.log_z_reference)
     lam, ss, ss_se, ti, ti_se = (est.pop(k) for k in ("barrier", "log_z_ss", "log_z_ss_se", "log_z_ti", "log_z_ti_se"))
     out = {
         "chain": c,
@@ -135,7 +137,7 @@ def final_results(target, chains: list[ChainRound], history: list) -> dict:
     rows, per_level = [], []
     ss_all, ti_all, ests = [], [], []
     for c in range(C):
-        est = chain_estimates(betas[c], traces[c], chains[c].legs, chains[c].leg_rts)
+        est = chain_estimates(betas[c], traces[c], chains[c].legs, chains[c].leg_rts, target.log_z_reference)
         ests.append(est)
         ss, ss_se, ti, ti_se = est["log_z_ss"], est["log_z_ss_se"], est["log_z_ti"], est["log_z_ti_se"]
         ss_all.append((target.log_z_reference + ss, ss_se))

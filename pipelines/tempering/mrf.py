@@ -5,7 +5,10 @@ read by :func:`pgmflow.bounds.models.load_mrf`) or, for large sparse graphs, an 
 (node pairs, 0-based), ``J`` [E] (one coupling per edge; an edge listed twice, in either orientation, has
 its couplings summed), optional ``h`` [n] and ``n`` (the node count when ``h`` is absent). ``model.beta``
 multiplies J and h. With ``tempering.reference=variational`` the reference is the product of independent
-spins at the mean-field fixed point (``pgmflow.tasks.tempering.mrf_target.mean_field_reference``).
+spins at the mean-field fixed point (``pgmflow.tasks.tempering.mrf_target.mean_field_reference``). With
+``tempering.reference=stabilized`` the target keeps the uniform reference (the fixed leg) and the second leg's
+product reference travels on the chain's path (``pgmflow.tempering.reference``): the mean-field product at
+first, then fitted to the previous round's target-end draws from ``tempering.variational_from_round``.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ import numpy as np
 from pgmflow.core.errors import ConfigError
 from pgmflow.tasks.bounds import mrf as _mrf
 
-REFERENCES = {"fixed": "uniform", "variational": "mean_field"}
+REFERENCES = {"fixed": "uniform", "variational": "mean_field", "stabilized": "uniform"}
 
 
 def _arrays(path) -> dict:
@@ -96,12 +99,14 @@ def build_task(model: Mapping, mrf: _mrf.PairwiseMRF | None = None):
 
 
 def check_reference(t: Mapping):
-    """tempering.reference on an MRF target: fixed (uniform spins) or variational (mean field)."""
+    """tempering.reference on an MRF target: fixed (uniform spins), variational (mean field) or stabilized
+    (both legs)."""
     ref = t.get("reference", "fixed")
     if ref not in REFERENCES:
         raise ConfigError(
             "tempering.reference",
             ref,
-            "on model=mrf is fixed (uniform spins) or variational (the mean-field product of independent spins)",
-            "use tempering.reference=fixed or tempering.reference=variational",
+            "on model=mrf is fixed (uniform spins), variational (the mean-field product of independent spins) "
+            "or stabilized (both legs)",
+            "use tempering.reference=fixed, variational or stabilized",
         )

@@ -3,6 +3,12 @@ rounds to the target-end draws of the previous round) or stabilized (both legs, 
 target end). Surjanovic, Syed, Bouchard-Côté, Campbell (NeurIPS 2022); see
 ``pgmflow.tasks.tempering.variational`` for the numerics and docs/tempering.md for the user's view.
 
+On an MRF target (``model=mrf``) the references are products of independent spins
+(:class:`pgmflow.tasks.tempering.mrf_target.ProductReference`): reference=stabilized joins the uniform leg
+(the target's own reference) and a product leg, which starts at the mean-field fixed point and is then
+fitted, between rounds, to the target-end draws (the spins' means). reference=variational on an MRF is the
+mean-field product built into the target (one leg, no path; ``pgmflow.tempering.mrf``).
+
 Everything here runs in the driver on gathered, ordered data (the fit uses the round's records in
 scan order), so the fitted reference, and every result after it, is the same for any number of
 workers, blocks or scans per task, and after a resume (the reference is in the checkpoint).
@@ -59,20 +65,48 @@ def round_trip_ends(legs):
     return None if legs is None else variational.round_trip_ends(legs)
 
 
+def initial_reference(target, legs):
+    """The variational leg's reference before the first fit: None (the target's own, continuous targets;
+    :func:`path` fills it in) or, on an MRF target with two legs, the mean-field product (reference fields
+    ``atanh(m)`` at the mean-field fixed point)."""
+    if legs is None or target.kind != "mrf":
+        return None
+    from pgmflow.tasks.tempering import mrf_target
+
+    return mrf_target.ProductReference(field=mrf_target.mean_field_reference(target.model)[0])
+
+
+def _own_reference(target):
+    if target.kind == "mrf":
+        from pgmflow.tasks.tempering.mrf_target import ProductReference
+
+        return ProductReference(field=target.ref_field)
+    return target.reference
+
+
 def path(target, legs, q):
     """The Path of a chain for the next round: None (fixed); (q,) (variational; the target's own
     reference until the first fit); (fixed, q) (stabilized)."""
     if legs is None:
         return None
-    q = target.reference if q is None else q
-    refs = (q,) if legs.max() == 0 else (target.reference, q)
+    own = _own_reference(target)
+    q = own if q is None else q
+    refs = (q,) if legs.max() == 0 else (own, q)
     return variational.Path(legs=legs, references=refs)
 
 
 def fit(trace, family: str):
-    """Moment-matched Gaussian from a round's target-end draws (every scan, every target level)."""
+    """Moment-matched reference from a round's target-end draws (every scan, every target level): a
+    Gaussian of ``family``, or for spins (an MRF target, int8 draws) the product of independent spins with
+    the draws' means (``family`` does not apply)."""
     x = trace.target_x  # [T, n_t, d]
-    return variational.fit_gaussian(x.reshape(-1, x.shape[-1]), family)
+    x = x.reshape(-1, x.shape[-1])
+    if x.dtype == np.int8:
+        from pgmflow.tasks.tempering import mrf_target
+
+        q, min_var = mrf_target.fit_product(x)
+        return q, variational.FitInfo(n=int(x.shape[0]), family="product", min_var=min_var)
+    return variational.fit_gaussian(x, family)
 
 
 def leg_round_trips_init(legs):
@@ -104,6 +138,8 @@ def to_arrays(qs, leg_rts, legs, dim: int) -> dict:
             kind[c], mean[c], scale[c] = 1, q.mean, np.diag(q.std)
         elif isinstance(q, variational.FullGaussian):
             kind[c], mean[c], scale[c], inv[c] = 2, q.mean, q.chol, q.chol_inv
+        elif q is not None:  # a product of independent spins (an MRF target): its fields
+            kind[c], mean[c] = 3, q.field
     out = {"ref_kind": kind, "ref_mean": mean, "ref_scale": scale, "ref_scale_inv": inv, "legs": np.stack(legs)}
     if leg_rts[0] is not None:
         out["leg_rt_phase"] = np.stack([[s.phase for s in r] for r in leg_rts])
@@ -122,6 +158,10 @@ def from_arrays(ckpt: dict, C: int, legs0):
             qs.append(variational.DiagonalGaussian(mean=np.array(mean), std=np.array(np.diag(scale))))
         elif kind == 2:
             qs.append(variational.FullGaussian(mean=np.array(mean), chol=np.array(scale), chol_inv=np.array(inv)))
+        elif kind == 3:
+            from pgmflow.tasks.tempering.mrf_target import ProductReference
+
+            qs.append(ProductReference(field=np.array(mean)))
         else:
             qs.append(None)
     legs = [np.array(lg, dtype=np.int64) for lg in ckpt["legs"]]

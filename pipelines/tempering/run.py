@@ -159,7 +159,8 @@ def _setup(ctx, plan: TemperingPlan) -> Setup:
         blocks=tuple(np.asarray(b, dtype=np.int64) for b in np.array_split(np.arange(K), n_blocks)),
         params=params,
         target_h=tuple(group_h[g] for g in group_of),
-        legs=ref_mod.legs_of(ts.reference if targets[0].continuous else "fixed", K),  # an MRF builds its own in
+        # variational on an MRF: the mean-field product built into the target (one leg, no path)
+        legs=ref_mod.legs_of(ts.reference if targets[0].continuous or ts.reference == "stabilized" else "fixed", K),
     )
 
 
@@ -208,6 +209,7 @@ def _initial(ctx, su: Setup) -> Chains:
         )
     else:
         b0 = ref_mod.initial_betas(su.legs, K, lambda n: schedule.initial_schedule(n, kind="linear"))
+    q0 = [ref_mod.initial_reference(t.task, su.legs) for t in su.targets]  # per target: before the first fit
     states = [
         [
             dask.delayed(engine.init_block, pure=True)(
@@ -225,7 +227,7 @@ def _initial(ctx, su: Setup) -> Chains:
         states=states,
         history=[],
         start_round=1,
-        qs=[None] * C,
+        qs=[q0[g] for g in su.group_of],
         leg_rts=[ref_mod.leg_round_trips_init(su.legs) for _ in range(C)],
         legs=[None if su.legs is None else su.legs.copy() for _ in range(C)],
     )
@@ -490,7 +492,7 @@ def _finish(ctx, su: Setup, chains: Chains, last_traces: list, t_start: float) -
     if su.plan.bounds is not None:
         from pgmflow.tempering.with_bounds import log_bounds
 
-        log_bounds(ctx, su.plan.bounds, su.targets, per_group, final_betas, last_traces)
+        log_bounds(ctx, su.plan.bounds, su.targets, per_group, final_betas, last_traces, chains.legs, chains.qs)
     if G == 1:
         results = per_group[0]
     else:

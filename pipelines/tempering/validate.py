@@ -200,14 +200,14 @@ def check_custom_target(model: dict, explorer: str) -> Target:
 
 
 def check_reference(t: dict, name: str):
-    """tempering.reference=variational|stabilized: continuous targets only; stabilized needs >= 2
-    levels per leg and the automatic ladder."""
+    """tempering.reference=variational|stabilized: continuous targets and MRFs (products of independent
+    spins); stabilized needs >= 2 levels per leg and the automatic ladder."""
     ref = t.get("reference", "fixed")
     if ref == "fixed":
         return
-    if name == "mrf":  # a product of independent spins: pgmflow.tempering.mrf
+    if name == "mrf" and ref == "variational":  # the mean-field product built in: pgmflow.tempering.mrf
         return
-    if not TARGETS[name].continuous:
+    if not TARGETS[name].continuous and name != "mrf":  # stabilized on an MRF: uniform and product legs
         raise ConfigError(
             "tempering.reference",
             ref,

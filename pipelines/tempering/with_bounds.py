@@ -12,20 +12,37 @@ from pgmflow.core import artifacts
 
 
 def log_bounds(
-    ctx, settings: VariationalSettings, targets: tuple, per_group: list, final_betas: list, last_traces: list
+    ctx,
+    settings: VariationalSettings,
+    targets: tuple,
+    per_group: list,
+    final_betas: list,
+    last_traces: list,
+    legs: list | None = None,
+    qs: list | None = None,
 ):
     """The bounds along chain 0's ladder of each target (``targets``: the plan's Ising lattices or MRFs), added to
-    each target's results (``per_group``), with a table and, if ``variational.figures``, a figure."""
+    each target's results (``per_group``), with a table and, if ``variational.figures``, a figure. ``legs``,
+    ``qs``: each chain's legs and second-leg reference (reference=stabilized on an MRF; None otherwise): each
+    level is bounded on its own leg, and the results at the target are the fixed leg's."""
     tracker, G = ctx.tracker, len(targets)
     for g, res_g in enumerate(per_group):
         cs = res_g["chains"]
         suffix = f"_target{g}" if G > 1 else ""
+        c0 = cs[0]
         out = tempering_bounds(
-            ctx, settings, targets[g].task, [final_betas[c] for c in cs], [last_traces[c] for c in cs], g
+            ctx,
+            settings,
+            targets[g].task,
+            [final_betas[c] for c in cs],
+            [last_traces[c] for c in cs],
+            g,
+            None if legs is None else legs[c0],
+            None if qs is None else qs[c0],
         )
         rows = out["rows"]
         artifacts.log_table(tracker, rows, f"tables/bounds{suffix}.csv")
-        last = rows[-1]
+        last = rows[out["target_row"]]
         res_g.update(
             {
                 "bounds_mf_per_site": last["mf_per_site"],
@@ -37,8 +54,8 @@ def log_bounds(
                 "bounds_all_converged": all(r["converged"] for r in rows),
             }
         )
-        if settings.figures:
-            _log_figure(tracker, targets[g], rows, suffix)
+        if settings.figures:  # the fixed leg's levels (one increasing ladder) with two legs
+            _log_figure(tracker, targets[g], [r for r in rows if r.get("leg", 0) == 0], suffix)
         where = f"T = {1.0 / targets[g].beta_model:.6g}" if targets[g].name == "ising" else "the target (b = 1)"
         ctx.say(
             f"{'target ' + str(g) + ': ' if G > 1 else ''}bounds at {where}: MF {last['mf_per_site']:.6f} <= tempering "

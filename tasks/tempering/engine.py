@@ -169,6 +169,20 @@ def explore_block(
             params.n_steps,
             params.method,
         )
+    elif target.kind == "mrf":  # an MRF on a two-leg path (reference=stabilized): each replica's leg reference
+        x, info = _explorers.explore_mrf(
+            target,
+            state.x,
+            b,
+            state.replica_ids,
+            params.philox_key,
+            params.chain,
+            int(scan) * params.n_steps,
+            params.n_steps,
+            params.method,
+            path=path,
+            leg=np.asarray(path.legs)[lv],
+        )
     else:  # continuous targets, and any target on a variational path (the leg of each level)
         legs = {} if path is None else {"path": path, "leg": np.asarray(path.legs)[lv]}
         x, info = _explorers.explore_continuous(

@@ -90,24 +90,69 @@ def mrf_initial_spins(target, replica_ids, seed: int, chain: int) -> np.ndarray:
     return out
 
 
-def explore_mrf(target, spins, b, replica_ids, philox_key, chain: int, sweep0: int, n_sweeps: int, method: str):
+def explore_mrf(
+    target,
+    spins,
+    b,
+    replica_ids,
+    philox_key,
+    chain: int,
+    sweep0: int,
+    n_sweeps: int,
+    method: str,
+    path=None,
+    leg=None,
+):
     """``n_sweeps`` per-colour sweeps of each replica of an MRF target at its level ``b``
     (:mod:`pgmflow.tasks.tempering.mrf_kernels`). spins: int8 [R, n] (numpy or cupy; copied, not modified);
     b: float64 [R]. ``loglik`` is ``l(x) = h.x + sum_e J_e x_i x_j - a.x`` (``a``: the reference fields),
-    ``energy`` the negated log-potential ``-(h.x + sum_e J_e x_i x_j)``. Returns ``(new_spins, ExploreInfo)``."""
+    ``energy`` the negated log-potential ``-(h.x + sum_e J_e x_i x_j)``.
+
+    path: None (the target's own reference) or a :class:`pgmflow.tasks.tempering.variational.Path` whose
+    references are :class:`~pgmflow.tasks.tempering.mrf_target.ProductReference` (the legs of
+    reference=stabilized), with leg: int [R] the leg of each replica. Then ``loglik_legs[:, g]`` is
+    ``h.x + sum_e J_e x_i x_j - a_g.x + log Z_g - log Z_ref`` (``Z_g``: leg g's reference's normaliser,
+    ``Z_ref``: the target's own), so that every leg estimates ``log Z - log Z_ref`` like the single path and
+    the leg whose reference is the target's own has exactly the single path's ``l``.
+    Returns ``(new_spins, ExploreInfo)``."""
     from pgmflow.tasks.tempering import mrf_kernels as K
 
     new = spins.copy()
+    rows = None if path is None else np.stack([np.asarray(q.field, dtype=np.float64) for q in path.references])
     changed = K.mrf_sweep(
-        new, target, np.asarray(b, dtype=np.float64), philox_key, replica_ids, chain, sweep0, n_sweeps, method
+        new,
+        target,
+        np.asarray(b, dtype=np.float64),
+        philox_key,
+        replica_ids,
+        chain,
+        sweep0,
+        n_sweeps,
+        method,
+        ref_fields=rows,
+        leg=leg,
     )
     st = K.mrf_statistics(new, target)  # [R, 4]: h.x, J term, a.x, sum x
     n = target.n_sites
+    ll = st[:, 0] + st[:, 1] - st[:, 2]
+    legs_ll = None
+    if path is not None:
+        lz0 = target.log_z_reference
+        cols = []
+        for q in path.references:
+            if np.array_equal(q.field, target.ref_field):
+                cols.append(ll)
+            else:
+                ax = K.mrf_statistics(new, target, q.field)[:, 2]
+                cols.append((st[:, 0] + st[:, 1] - ax) + (q.log_z - lz0))
+        legs_ll = np.stack(cols, axis=1)  # [R, G]
+        ll = legs_ll[np.arange(len(ll)), np.asarray(leg, dtype=np.int64)]
     info = ExploreInfo(
-        loglik=st[:, 0] + st[:, 1] - st[:, 2],
+        loglik=ll,
         energy=-(st[:, 0] + st[:, 1]),
         abs_m=np.abs(st[:, 3]) / n,
         accept=changed.astype(np.float64) / (n * max(n_sweeps, 1)),
+        loglik_legs=legs_ll,
     )
     return new, info
 

@@ -150,3 +150,32 @@ def initial_spins(target: MRFTarget, rng: np.random.Generator) -> np.ndarray:
     """One exact draw from the reference: int8 [n], ``P(x_i = +1) = sigmoid(2 a_i)``."""
     p = 0.5 * (1.0 + np.tanh(target.ref_field))
     return np.where(rng.random(target.n_sites) < p, 1, -1).astype(np.int8)
+
+
+class ProductReference(NamedTuple):
+    """A product of independent spins, ``exp(a.x) / prod_i 2 cosh a_i``, as the reference of one leg of a
+    two-leg path (``tempering.reference=stabilized`` on an MRF): field a float64 [n]."""
+
+    field: np.ndarray
+
+    @property
+    def log_z(self) -> float:
+        """``log Z_ref = sum_i log(2 cosh a_i)``."""
+        a = np.abs(self.field)
+        return float(np.sum(a + np.log1p(np.exp(-2.0 * a))))
+
+
+def fit_product(samples) -> tuple[ProductReference, float]:
+    """Moment matching for binary targets: the product of independent spins with the draws' means (the
+    forward-KL fit ``argmin_q KL(pi || q)`` over products of independent spins), from the target-end draws
+    of the previous round. samples: int8 [N, n] spins (N >= 1). The means are clipped to
+    ``|m| <= 1 - 1 / (N + 1)`` (a spin never seen flipped keeps a finite field). Returns the reference and
+    the smallest spin variance ``min_i 1 - m_i^2``."""
+    x = np.asarray(samples)
+    if x.ndim != 2 or x.shape[0] < 1:
+        raise ValueError(f"samples must be spins [N >= 1, n]; got {x.shape}")
+    N = x.shape[0]
+    m = x.astype(np.float64).sum(axis=0) / N
+    lim = 1.0 - 1.0 / (N + 1)
+    m = np.clip(m, -lim, lim)
+    return ProductReference(field=np.arctanh(m)), float(np.min(1.0 - m * m))

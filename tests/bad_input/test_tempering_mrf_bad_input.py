@@ -68,9 +68,26 @@ def _edge_list_lengths(tmp_path):
     return args, ["model.path='model.npz'", "J has shape (3,) for 2 edges"]
 
 
-def _stabilized(tmp_path):
-    args = _save(tmp_path, "tempering.reference=stabilized", J=_ring())
-    return args, ["tempering.reference='stabilized'", "tempering.reference=variational"]
+def _stabilized_too_few_replicas(tmp_path):
+    """reference=stabilized runs on an MRF (tests/pipelines/tempering/test_mrf.py); its two legs need 4 levels."""
+    args = _save(tmp_path, "tempering.reference=stabilized", "tempering.n_replicas=3", J=_ring())
+    return args, ["tempering.n_replicas=3", "two legs", "tempering.n_replicas>=4"]
+
+
+def _stabilized_explicit_ladder(tmp_path):
+    args = _save(
+        tmp_path,
+        "tempering.reference=stabilized",
+        "tempering.n_replicas=4",
+        "tempering.ladder=[0,0.3,0.6,1]",
+        J=_ring(),
+    )
+    return args, ["tempering.ladder=", "two legs", "tempering.ladder=null"]
+
+
+def _unknown_reference(tmp_path):
+    args = _save(tmp_path, "tempering.reference=gaussian", J=_ring())
+    return args, ["tempering.reference='gaussian'", "stabilized"]
 
 
 def _continuous_explorer(tmp_path):
@@ -88,7 +105,9 @@ CASES = {
     "edge_list_self_loop": _edge_list_self_loop,
     "edge_list_nan": _edge_list_nan,
     "edge_list_length_mismatch": _edge_list_lengths,
-    "stabilized_reference": _stabilized,
+    "stabilized_too_few_replicas": _stabilized_too_few_replicas,
+    "stabilized_explicit_ladder": _stabilized_explicit_ladder,
+    "unknown_reference": _unknown_reference,
     "continuous_explorer": _continuous_explorer,
     "missing_file": lambda p: (
         ["pipeline=tempering", "model=mrf", "model.path=nope.npz"],
