@@ -4,7 +4,8 @@ split into what the measurements can separate, each in a fresh process as a user
 * ``python -c "import pgmflow.__main__"``: Python and pgmflow's command path (any layout);
 * ``pgmflow --cfg job``: plus Hydra's composition (what every command pays before any work);
 * a debug run on the synchronous scheduler in a folder whose store exists (no cluster, no new store);
-* the same on the default local cluster (2 worker processes);
+* the same on the default local profile (``cluster.in_process=auto``: a debug run's small work runs in the
+  driver, pgmflow.core.smallwork), and with ``cluster.in_process=false`` (2 worker processes started);
 * the same in a new folder (a new SQLite store: pgmflow copies an empty one, pgmflow.core.store);
 * ``python -c "import mlflow"``, ``import dask.distributed``: the two largest imports, for scale.
 
@@ -30,7 +31,8 @@ BEFORE_SVI = {"local": 6.8, "synchronous": 5.3}  # issue 38, quiet 2-core machin
 
 def timed(args, cwd) -> float:
     t = time.perf_counter()
-    r = subprocess.run(args, cwd=cwd, capture_output=True, text=True)
+    env = {k: v for k, v in os.environ.items() if k != "PGMFLOW_IN_PROCESS"}  # the key's own default: auto
+    r = subprocess.run(args, cwd=cwd, capture_output=True, text=True, env=env)
     if r.returncode:
         sys.exit(f"failed: {' '.join(map(str, args))}\n{r.stderr[-3000:]}")
     return time.perf_counter() - t
@@ -65,6 +67,7 @@ def main():
             print(f"{what:42s} {s:8.2f}")
         print(
             f"\n{'pipeline (debug=default)':26s} {'sync, store':>12s} {'local, store':>13s} {'local, new folder':>18s}"
+            f" {'workers, store':>15s}"
         )
         worst_existing, worst_new = 0.0, 0.0
         for name in PIPELINES:
@@ -78,8 +81,9 @@ def main():
                     return timed(base, f)
 
             new = median(fresh, a.repeat)
+            workers = median(lambda: timed([*base, "cluster.in_process=false"], d / "store"), a.repeat)
             worst_existing, worst_new = max(worst_existing, min(sync, local)), max(worst_new, new)
-            print(f"{name:26s} {sync:12.2f} {local:13.2f} {new:18.2f}")
+            print(f"{name:26s} {sync:12.2f} {local:13.2f} {new:18.2f} {workers:15.2f}")
             if name == "svi":
                 svi = (sync, local)
     print(

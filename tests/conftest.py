@@ -15,6 +15,9 @@ sys.path.insert(0, str(REPO))
 # the test densities (tests/pipelines/densities.py) may be imported by configs; the CLI subprocesses
 # inherit this, and tests/test_security.py checks what stays refused
 os.environ.setdefault("PGMFLOW_ALLOWED_MODULES", "tests")
+# tests on the local profile are about its worker processes: small work must not run in-process there
+# unless a test asks for it (cluster.in_process=auto; pgmflow.core.smallwork)
+os.environ.setdefault("PGMFLOW_IN_PROCESS", "false")
 
 
 def compose(overrides=()) -> dict:

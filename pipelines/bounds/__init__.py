@@ -12,6 +12,7 @@ WORKLOAD = Workload(
     name="bounds",
     run="pgmflow.bounds.run:run",
     validate="pgmflow.bounds.validate:check_bounds_pipeline",
+    work="pgmflow.bounds.plan:work_seconds",  # single-core seconds (pgmflow.core.smallwork)
     summary="mean-field, Bethe and TRW bounds on log Z of Ising models and pairwise MRFs",
     stage=Stage(  # as a stage of a study (docs/stages.md)
         inputs=(Port("model", "npz", field="model.path"),),

@@ -22,4 +22,11 @@ class BoundsPlan:
     model: BoundsModel
 
 
+def work_seconds(plan: BoundsPlan) -> float:
+    """Rough single-core seconds of the run (``pgmflow.core.smallwork``): at each temperature, mean field,
+    loopy BP and TRW, each ~2,000 sweeps over nodes and edges (the iteration cap is rarely reached)."""
+    mrfs = [t.model for t in plan.model.temperatures]
+    return sum(3 * 2000 * (m.n + 2 * m.E) * 10e-9 for m in mrfs)
+
+
 __all__ = ["BoundsPlan"]

@@ -28,6 +28,7 @@ from pathlib import Path
 
 import yaml
 
+from pgmflow.core import smallwork
 from pgmflow.core.errors import ConfigError
 from pgmflow.core.internals import KilledWorkerLogFilter
 from pgmflow.core.tls import check_tls, make_security  # noqa: F401  (check_tls: part of this module's API)
@@ -482,6 +483,7 @@ def check_cluster_config(ccfg: dict) -> dict:
             "must be a number of seconds, 0 or more",
             "set cluster.reconnect_limit=600 (0: a run that loses its scheduler fails at once)",
         )
+    smallwork.mode(ccfg)  # cluster.in_process: auto | false
     n = ccfg.get("n_workers")
     if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 1):
         raise ConfigError(
@@ -569,6 +571,12 @@ def _address_error(name: str, address: str, timeout, exc: BaseException) -> Conf
         f"no Dask scheduler answered within {timeout} s ({type(exc).__name__})",
         "start one with `dask scheduler` and `dask worker <address>`, or set cluster.address=tcp://HOST:PORT",
     )
+
+
+def in_process_handle(ccfg: dict) -> ClusterHandle:
+    """The handle of a run whose small work runs in this process (``pgmflow.core.smallwork``): no client,
+    the configured profile's name, type ``in_process``, one worker (this process)."""
+    return ClusterHandle(client=None, profile=ccfg.get("profile") or "local", type="in_process", n_workers=1)
 
 
 @contextlib.contextmanager

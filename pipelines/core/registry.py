@@ -91,6 +91,9 @@ class Workload:
         returns its fitted model as an object (what ``pgmflow.load(run_id).model`` is), or None when the
         run logged none.
     stage: the workload as a stage of a study (:class:`Stage`: inputs, outputs, randomness).
+    work: ``"module:function"`` or None; the function takes the plan and returns a rough estimate of the
+        run's work in seconds on one core (or None: unknown). A run on a local profile whose estimate is
+        under a second runs in the driver without starting workers (``pgmflow.core.smallwork``).
     """
 
     name: str
@@ -102,6 +105,7 @@ class Workload:
     conf_dir: str | None = None
     load_model: str | None = None
     stage: Stage = field(default_factory=Stage)
+    work: str | None = None
 
     def load_run(self) -> Callable:
         return _load(self.run)
@@ -111,6 +115,9 @@ class Workload:
 
     def load_model_reader(self) -> Callable | None:
         return _load(self.load_model) if self.load_model else None
+
+    def load_work(self) -> Callable | None:
+        return _load(self.work) if self.work else None
 
 
 class WorkloadError(RuntimeError):

@@ -167,6 +167,10 @@ def execute(cfg: dict, stream=None, cluster=None, record: RunRecord | None = Non
     try:
         return _execute(cfg, stream, sweep_run, cluster, record, dict(under or {}))
     except BaseException as exc:
+        from pgmflow.core.tracking import Superseded
+
+        if isinstance(exc, Superseded):  # the run is another attempt's now: neither end it nor write to it
+            raise
         if sweep_run and not record.ended:
             message = getattr(exc, "message", None) or f"{type(exc).__name__}: {exc}"
             with contextlib.suppress(Exception):
@@ -178,7 +182,7 @@ def execute(cfg: dict, stream=None, cluster=None, record: RunRecord | None = Non
 
 def _execute(cfg: dict, stream, sweep_run: str | None, given, record: RunRecord, under: dict) -> dict:
     from pgmflow.core import cluster as cluster_mod
-    from pgmflow.core import preflight, stagekey, tracking
+    from pgmflow.core import preflight, smallwork, stagekey, tracking
     from pgmflow.tasks import backend as backend_mod
     from pgmflow.tasks import threads
 
@@ -190,10 +194,18 @@ def _execute(cfg: dict, stream, sweep_run: str | None, given, record: RunRecord,
     device = backend_mod.gpu_status()[1] if backend == "cupy" else "cpu"
 
     address = os.environ.get(SWEEP_SCHEDULER) if sweep_run else None
+    small = None
     if given is not None:
         opened = contextlib.nullcontext(given)
+    elif address:
+        opened = _sweep_cluster(cfg["cluster"], address)
     else:
-        opened = _sweep_cluster(cfg["cluster"], address) if address else cluster_mod.open_cluster(cfg["cluster"])
+        small = smallwork.in_process_reason(cfg, plan, cluster_mod.check_cluster_config(cfg["cluster"])["type"])
+        opened = (
+            contextlib.nullcontext(cluster_mod.in_process_handle(cfg["cluster"]))
+            if small
+            else cluster_mod.open_cluster(cfg["cluster"])
+        )
     with opened as ch:
         if ch.client is not None and threads.configured_threads() is not None:
             from pgmflow.core.graph import PinBlasThreads
@@ -217,7 +229,7 @@ def _execute(cfg: dict, stream, sweep_run: str | None, given, record: RunRecord,
         name = under.pop("run_name", None)
         tags.update(under)
         if sweep_run:
-            tracker.attach(sweep_run, cfg, tags)
+            tracker.attach(sweep_run, cfg, tags, parent_id=os.environ.get("PGMFLOW_SWEEP_PARENT_ID"))
         elif cfg.get("resume"):
             tracker.resume(cfg["resume"])
             tracker.set_tags({**tags, "pgmflow.resumed_at": time.strftime("%Y-%m-%dT%H:%M:%S")})
@@ -241,6 +253,8 @@ def _execute(cfg: dict, stream, sweep_run: str | None, given, record: RunRecord,
             file=stream,
             flush=True,
         )
+        if small:
+            print(f"pgmflow: {small}", file=stream, flush=True)
         ctx = RunContext(
             cfg=cfg,
             tracker=tracker,

@@ -8,6 +8,7 @@ WORKLOAD = Workload(
     name="network_mrf",
     run="pgmflow.network_mrf.run:run",
     validate="pgmflow.network_mrf.run:check_network_mrf",
+    work="pgmflow.network_mrf.run:work_seconds",  # single-core seconds (pgmflow.core.smallwork)
     summary="a time-varying network (TESLA's estimates or a synthetic truth) as one MRF .npz per time point",
     stage=Stage(
         inputs=(Port("estimates", "npz", field="network_mrf.estimates"),),

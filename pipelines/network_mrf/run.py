@@ -106,6 +106,12 @@ def check_network_mrf(cfg: dict) -> Plan:
     return Plan(tuple(times), source, th, J, h)
 
 
+def work_seconds(plan: Plan) -> float:
+    """Rough single-core seconds (``pgmflow.core.smallwork``): the conversion is a few array operations
+    per time point; 1 ms each is generous."""
+    return 1e-3 * len(plan.times)
+
+
 def run(ctx, plan: Plan) -> dict:
     tracker = ctx.tracker
     edges = []

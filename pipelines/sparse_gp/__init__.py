@@ -13,6 +13,7 @@ WORKLOAD = Workload(
     name="sparse_gp",
     run="pgmflow.sparse_gp.run:run",
     validate="pgmflow.sparse_gp.validate:check_sparse_gp",
+    work="pgmflow.sparse_gp.run:work_seconds",  # single-core seconds (pgmflow.core.smallwork)
     summary="inducing-point Gaussian process regression (SGPR, FITC, DTC, SVGP, exact)",
     memory_hint=("gp-", "a smaller sparse_gp.chunk_size (fewer rows per task)"),
     load_model="pgmflow.sparse_gp.model:load_predictor",

@@ -98,6 +98,22 @@ def in_process(plan: Plan) -> bool:
     return not data.memmap and data.n * max(plan.m, 1) <= IN_PROCESS_MAX_WORK
 
 
+def work_seconds(plan: Plan) -> float | None:
+    """Rough single-core seconds of the fit (``pgmflow.core.smallwork``), when it runs in the driver anyway
+    (:func:`in_process`; None otherwise: the workers do it): per objective evaluation ~n m^2 (exact: n^3 / 3)
+    multiply-adds at ~1 GFLOP/s, times the iteration cap (SVGP: steps of a minibatch) and the restarts."""
+    if not in_process(plan):
+        return None
+    n, m = plan.data.n, max(plan.m, 1)
+    if plan.method == "svgp":
+        flops = plan.svgp.steps * min(plan.svgp.batch_size, n) * m * m
+    elif plan.method == "exact":
+        flops = plan.fit.max_iter * n**3 / 3
+    else:
+        flops = plan.fit.max_iter * n * m * m
+    return (1 + plan.fit.restarts) * flops * 1e-9
+
+
 def _describe(ctx, plan: Plan, n_chunks: int, access: str):
     """The run's opening lines: the data, a chunk size the data overrides (said, not silent), the method."""
     data, chunk_size, m = plan.data, plan.chunk_size, plan.m

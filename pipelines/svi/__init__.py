@@ -11,6 +11,7 @@ WORKLOAD = Workload(
     name="svi",
     run="pgmflow.svi.run:run",
     validate="pgmflow.svi.validate:check_svi",
+    work="pgmflow.svi.plan:work_seconds",  # single-core seconds (pgmflow.core.smallwork)
     summary="stochastic variational inference for LDA on a sharded corpus, with posterior regularization",
     memory_hint=("svi-", "a smaller corpus.docs_per_shard (fewer documents per task)"),
     load_model="pgmflow.svi.model:load_transformer",

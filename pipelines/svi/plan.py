@@ -160,3 +160,15 @@ class Plan:
     def n_words(self) -> int:
         """V, the size of the corpus's vocabulary."""
         return int(self.corpus.n_words)
+
+
+def work_seconds(plan: Plan) -> float:
+    """Rough single-core seconds of the run (``pgmflow.core.smallwork``): per step, the minibatch's E-step
+    (documents x distinct words per document x K x the E-step's iteration cap, ~1 ns each) and the topic
+    update (K x vocabulary); per evaluation, the held-out documents' E-step; times the restarts."""
+    c, s, K = plan.corpus, plan.schedule, plan.model.K
+    words_per_doc = c.nnz / max(c.n_docs, 1)
+    step = s.batch_docs * words_per_doc * K * plan.estep.max_iter * 1e-9 + K * c.n_words * 20e-9
+    n_evals = 1 + (s.n_steps // plan.outputs.eval_every if plan.outputs.eval_every else 0)
+    heldout = c.n_docs * plan.heldout_fraction * words_per_doc * K * plan.estep.max_iter * 1e-9
+    return (1 + plan.restarts) * (s.n_steps * step + n_evals * heldout)

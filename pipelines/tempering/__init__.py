@@ -11,6 +11,7 @@ WORKLOAD = Workload(
     name="tempering",
     run="pgmflow.tempering.run:run",
     validate="pgmflow.tempering.validate:check_tempering",
+    work="pgmflow.tempering.plan:work_seconds",  # single-core seconds (pgmflow.core.smallwork)
     summary="parallel tempering: log Z by stepping stone and thermodynamic integration, adaptive ladder",
     stage=Stage(  # as a stage of a study (docs/stages.md): model=mrf takes its model file from an upstream stage
         inputs=(Port("model", "npz", field="model.path"),),

@@ -60,3 +60,16 @@ class TemperingPlan:
     targets: tuple[Target, ...]
     overrides: tuple[Mapping, ...]
     bounds: VariationalSettings | None = None
+
+
+def work_seconds(plan: TemperingPlan) -> float | None:
+    """Rough single-core seconds of the run (``pgmflow.core.smallwork``): every chain's scans (rounds
+    1..R run 2, 4, ... 2**R scans) at its target's ``scan_cost_s``; None with ``bounds=true`` (the bounds
+    along the ladder are not counted)."""
+    ts = plan.tempering
+    if plan.bounds is not None:
+        return None
+    inner = ts.n_leapfrog if ts.explorer_requested == "hmc" else 1
+    scans = 2 ** (ts.n_rounds + 1) - 2
+    per_scan = sum(t.scan_cost_s(ts.n_levels, ts.sweeps_per_scan, inner) for t in plan.targets)
+    return per_scan * ts.n_chains * scans

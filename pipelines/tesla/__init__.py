@@ -13,6 +13,7 @@ WORKLOAD = Workload(
     name="tesla",
     run="pgmflow.tesla.run:run",
     validate="pgmflow.tesla.validate:check_tesla",
+    work="pgmflow.tesla.plan:work_seconds",  # single-core seconds (pgmflow.core.smallwork)
     summary="TESLA time-varying networks (and KELLER, static) by L1 logistic paths per node",
     stage=Stage(  # as a stage of a study (docs/stages.md)
         inputs=(Port("network", "npz", field="network.path"),),

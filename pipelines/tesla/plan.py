@@ -126,3 +126,23 @@ class TeslaPlan:
     estimation: Estimation
     report: ReportSettings
     checkpoint_seconds: float
+
+
+def work_seconds(plan: TeslaPlan) -> float:
+    """Rough single-core seconds of the run (``pgmflow.core.smallwork``): each node's solves (TESLA: one
+    per lambda1 x lambda2; KELLER: one per lambda1 x bandwidth x time point; static: one per lambda1 x
+    time point), each ~200 FISTA iterations over the rows it reads (all N rows: p coefficients each)."""
+    X = plan.data.series.X
+    N, p = X.shape
+    T = len(plan.data.series.n_per_time)
+    g = plan.estimation.grid
+    per_solve = 200 * N * p * 2e-9
+    solves = 0
+    for m in plan.estimation.methods:
+        if m == "tesla":
+            solves += len(g.lambda1) * len(g.lambda2)
+        elif m == "keller":
+            solves += len(g.lambda1) * len(g.bandwidths) * T
+        else:
+            solves += len(g.lambda1) * max(1, T // 10)  # a static fit per time point reads only its own rows
+    return p * solves * per_solve
