@@ -140,9 +140,9 @@ def work_seconds(plan: TeslaPlan) -> float:
     solves = 0
     for m in plan.estimation.methods:
         if m == "tesla":
-            solves += len(g.lambda1) * len(g.lambda2)
+            solves += len(g.lambda1_of(m)) * len(g.lambda2)
         elif m == "keller":
-            solves += len(g.lambda1) * len(g.bandwidths) * T
+            solves += len(g.lambda1_of(m)) * len(g.bandwidths) * T
         else:
-            solves += len(g.lambda1) * max(1, T // 10)  # a static fit per time point reads only its own rows
+            solves += len(g.lambda1_of(m)) * max(1, T // 10)  # a static fit per time point reads only its own rows
     return p * solves * per_solve
