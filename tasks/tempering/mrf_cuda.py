@@ -142,9 +142,9 @@ def sweep_cuda(x, target, b, key, rid, chain, sweep0, n_sweeps, method, xp, laun
     colour of each sweep, the change counts back. ``xp`` is the array module of ``x`` and
     ``launch(grid, block, args)`` runs the kernel (a CuPy ``RawKernel``; the tests pass NumPy and the same
     source compiled for the host CPU). ``ref_fields`` [G, n] and ``leg`` [R]: the reference of each replica
-    (None: the target's own, :func:`pgmflow.tasks.tempering.mrf_kernels.reference_rows`). Returns int64 [R]
+    (None: the target's own, :func:`pgmflow.tasks.tempering.mrf_target.reference_rows`). Returns int64 [R]
     on the host."""
-    from pgmflow.tasks.tempering.mrf_kernels import reference_rows
+    from pgmflow.tasks.tempering.mrf_target import reference_rows
 
     R, n = x.shape
     ref_h, leg_h = reference_rows(target, R, ref_fields, leg)

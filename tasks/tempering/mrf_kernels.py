@@ -60,6 +60,7 @@ import sys
 import numpy as np
 
 from pgmflow.tasks import backend, philox
+from pgmflow.tasks.tempering.mrf_target import reference_rows
 
 __all__ = ["METHODS", "mrf_sweep", "mrf_statistics", "numpy_colour_sweep", "reference_rows"]
 
@@ -354,22 +355,6 @@ def _block_size(R: int, threads: int) -> int:
     it."""
     per = -(-R // max(1, threads))
     return max(1, min(BLOCK_MAX, max(per, min(BLOCK_MIN, R))))
-
-
-def reference_rows(target, R: int, ref_fields=None, leg=None) -> tuple[np.ndarray, np.ndarray]:
-    """The reference of each replica as the kernels take it: fields float64 [G, n] (G = 1 or 2) and each
-    replica's row int64 [R]. ``ref_fields`` None: the target's own ``ref_field`` for all (G = 1)."""
-    n = target.n_sites
-    if ref_fields is None:
-        a = np.ascontiguousarray(np.asarray(target.ref_field, dtype=np.float64).reshape(1, n))
-    else:
-        a = np.ascontiguousarray(np.asarray(ref_fields, dtype=np.float64))
-        if a.ndim != 2 or a.shape[1] != n or not 1 <= a.shape[0] <= 2 or not np.all(np.isfinite(a)):
-            raise ValueError(f"ref_fields must be one or two rows of {n} finite fields, got {a.shape}")
-    lg = np.zeros(R, dtype=np.int64) if leg is None else np.ascontiguousarray(np.asarray(leg), dtype=np.int64)
-    if lg.shape != (R,) or (R and (lg.min() < 0 or lg.max() >= a.shape[0])):
-        raise ValueError(f"leg must be [R] = [{R}] rows of ref_fields (0 .. {a.shape[0] - 1}), got {lg}")
-    return a, lg
 
 
 def mrf_sweep(
