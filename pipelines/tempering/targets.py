@@ -292,7 +292,9 @@ class BayesianModel(Target):
 class MarkovRandomField(SpinTarget):
     """A pairwise binary MRF on any graph from a file (``model=mrf``; ``pgmflow.tempering.mrf``): per-colour
     spin updates; the reference is uniform spins or, with ``tempering.reference=variational``, the mean-field
-    product (then ``spec["reference"] == "mean_field"``); exact log Z by enumeration up to 20 nodes."""
+    product (then ``spec["reference"] == "mean_field"``); with ``stabilized`` the target keeps uniform spins and the
+    product leg's reference travels on the path (``pgmflow.tempering.reference``); exact log Z by enumeration up
+    to 20 nodes."""
 
     name: ClassVar[str] = "mrf"
     wrong_explorer: ClassVar[tuple[str, str]] = (
