@@ -22,6 +22,7 @@ from typing import NamedTuple
 
 import dask
 import dask.callbacks
+import dask.local
 
 
 class Executor:
@@ -37,6 +38,8 @@ class Executor:
         """The workers are a LocalCluster's, on this machine: the driver can fetch results from them
         directly rather than through the scheduler (one copy less through this process's event loop;
         a remote cluster's workers may not be reachable from the driver)."""
+        if self.client is None:
+            return False  # no workers: nothing to fetch from (and no import of distributed)
         from distributed import LocalCluster
 
         return isinstance(getattr(self.client, "cluster", None), LocalCluster)
@@ -93,7 +96,9 @@ class Executor:
             watch_keys = {outputs[i].key: i for i in watch}
             cb = _sync_callback(watch_keys, on_done, on_result) if (on_done or on_result) and watch_keys else None
             with cb if cb is not None else contextlib.nullcontext():
-                return list(dask.compute(*outputs, scheduler="synchronous", optimize_graph=False))
+                # dask.local.get_sync is what scheduler="synchronous" names; passed as the function, dask does not
+                # import distributed to look for a client (0.5 s a run in the driver never needs)
+                return list(dask.compute(*outputs, scheduler=dask.local.get_sync, optimize_graph=False))
         from distributed import as_completed
 
         futures = self.client.compute(list(outputs), optimize_graph=False)
@@ -294,26 +299,13 @@ def _with_deps(a, dep, refs=(Dep,), seq=list, match=(Dep,)):
     return a
 
 
-try:
-    from distributed.diagnostics.plugin import WorkerPlugin as _WorkerPlugin
-except ImportError:  # pragma: no cover - distributed is a core dependency
-    _WorkerPlugin = object
+def __getattr__(name):  # PinBlasThreads lives beside distributed (pgmflow.core.worker_plugin): imported on use,
+    # so a run in the driver (pgmflow.core.smallwork) never imports distributed
+    if name == "PinBlasThreads":
+        from pgmflow.core.worker_plugin import PinBlasThreads
 
-
-class PinBlasThreads(_WorkerPlugin):
-    """Worker plugin: the worker's BLAS libraries at ``n`` thread(s) from its start (tasks/threads.py
-    says why). The runner registers it under :attr:`name` on every cluster it uses, so it reaches
-    workers pgmflow did not start and workers that join late; registering again replaces it."""
-
-    name = "pgmflow-blas-threads"
-
-    def __init__(self, n: int = 1):
-        self.n = int(n)
-
-    def setup(self, worker=None):
-        from pgmflow.tasks.threads import set_blas_threads
-
-        set_blas_threads(self.n)
+        return PinBlasThreads
+    raise AttributeError(name)
 
 
 def chunk_settings() -> list[tuple[str, str]]:

@@ -180,9 +180,25 @@ def execute(cfg: dict, stream=None, cluster=None, record: RunRecord | None = Non
         raise
 
 
-def _execute(cfg: dict, stream, sweep_run: str | None, given, record: RunRecord, under: dict) -> dict:
+def _where(cfg: dict, plan, given, address: str | None):
+    """Where the run's tasks go: ``(context manager yielding a ClusterHandle, the in-process line or None)``.
+    A cluster given by the caller (a study), a sweep's scheduler, this process for small work on a local
+    profile (:mod:`pgmflow.core.smallwork`), else the configured profile's cluster."""
     from pgmflow.core import cluster as cluster_mod
-    from pgmflow.core import preflight, smallwork, stagekey, tracking
+    from pgmflow.core import smallwork
+
+    if given is not None:
+        return contextlib.nullcontext(given), None
+    if address:
+        return _sweep_cluster(cfg["cluster"], address), None
+    small = smallwork.in_process_reason(cfg, plan, cluster_mod.check_cluster_config(cfg["cluster"])["type"])
+    if small:
+        return contextlib.nullcontext(cluster_mod.in_process_handle(cfg["cluster"])), small
+    return cluster_mod.open_cluster(cfg["cluster"]), None
+
+
+def _execute(cfg: dict, stream, sweep_run: str | None, given, record: RunRecord, under: dict) -> dict:
+    from pgmflow.core import preflight, stagekey, tracking
     from pgmflow.tasks import backend as backend_mod
     from pgmflow.tasks import threads
 
@@ -193,22 +209,10 @@ def _execute(cfg: dict, stream, sweep_run: str | None, given, record: RunRecord,
     backend = backend_mod.resolve_backend(cfg["backend"])
     device = backend_mod.gpu_status()[1] if backend == "cupy" else "cpu"
 
-    address = os.environ.get(SWEEP_SCHEDULER) if sweep_run else None
-    small = None
-    if given is not None:
-        opened = contextlib.nullcontext(given)
-    elif address:
-        opened = _sweep_cluster(cfg["cluster"], address)
-    else:
-        small = smallwork.in_process_reason(cfg, plan, cluster_mod.check_cluster_config(cfg["cluster"])["type"])
-        opened = (
-            contextlib.nullcontext(cluster_mod.in_process_handle(cfg["cluster"]))
-            if small
-            else cluster_mod.open_cluster(cfg["cluster"])
-        )
+    opened, small = _where(cfg, plan, given, os.environ.get(SWEEP_SCHEDULER) if sweep_run else None)
     with opened as ch:
         if ch.client is not None and threads.configured_threads() is not None:
-            from pgmflow.core.graph import PinBlasThreads
+            from pgmflow.core.worker_plugin import PinBlasThreads
 
             ch.client.register_plugin(PinBlasThreads(threads.configured_threads()), name=PinBlasThreads.name)
         tcfg = cfg["tracking"]
@@ -334,7 +338,8 @@ def _run_reconnecting(ctx: RunContext, plan, threads) -> dict:
 def _reconnect(ctx: RunContext, exc: Exception, limit: float, reconnects: int):
     """The client to go on with after ``exc``: the scheduler's, once it answers again (within ``limit``
     seconds); raises ``exc`` again when it is not a lost scheduler, :class:`SchedulerLost` past the limit."""
-    from pgmflow.core.graph import PinBlasThreads, SchedulerLost, await_scheduler, connection_lost
+    from pgmflow.core.graph import SchedulerLost, await_scheduler, connection_lost
+    from pgmflow.core.worker_plugin import PinBlasThreads
     from pgmflow.tasks import threads
 
     client = ctx.executor.client

@@ -177,10 +177,10 @@ def versions() -> dict:
     """The software and machine a run's bits depend on (tags; ``pgmflow reproduce`` compares them):
     library versions, the BLAS libraries in use and the CPU model."""
     import importlib
+    import importlib.metadata
     import sys
 
     import dask
-    import distributed
     import numpy
 
     from pgmflow import __version__
@@ -189,7 +189,8 @@ def versions() -> dict:
         "version.pgmflow": __version__,
         "version.numpy": numpy.__version__,
         "version.dask": dask.__version__,
-        "version.distributed": distributed.__version__,
+        # from its metadata (the same string): a run in the driver (pgmflow.core.smallwork) never imports it
+        "version.distributed": importlib.metadata.version("distributed"),
         "version.python": platform.python_version(),
     }
     for name in ("scipy", "numba", "mlflow", "hydra", "cupy"):
