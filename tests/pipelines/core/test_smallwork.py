@@ -116,3 +116,21 @@ def test_an_in_process_run_says_so_and_gives_the_workers_bits(mlflow_uri, cluste
     assert sorted(got) == sorted(ref)
     for k in ref:
         assert got[k] == ref[k], f"{k} differs between the in-process run and the run on 2 workers"
+
+
+def test_a_run_in_the_driver_never_imports_distributed(tmp_path):
+    """The 0.5 s import of dask.distributed is for clusters: a debug svi run through the Python API, in a fresh
+    interpreter on the default local profile, runs in the driver and leaves it unimported."""
+    import os
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, io, pgmflow\n"
+        "r = pgmflow.run('pipeline=svi', 'debug=default', 'progress=false', stream=io.StringIO())\n"
+        "print('distributed imported:', 'distributed' in sys.modules, r.run_id)\n"
+    )
+    env = {**os.environ, "PGMFLOW_IN_PROCESS": "auto"}
+    r = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "distributed imported: False" in r.stdout, (r.stdout, r.stderr[-2000:])
