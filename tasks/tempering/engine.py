@@ -209,13 +209,19 @@ def explore_block(
             accept=info.accept,
             loglik_legs=info.loglik_legs,
             target_ids=state.replica_ids[at_target],
-            target_x=x[at_target],
+            target_x=x[at_target] if isinstance(x, np.ndarray) else _to_host(x)[at_target],  # cupy spins: host
         )
         return BlockState(replica_ids=state.replica_ids, x=x), stats
     stats = BlockStats(
         replica_ids=state.replica_ids, loglik=info.loglik, energy=info.energy, abs_m=info.abs_m, accept=info.accept
     )
     return BlockState(replica_ids=state.replica_ids, x=x), stats
+
+
+def _to_host(x):
+    from pgmflow.tasks.backend import to_numpy
+
+    return to_numpy(x)
 
 
 def swap_parity(scheme: str, seed: int, chain: int, scan: int) -> int:
