@@ -267,12 +267,21 @@ def launch(launcher, job_overrides: Sequence[Sequence[str]], initial_job_idx: in
                 "PGMFLOW_SWEEP_PARENT_ID": session.parent_id,
                 "PGMFLOW_ORIG_CWD": os.environ.get("PGMFLOW_ORIG_CWD", os.getcwd()),
                 "PGMFLOW_TRACKING_URI": tracking_cfg["uri"],
+                tracking.ATTEMPT_ENV: tracking.attempt_id(),  # the job's claims name this launcher's attempt
             }
             todo.append((idx, overrides, run_id, payload, env))
         session.record(row)
 
-    if todo:
-        _run_jobs(launcher, session, todo, returns)
+    try:
+        if todo:
+            _run_jobs(launcher, session, todo, returns)
+        session.tracker.fence()
+    except tracking.Superseded as exc:  # a newer attempt of this sweep (a requeued batch job) owns it now
+        import sys
+
+        print(f"pgmflow: superseded: {exc}", file=sys.stderr, flush=True)
+        sweep_mod.drop_session()
+        raise SystemExit(1) from None
     for idx, first in same_as.items():
         src = returns[first]
         session.rows[idx].status = session.rows[first].status
@@ -299,6 +308,7 @@ def _run_jobs(launcher, session, todo, returns):
     state = {"limit": None}
 
     def submit_next():
+        session.tracker.fence()  # no job is started for a sweep that another attempt has taken over
         idx, overrides, run_id, payload, env = item = pending.pop()
         fut = client.submit(
             run_job_task,

@@ -49,6 +49,11 @@ def run_from_hydra(cfg):
     except KeyboardInterrupt:
         _report("interrupted", 130)
     except Exception as exc:
+        from pgmflow.core.tracking import Superseded
+
+        if isinstance(exc, Superseded) and not os.environ.get("PGMFLOW_SWEEP_JOB"):
+            print(f"pgmflow: superseded: {exc}", file=sys.stderr, flush=True)  # not an error of the run
+            sys.exit(EXIT_FAILED)
         if verbose or os.environ.get("PGMFLOW_SWEEP_JOB"):
             raise  # in a sweep job the launcher records the error in the job's child run
         msg = " ".join(str(exc).split())

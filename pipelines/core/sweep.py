@@ -136,12 +136,23 @@ class SweepSession:
             max_wait=self.tracker.client.max_wait,
         )
         tr.run_id = run_id
-        if tr.client.get_run(run_id).info.status != "FAILED":
+        run = tr.client.get_run(run_id)
+        if not self.ours(run):
+            return  # another attempt of the sweep runs this job now: its run is not this one's to end
+        if run.info.status != "FAILED":
             tr.end("FAILED", message)
+
+    @staticmethod
+    def ours(run) -> bool:
+        """Whether ``run`` (a child) is this attempt's: not claimed by a job of another attempt of the sweep
+        (``pgmflow.attempt.launch``; docs/reliability.md)."""
+        launch = run.data.tags.get(tracking.LAUNCH_TAG)
+        return launch is None or launch == tracking.attempt_id()
 
     def log_job_output(self, run_id: str, text: str):
         with contextlib.suppress(Exception):
-            self.tracker.client.log_text(run_id, text[-200_000:], "sweep_job.log")
+            if self.ours(self.tracker.client.get_run(run_id)):
+                self.tracker.client.log_text(run_id, text[-200_000:], "sweep_job.log")
 
     # --- summary ---------------------------------------------------------------------------------
     def record(self, row: JobRow):
@@ -169,6 +180,7 @@ class SweepSession:
 
     def write_summary(self, final: bool = False):
         """Log sweep_summary.csv and the objective figure to the parent run."""
+        self.tracker.fence()  # a launcher another attempt of the sweep replaced writes no summary
         rows = self.table()
         client = self.tracker.client
         client.log_text(self.parent_id, csv_table(rows) or "job\n", "sweep_summary.csv")
@@ -180,9 +192,10 @@ class SweepSession:
         ]
         from mlflow.entities import Metric
 
-        ts = int(time.time() * 1000)
-        client.log_batch(self.parent_id, metrics=[Metric(k, float(v), ts, 0) for k, v in metrics])
-        if final:
+        if final:  # once per sweep process, at the next step (a sweep run again logs its counts at step 1, ...)
+            ts = int(time.time() * 1000)
+            step = len(client.get_metric_history(self.parent_id, "jobs"))
+            client.log_batch(self.parent_id, metrics=[Metric(k, float(v), ts, step) for k, v in metrics])
             fig = objective_figure(self.rows.values(), self.objective_name(), self.direction())
             if fig is not None:
                 client.log_figure(
@@ -406,6 +419,7 @@ def open_session(
             params.append(Param(f"grid.{k}", str(v)[:6000]))
         tr.client.log_batch(tr.run_id, params=params)
         resumed = False
+    tr.claim()  # the newest attempt of a sweep (a requeued batch job) owns it; an older one stops
     _SESSION = SweepSession(tracker=tr, parent_id=tr.run_id, key=key, resumed=resumed)
     _SESSION.cluster_cfg = cluster_cfg
     verb = "resuming" if resumed else "started"
@@ -424,6 +438,17 @@ def finish_session(stream=sys.stdout) -> int | None:
         return None
     s, _SESSION = _SESSION, None
     return s.finish(stream)
+
+
+def drop_session():
+    """Forget the process's sweep session without writing to its parent run (another attempt of the sweep
+    owns it now: docs/reliability.md); its cluster is closed."""
+    global _SESSION
+    if _SESSION is None:
+        return
+    s, _SESSION = _SESSION, None
+    with contextlib.suppress(Exception):
+        s.close()
 
 
 def abandon_session(message: str):

@@ -58,6 +58,37 @@ class TrackingUnavailable(RuntimeError):
     """The tracking store did not answer within ``tracking.max_wait`` seconds."""
 
 
+# Attempts (docs/reliability.md, "a job that runs twice at once"): a process that writes a run first claims
+# it, and every later write checks that the claim is still its own. The newest claim wins: a second
+# attempt of the same work (a batch job SLURM requeued while the first still runs on a node slurmctld lost,
+# a sweep job Dask gave to another worker) takes the run over, and the older attempt stops at its next write.
+OWNER_TAG = "pgmflow.attempt.owner"  # the one Tracker that may write the run
+LAUNCH_TAG = "pgmflow.attempt.launch"  # the attempt (process tree) that owns it: a sweep's launcher and its jobs
+ATTEMPT_ENV = "PGMFLOW_ATTEMPT"
+
+
+class Superseded(RuntimeError):
+    """Another attempt of the same work has claimed the run: this one must write nothing more."""
+
+    @property
+    def message(self) -> str:
+        return str(self)
+
+
+def attempt_id() -> str:
+    """This attempt's identity, made once per process tree (children inherit it through ``PGMFLOW_ATTEMPT``):
+    the SLURM job id and restart count when run by SLURM, the host, the pid and a random part."""
+    if not os.environ.get(ATTEMPT_ENV):
+        import uuid
+
+        job = os.environ.get("SLURM_JOB_ID")
+        where = f"{platform.node()} pid {os.getpid()} {uuid.uuid4().hex[:6]}"
+        if job:
+            where = f"slurm job {job} restart {os.environ.get('SLURM_RESTART_COUNT', '0')} on {where}"
+        os.environ[ATTEMPT_ENV] = where
+    return os.environ[ATTEMPT_ENV]
+
+
 def is_transient(exc: BaseException) -> bool:
     """Whether an exception from MLflow means "try again later" (locked SQLite, server away)."""
     text = f"{type(exc).__name__}: {exc}".lower()
@@ -287,6 +318,35 @@ class Tracker:
         self._pending: list = []
         self._seen: set = set()  # (key, step) already logged: each metric once per step
         self._last_flush = time.monotonic()
+        self._owner: str | None = None  # this tracker's claim on the run (OWNER_TAG), once claimed
+        self._superseded: str | None = None  # the claim that replaced it
+
+    # --- attempts ----------------------------------------------------------------------------
+    def claim(self):
+        """Make this tracker the run's only writer (the newest claim wins; see :meth:`fence`)."""
+        import uuid
+
+        self._owner = f"{attempt_id()} tracker {uuid.uuid4().hex[:8]}"
+        self._superseded = None
+        self.set_tags({OWNER_TAG: self._owner, LAUNCH_TAG: attempt_id()})
+
+    def fence(self, max_wait: float | None = None):
+        """Raise :class:`Superseded` when another tracker has claimed the run since this one did (one read of
+        the run's tags; nothing when this tracker never claimed). Every write of a claimed run passes here
+        first, so an attempt that lost its run writes nothing more: its buffered metrics are dropped."""
+        if self._owner is None:
+            return
+        if self._superseded is None:
+            run = self.client.call("get_run", self.run_id, max_wait=max_wait)
+            owner = run.data.tags.get(OWNER_TAG)
+            if owner is None or owner == self._owner:
+                return
+            self._superseded = owner
+            self._pending.clear()
+        raise Superseded(
+            f"run {self.run_id} was taken over by another attempt ({self._superseded}); this attempt "
+            f"({self._owner.rsplit(' tracker ', 1)[0]}) stops without writing to it again"
+        )
 
     # --- lifecycle ---------------------------------------------------------------------------
     def _experiment_id(self) -> str:
@@ -320,6 +380,7 @@ class Tracker:
             self._experiment_id(), run_name=run_name, tags={k: str(v) for k, v in tags.items()}
         )
         self.run_id = run.info.run_id
+        self.claim()
         flat = flatten(cfg)
         params = [Param(k, str(v)[:6000]) for k, v in flat.items() if k != "resume"]
         for i in range(0, len(params), 100):
@@ -328,12 +389,24 @@ class Tracker:
         self.set_tags({"pgmflow.config_hash": config_hash(cfg)})
         return self.run_id
 
-    def attach(self, run_id: str, cfg: dict, tags: dict) -> str:
+    def attach(self, run_id: str, cfg: dict, tags: dict, parent_id: str | None = None) -> str:
         """Log into a run that already exists (a sweep's child run, created by the launching
-        process): RUNNING again, with this config's params, config.yaml and tags."""
+        process): RUNNING again, with this config's params, config.yaml and tags.
+
+        The run is claimed (:meth:`claim`); with ``parent_id`` (the sweep's parent run) only when this
+        attempt's launcher still owns the parent: a job of a launcher that another attempt of the sweep
+        has replaced raises :class:`Superseded` instead of taking the child back."""
         from mlflow.entities import Param
 
+        if parent_id:
+            launch = self.client.get_run(parent_id).data.tags.get(LAUNCH_TAG)
+            if launch is not None and launch != attempt_id():
+                raise Superseded(
+                    f"sweep run {parent_id} was taken over by another attempt ({launch}); this attempt "
+                    f"({attempt_id()}) does not start its job in run {run_id}"
+                )
         self.run_id = run_id
+        self.claim()
         self.client.update_run(run_id, status="RUNNING")
         run = self.client.get_run(run_id)
         have = run.data.params
@@ -352,6 +425,7 @@ class Tracker:
         """Reopen an existing run (status RUNNING again); returns its recorded config."""
         self.client.get_run(run_id)  # raises if unknown
         self.run_id = run_id
+        self.claim()
         cfg = yaml.safe_load(self.read_text("config.yaml"))
         self.client.update_run(run_id, status="RUNNING")
         self.set_tags({"pgmflow.resumed": "true"})
@@ -361,6 +435,7 @@ class Tracker:
     def end(self, status: str = "FINISHED", message: str | None = None):
         if self.run_id is None:
             return
+        self.fence()  # an attempt that lost its run does not end it: the run is the newer attempt's
         try:
             self.flush()
         except Exception as exc:
@@ -388,6 +463,8 @@ class Tracker:
     def set_tags(self, tags: dict):
         from mlflow.entities import RunTag
 
+        if OWNER_TAG not in tags:
+            self.fence()
         self.client.log_batch(self.run_id, tags=[RunTag(k, str(v)) for k, v in tags.items()])
 
     def log_metrics(self, metrics: dict, step: int, flush: bool = False):
@@ -416,6 +493,7 @@ class Tracker:
         while self._pending:
             batch = self._pending[:1000]
             try:
+                self.fence(max_wait=None if block else 0)
                 self.client.call("log_batch", self.run_id, metrics=batch, max_wait=None if block else 0)
             except TrackingUnavailable:
                 if block:
@@ -435,17 +513,21 @@ class Tracker:
         self._last_flush = time.monotonic()
 
     def log_artifact(self, local_path: str | Path, artifact_path: str | None = None):
+        self.fence()
         self.client.log_artifact(self.run_id, str(local_path), artifact_path)
 
     def log_text(self, text: str, artifact_file: str):
+        self.fence()
         self.client.log_text(self.run_id, text, artifact_file)
 
     def log_dict(self, d: dict, artifact_file: str):
         """``d`` as strict JSON (no NaN or infinity: :func:`finite_json`)."""
         text = json.dumps(finite_json(d), indent=2, sort_keys=True, default=str, allow_nan=False)
+        self.fence()
         self.client.log_text(self.run_id, text, artifact_file)
 
     def log_figure(self, fig, artifact_file: str):
+        self.fence()
         self.client.log_figure(self.run_id, fig, artifact_file)
 
     def list_artifacts(self, path: str | None = None) -> list[str]:
