@@ -1,6 +1,6 @@
 """Several hosts for the tests in tests/network (``make test-network``): see :mod:`tests.network.hosts`.
 
-The ``net`` session fixture makes the hosts (driver, scheduler, worker1-3, mlflow), checks their routes,
+The ``net`` session fixture makes the hosts (driver, scheduler, slurmctld, worker1-3, mlflow), checks their routes,
 and starts the daemons inside them: an ``mlflow server`` with a SQLite store on ``mlflow``, ``dask
 scheduler`` on ``scheduler`` and one ``dask worker`` (with its nanny) on each worker host, all from this
 checkout's virtual environment. At the end it stops everything and removes every namespace, and fails

@@ -38,7 +38,7 @@ from pathlib import Path
 
 SUBNET = "198.18.0"
 PREFIX = "pgmf"
-HOSTS = {"driver": 2, "scheduler": 3, "mlflow": 5, "worker1": 11, "worker2": 12, "worker3": 13}
+HOSTS = {"driver": 2, "scheduler": 3, "slurmctld": 4, "mlflow": 5, "worker1": 11, "worker2": 12, "worker3": 13}
 SCHEDULER_PORT = 8786
 MLFLOW_PORT = 5000
 DELAYER = Path(__file__).with_name("delayer.py")
