@@ -176,7 +176,9 @@ def execute(cfg: dict, stream=None, cluster=None, record: RunRecord | None = Non
             with contextlib.suppress(Exception):
                 tr = _tracker(cfg)
                 tr.run_id = sweep_run
-                tr.end("KILLED" if isinstance(exc, KeyboardInterrupt) else "FAILED", message)
+                # the child or the sweep is another attempt's now: its run is not this job's to end
+                if not _another_attempts(tr, sweep_run, os.environ.get("PGMFLOW_SWEEP_PARENT_ID")):
+                    tr.end("KILLED" if isinstance(exc, KeyboardInterrupt) else "FAILED", message)
         raise
 
 
@@ -195,6 +197,16 @@ def _where(cfg: dict, plan, given, address: str | None):
     if small:
         return contextlib.nullcontext(cluster_mod.in_process_handle(cfg["cluster"])), small
     return cluster_mod.open_cluster(cfg["cluster"]), None
+
+
+def _another_attempts(tr, run_id: str, parent_id: str | None) -> bool:
+    """Whether another attempt (docs/reliability.md) has claimed the sweep job's child run or its sweep."""
+    from pgmflow.core.tracking import LAUNCH_TAG, attempt_id
+
+    for rid in (run_id, parent_id):
+        if rid and tr.client.get_run(rid).data.tags.get(LAUNCH_TAG) not in (None, attempt_id()):
+            return True
+    return False
 
 
 def _execute(cfg: dict, stream, sweep_run: str | None, given, record: RunRecord, under: dict) -> dict:

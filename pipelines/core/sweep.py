@@ -137,8 +137,8 @@ class SweepSession:
         )
         tr.run_id = run_id
         run = tr.client.get_run(run_id)
-        if not self.ours(run):
-            return  # another attempt of the sweep runs this job now: its run is not this one's to end
+        if not self.ours(run) or not self.ours(tr.client.get_run(self.parent_id)):
+            return  # another attempt of the sweep owns this job (or the sweep) now: not this one's to end
         if run.info.status != "FAILED":
             tr.end("FAILED", message)
 
@@ -151,8 +151,9 @@ class SweepSession:
 
     def log_job_output(self, run_id: str, text: str):
         with contextlib.suppress(Exception):
-            if self.ours(self.tracker.client.get_run(run_id)):
-                self.tracker.client.log_text(run_id, text[-200_000:], "sweep_job.log")
+            client = self.tracker.client
+            if self.ours(client.get_run(run_id)) and self.ours(client.get_run(self.parent_id)):
+                client.log_text(run_id, text[-200_000:], "sweep_job.log")
 
     # --- summary ---------------------------------------------------------------------------------
     def record(self, row: JobRow):

@@ -182,7 +182,8 @@ def test_a_node_cut_off_from_slurmctld_runs_the_sweep_twice_and_the_older_attemp
         want_files, want_metrics = references[j]
         got = digest_dir(store.artifact_dir(run_id))
         got.pop("sweep_job.log")
-        assert got and got == want_files, j
+        error = (store.artifact_dir(run_id) / "error.txt").read_text() if "error.txt" in got else ""
+        assert got and got == want_files, (j, error, child.data.tags.get("pgmflow.attempt.launch"))
         assert store.results(run_id) == want_metrics, j
         store.assert_one_value_per_step(run_id)
     assert taken_over and taken_over[-1] == sorted(by_job)[-1], taken_over  # the second attempt ran the rest
