@@ -31,20 +31,12 @@ def digest_dir(base: Path) -> dict:
     return out
 
 
-def local_reference(overrides: list[str], work: Path) -> tuple[dict, dict]:
-    """The same run on the synchronous scheduler in a subprocess of this host (no network): its artifact
-    digests and final metrics (timings left out)."""
-    work.mkdir(parents=True, exist_ok=True)
+def pgmflow_here(args: list[str], work: Path) -> subprocess.CompletedProcess:
+    """``pgmflow ARGS`` on this host, outside the test hosts (no network), in ``work`` with its own SQLite
+    store there; asserts that it succeeded."""
     env = {**os.environ, "PYTHONPATH": str(REPO), "HOME": str(work), "MPLBACKEND": "Agg"}
     r = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pgmflow",
-            *overrides,
-            "cluster.profile=synchronous",
-            f"tracking.uri=sqlite:///{work / 'mlflow.db'}",
-        ],
+        [sys.executable, "-m", "pgmflow", *args, f"tracking.uri=sqlite:///{work / 'mlflow.db'}"],
         cwd=work,
         env=env,
         capture_output=True,
@@ -52,6 +44,14 @@ def local_reference(overrides: list[str], work: Path) -> tuple[dict, dict]:
         timeout=600,
     )
     assert r.returncode == 0, (r.stdout[-2000:], r.stderr[-3000:])
+    return r
+
+
+def local_reference(overrides: list[str], work: Path) -> tuple[dict, dict]:
+    """The same run on the synchronous scheduler in a subprocess of this host (no network): its artifact
+    digests and final metrics (timings left out)."""
+    work.mkdir(parents=True, exist_ok=True)
+    r = pgmflow_here([*overrides, "cluster.profile=synchronous"], work)
     run_id = run_id_of(r.stdout)
     store = Store(f"sqlite:///{work / 'mlflow.db'}")
     return digest_dir(store.artifact_dir(run_id, local_root=work)), store.results(run_id)

@@ -22,18 +22,15 @@ superseded.
 
 from __future__ import annotations
 
-import os
 import shlex
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO
 from tests.network import slurm2
-from tests.network.helpers import Store, digest_dir, wait_until
+from tests.network.helpers import Store, digest_dir, pgmflow_here, wait_until
 from tests.network.test_faults import FIGURES
 
 pytestmark = pytest.mark.network
@@ -63,16 +60,7 @@ def references(tmp_path_factory):
     """The same sweep run on this host, undisturbed (a local cluster, a SQLite store, no network): each
     job's artifact digests and final metrics, by job index."""
     work = tmp_path_factory.mktemp("local_sweep")
-    env = {**os.environ, "PYTHONPATH": str(REPO), "HOME": str(work), "MPLBACKEND": "Agg"}
-    r = subprocess.run(
-        [sys.executable, "-m", "pgmflow", *SWEEP, f"tracking.uri=sqlite:///{work / 'mlflow.db'}"],
-        cwd=work,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert r.returncode == 0, (r.stdout[-2000:], r.stderr[-3000:])
+    pgmflow_here(list(SWEEP), work)
     store = Store(f"sqlite:///{work / 'mlflow.db'}")
     out = {}
     for run in store.runs():
