@@ -42,10 +42,44 @@ def median(f, n):
     return statistics.median(f() for _ in range(n))
 
 
+def phases(repeat: int):
+    """The phase table: one column per pipeline, medians of ``repeat`` runs of ``startup_phases.py``."""
+    import json
+
+    script = Path(__file__).with_name("startup_phases.py")
+    env = {k: v for k, v in os.environ.items() if k != "PGMFLOW_IN_PROCESS"}
+    cols = {}
+    with tempfile.TemporaryDirectory() as d:
+        for name in PIPELINES:
+            args = [sys.executable, str(script), f"pipeline={name}", "debug=default", "progress=false"]
+            subprocess.run(args, cwd=d, capture_output=True, env=env)  # the store exists from here on
+            runs = []
+            for _ in range(repeat):
+                r = subprocess.run(args, cwd=d, capture_output=True, text=True, env=env)
+                if r.returncode:
+                    sys.exit(f"failed: {' '.join(args)}\n{r.stderr[-3000:]}")
+                runs.append(json.loads(r.stderr.strip().splitlines()[-1]))
+            cols[name] = {k: statistics.median(run[k] for run in runs) for k in runs[0]}
+    print(f"debug runs in the driver, existing store, seconds (medians of {repeat}; benchmarks/startup_phases.py)")
+    print(f"{'phase':48s}" + "".join(f"{n:>11s}" for n in PIPELINES))
+    for k in cols[PIPELINES[0]]:
+        print(f"{k:48s}" + "".join(f"{cols[n][k]:11.2f}" for n in PIPELINES))
+    if os.cpu_count():
+        print(f"({os.cpu_count()} CPUs; load average {os.getloadavg()[0]:.1f} at the end)")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument(
+        "--phases",
+        action="store_true",
+        help="only the phase table: each pipeline's debug run in the driver, with an existing store, split into "
+        "its phases by benchmarks/startup_phases.py (medians of --repeat)",
+    )
     a = ap.parse_args()
+    if a.phases:
+        return phases(a.repeat)
     py = sys.executable
     rows = []
     with tempfile.TemporaryDirectory() as d:

@@ -258,3 +258,26 @@ def test_lda_raw_text_gives_the_theta_of_its_counts(store, lda_run):
     np.testing.assert_array_equal(from_text, lda.transform(counts))  # scipy.sparse, the plain object
     np.testing.assert_array_equal(from_text, lda.transform(texts))
     assert not np.allclose(from_text[0], from_text[1])  # different documents, different proportions
+
+
+def test_saved_requirements_are_the_installed_versions_and_mlflows_check_comes_back(store, lda_run):
+    """pgmflow skips MLflow's environment check while it saves a model (issue 38: 0.7 s of a debug run),
+    because the model's requirements are this environment's own versions: read them back from the logged
+    model and check each against the installed distribution, and that the check is MLflow's again after."""
+    from importlib import metadata
+
+    import mlflow.utils.environment as env
+    from mlflow.utils.requirements_utils import warn_dependency_requirement_mismatches
+
+    assert env.warn_dependency_requirement_mismatches is warn_dependency_requirement_mismatches
+    import mlflow
+    import mlflow.pyfunc
+
+    mlflow.set_tracking_uri(store)
+    path = mlflow.pyfunc.get_model_dependencies(f"runs:/{lda_run[1].run_id}/lda_model")
+    with open(path) as f:
+        reqs = [r.strip() for r in f if "==" in r]
+    assert {r.split("==")[0] for r in reqs} >= {"pgmflow", "mlflow", "numpy", "scipy", "pandas"}
+    for r in reqs:
+        name, version = r.split("==")
+        assert metadata.version(name) == version, r
