@@ -210,10 +210,12 @@ def _another_attempts(tr, run_id: str, parent_id: str | None) -> bool:
 
 
 def _execute(cfg: dict, stream, sweep_run: str | None, given, record: RunRecord, under: dict) -> dict:
-    from pgmflow.core import preflight, stagekey, tracking
+    from pgmflow.core import batchjob, preflight, stagekey, tracking
     from pgmflow.tasks import backend as backend_mod
     from pgmflow.tasks import threads
 
+    if not (cfg.get("resume") or sweep_run):  # a requeued SLURM job continues its earlier attempt's run
+        cfg = batchjob.resume_requeued(cfg, lambda c: stagekey.for_run(c)[0], _tracker, stream)
     if cfg.get("resume"):
         cfg = load_recorded_config(cfg)
     plan = preflight.preflight_checks(cfg)
@@ -241,6 +243,7 @@ def _execute(cfg: dict, stream, sweep_run: str | None, given, record: RunRecord,
             **tracking.git_info(),
             **tracking.versions(),
             stagekey.KEY_TAG: key,
+            **batchjob.tags(key),
         }
         name = under.pop("run_name", None)
         tags.update(under)

@@ -4,6 +4,7 @@ a real SQLite MLflow store. Each test leaves the queue empty (``slurm_idle``).""
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import os
@@ -311,4 +312,73 @@ def test_adaptive_run_from_zero_jobs(slurm_idle, tmp_path):
         uri,
     )
     res_l, tr_l = execute([*TEMPERING, "cluster.profile=local", "cluster.n_workers=2"], uri)
+    assert_same_bits(tr_s, tr_l)
+
+
+def test_a_requeued_batch_job_continues_its_run(slurm_idle, tmp_path):
+    """Issue 35: a plain run (no sweep, no ``resume=``) submitted as a batch job, requeued by SLURM after its
+    round-3 checkpoint (``scontrol requeue``: the job is killed and queued again, as when its node is lost or it
+    is preempted). The second attempt finds the run by its batch key (``pgmflow.batch.key``: cluster, job id,
+    the run's stage key), says so in one line, continues it from its newest checkpoint, and ends it: one run in
+    the experiment, FINISHED, resumed, with the bits of the same run undisturbed and one value per metric step."""
+    from mlflow.tracking import MlflowClient
+
+    from pgmflow.core import batchjob
+    from tests.faults.helpers import artifact_exists
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    run = [*LONG, "tempering.n_rounds=10", "cluster.profile=synchronous", "tracking.experiment=requeued"]
+    out = tmp_path / "attempts"
+    out.mkdir()
+    cmd = [sys.executable, "-m", "pgmflow", *run, f"tracking.uri={uri}"]
+    script = (
+        "#!/bin/sh\n"
+        f"exec > {out}/attempt-${{SLURM_RESTART_COUNT:-0}}.out 2>&1\n"
+        f"cd {tmp_path}\n"
+        f"export PYTHONPATH={REPO} PGMFLOW_ORIG_CWD={tmp_path}\n"
+        f"exec {' '.join(cmd)}\n"
+    )
+    (tmp_path / "job.sh").write_text(script)
+    job = slurm_idle.run("sbatch", "--parsable", "--requeue", "--job-name=pgmflow-requeue", str(tmp_path / "job.sh"))
+    job = job.strip().split(";")[0]
+    deadline = time.monotonic() + 300
+    while not artifact_exists(tmp_path / "mlartifacts", "round_003.npz"):
+        assert time.monotonic() < deadline, (out / "attempt-0.out").read_text()[-3000:]
+        assert slurm_idle.jobs().get(job, ("?",))[0] in ("PENDING", "RUNNING", "CONFIGURING"), slurm_idle.jobs()
+        time.sleep(0.1)
+    assert not artifact_exists(tmp_path / "mlartifacts", "final_state.npz")
+    slurm_idle.run("scontrol", "requeue", job)
+    deadline = time.monotonic() + 120
+    while True:  # SLURM holds a requeued job until its BeginTime (about two minutes); an operator starts it now
+        state = slurm_idle.jobs().get(job, ("?",))[0]
+        if state == "PENDING":
+            with contextlib.suppress(RuntimeError):
+                slurm_idle.run("scontrol", "update", f"JobId={job}", "StartTime=now")
+        if (out / "attempt-1.out").exists() or state in ("COMPLETED", "FAILED"):
+            break
+        assert time.monotonic() < deadline, (state, slurm_idle.jobs())
+        time.sleep(0.5)
+    deadline = time.monotonic() + 400
+    while slurm_idle.jobs().get(job, ("?",))[0] not in ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT"):
+        assert time.monotonic() < deadline, (out / "attempt-1.out").read_text()[-3000:]
+        time.sleep(0.5)
+    second = (out / "attempt-1.out").read_text()
+    assert slurm_idle.jobs()[job][0] == "COMPLETED", second[-3000:]
+    client = MlflowClient(uri)
+    exp = client.get_experiment_by_name("requeued")
+    runs = client.search_runs([exp.experiment_id])
+    assert len(runs) == 1, [r.info.run_id for r in runs]
+    (r,) = runs
+    said = [ln for ln in second.splitlines() if "was requeued" in ln]
+    assert len(said) == 1 and r.info.run_id in said[0], second[-3000:]
+    assert r.info.status == "FINISHED" and r.data.tags.get("pgmflow.resumed") == "true"
+    assert r.data.tags[batchjob.TAG] and f"slurm job {job} restart 1" in r.data.tags["pgmflow.attempt.launch"]
+    for k in r.data.metrics:
+        steps = [m.step for m in client.get_metric_history(r.info.run_id, k)]
+        assert len(steps) == len(set(steps)), k
+    from pgmflow.core.tracking import Tracker
+
+    tr_s = Tracker(uri, "requeued")
+    tr_s.run_id = r.info.run_id
+    _, tr_l = execute([*run, "tracking.experiment=undisturbed"], uri)
     assert_same_bits(tr_s, tr_l)
