@@ -38,7 +38,9 @@ from pgmflow.tasks.gp.data import heldout_rows, open_npy, split_key
 from pgmflow.tasks.gp.inducing import GP_STREAM_INDUCING, kmeans_pp
 
 GATHER_BATCH = 16  # chunk results gathered (and added) at a time: bounds the driver's (or a link's) memory
-ONE_GRAPH_METHODS = ("sgpr", "dtc")  # statistics that do not depend on the jitter: one graph per evaluation
+# One graph per evaluation: the methods whose chunk gradients carry no m x m Kuu adjoint of their own (FITC's do,
+# through Lambda: its objective runs on the driver between the passes)
+ONE_GRAPH_METHODS = ("sgpr", "dtc")
 # One task per worker and pass (the chunks it holds, in turn) while every chunk's statistics together take at
 # most this much memory on the worker that adds them; past it, one task per chunk and a chain of sums.
 GROUP_STATS_BYTES = 128 << 20
@@ -176,7 +178,14 @@ class Evaluations:
         p, Z = kern.unpack(theta, self.d, self.m if self.opt else 0, self.p)
         return p, (self.Z0 if Z is None else Z)
 
-    def stats(self, params, Z, jitter):
+    def factor(self, params, Z):
+        """``(L, jitter_abs)``: the Cholesky factor of ``Kuu = K(Z, Z) + jitter s I`` that every chunk's
+        statistics of this evaluation are whitened by (``kernels.inducing_cholesky``: the jitter raised tenfold,
+        up to ``max_tries`` times, until it factors; CholeskyError after the last), made once on the driver and
+        shipped with the chunk tasks."""
+        return kern.inducing_cholesky(self.kernel, params, Z, self.jitter, self.max_tries)
+
+    def stats(self, params, Z, L):
         k = next(self._serial)
         outs = [
             dask.delayed(chunk_stats_task, pure=True)(
@@ -185,7 +194,7 @@ class Evaluations:
                 params,
                 Z,
                 ref,
-                jitter,
+                L,
                 self.backend,
                 dask_key_name=f"gp-stats-{self.tok}-p{k}-c{c}",
             )
@@ -194,22 +203,13 @@ class Evaluations:
         return self.ex.sum_ordered(outs, batch=GATHER_BATCH)
 
     def objective(self, params, Z):
-        """``(value, adjoints, stats, starting jitter)``. ``bounds.objective`` retries ``Kuu``'s
-        Cholesky with a growing jitter itself; when ``B = I + A A'`` will not factor (``Kuu`` factored
-        with a jitter too small for its conditioning), the whole objective is retried from a tenfold
-        larger jitter, up to ``max_tries`` times (FITC's statistics depend on the jitter: recomputed)."""
-        st = self.stats(params, Z, self.jitter)
-        for k in range(self.max_tries):
-            jit = self.jitter * 10.0**k
-            try:
-                if k and self.method == "fitc":
-                    st = self.stats(params, Z, jit)
-                value, adj = gbounds.objective(self.method, self.kernel, params, Z, st, jit, self.max_tries - k)
-                return value, adj, st, jit
-            except kern.CholeskyError:
-                if k == self.max_tries - 1:
-                    raise
-        raise AssertionError("unreachable")
+        """``(value, adjoints, stats, starting jitter)``: ``Kuu`` factored on the driver (:meth:`factor`), the
+        statistics pass whitened by that factor, and ``bounds.objective`` of the sum. ``B = I + A A'`` is
+        ``>= I``: only ``Kuu``'s own Cholesky can fail (CholeskyError)."""
+        chol = self.factor(params, Z)
+        st = self.stats(params, Z, chol[0])
+        value, adj = gbounds.objective(self.method, self.kernel, params, Z, st, self.jitter, self.max_tries, chol=chol)
+        return value, adj, st, self.jitter
 
     def _holders(self, workers: list) -> list:
         """The worker that holds each chunk (None for chunks read from a file, or without a cluster):
@@ -278,18 +278,19 @@ class Evaluations:
         (:meth:`chunk_graph`). The same sums in the same order on every path: the same bits."""
         if len(self.refs) * self.m * self.m * 8 > GROUP_STATS_BYTES:
             return self.chunk_graph(params, Z)
+        chol = self.factor(params, Z)
         k = next(self._serial)
         groups = self.groups()
         order = [idx for _, idx in groups]
-        specs = self._stats_specs(k, groups, params, Z)
+        specs = self._stats_specs(k, groups, params, Z, chol[0])
         stats = [Dep(s.key) for s in specs]
         if len(groups) <= REDUNDANT_OBJECTIVE_GROUPS:
-            specs += self._objgrad_specs(k, groups, params, Z, order, stats)
+            specs += self._objgrad_specs(k, groups, params, Z, order, stats, chol)
         else:
             red = TaskSpec(
                 f"gp-objective-{self.tok}-p{k}",
                 objective_groups_task,
-                (self.method, self.kernel, params, Z, order, stats, self.jitter, self.max_tries),
+                (self.method, self.kernel, params, Z, order, stats, self.jitter, self.max_tries, True, chol),
             )
             specs += [red] + [
                 TaskSpec(
@@ -314,19 +315,20 @@ class Evaluations:
         (value, adj, st, jit0), grads = out[0], out[1:]
         return value, adj, st, jit0, gstats.sum_in_order(in_chunk_order(order, grads)), None
 
-    def _stats_specs(self, k, groups, params, Z) -> list[TaskSpec]:
-        """Evaluation ``k``'s statistics pass: one ``stats_group_task`` per group, on its worker."""
+    def _stats_specs(self, k, groups, params, Z, L) -> list[TaskSpec]:
+        """Evaluation ``k``'s statistics pass: one ``stats_group_task`` per group, on its worker, whitened by
+        the driver's factor ``L``."""
         return [
             TaskSpec(
                 f"gp-stats-{self.tok}-p{k}-g{idx[0]}",
                 stats_group_task,
-                (self.method, self.kernel, params, Z, [self.refs[c] for c in idx], self.jitter, self.backend),
+                (self.method, self.kernel, params, Z, [self.refs[c] for c in idx], L, self.backend),
                 w,
             )
             for w, idx in groups
         ]
 
-    def _objgrad_specs(self, k, groups, params, Z, order, stats) -> list[TaskSpec]:
+    def _objgrad_specs(self, k, groups, params, Z, order, stats, chol) -> list[TaskSpec]:
         """Evaluation ``k``'s objective-and-gradient pass: one ``objective_grad_group_task`` per group, on its
         worker, from the statistics ``stats`` of the groups ``order`` (the last group keeps the driver's part)."""
         return [
@@ -345,6 +347,7 @@ class Evaluations:
                     self.max_tries,
                     self.backend,
                     i == len(groups) - 1,
+                    chol,
                 ),
                 w,
             )
@@ -363,6 +366,7 @@ class Evaluations:
         (:data:`GATHER_BATCH` chunks a link) whose last link computes the objective on a worker
         (``objective_task``), and the gradient tasks that take its adjoints, each placed (loosely) on
         the worker that holds its chunk. The driver holds at most GATHER_BATCH gradients at a time."""
+        chol = self.factor(params, Z)
         k = next(self._serial)
         workers = sorted(self.ex.client.scheduler_info(n_workers=-1)["workers"]) if self.ex.client else []
         holders = self._holders(workers)
@@ -375,7 +379,7 @@ class Evaluations:
                     params,
                     Z,
                     ref,
-                    self.jitter,
+                    chol[0],
                     self.backend,
                     dask_key_name=f"gp-stats-{self.tok}-p{k}-c{c}",
                 ),
@@ -398,6 +402,8 @@ class Evaluations:
             stats[last:],
             self.jitter,
             self.max_tries,
+            True,
+            chol,
             dask_key_name=f"gp-objective-{self.tok}-p{k}",
         )
         grads = [

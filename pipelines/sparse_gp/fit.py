@@ -412,7 +412,7 @@ def _note_jitter(say, ev):
         ev.growth_noted = True
         k, rel = ev.first_growth
         say(
-            f"note: a Cholesky factorisation (Kuu = K(Z, Z) + jitter s I, or I + A A') failed with the "
+            f"note: the Cholesky factorisation of Kuu = K(Z, Z) + jitter s I failed with the "
             f"jitter {ev.jitter:.3g} x s at evaluation {k}; retried with a tenfold larger jitter each "
             f"time, it succeeded with {rel:.3g} x s (every iteration's jitter is the metric 'jitter', the largest "
             "'final_jitter_max')"

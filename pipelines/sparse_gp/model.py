@@ -101,6 +101,8 @@ class GPPredictor:
         stats = state = None
         if method in gstats.METHODS:
             kind = gstats.FITCStats if method == "fitc" else gstats.Stats
+            if "stats_AAT" not in a and "stats_psi2" in a:  # written before issue 37: Kuf Kfu and Kuf y
+                a = _whitened_stats(a, kernel, params, Z=np.asarray(a["Z"]))
             stats = kind(*(a[f"stats_{f}"] for f in kind._fields))
             stats = stats._replace(n=int(stats.n), yy=float(stats.yy))
         elif method == "svgp":
@@ -189,6 +191,24 @@ class GPPredictor:
         mean_f, var_f = self.predict_latent(std.apply_X(self._inputs(X)))
         q = glik.predictive_quantiles(lik, mean_f, np.asarray(var_f), probs, self.params.log_noise)
         return std.y_mean + std.y_std * q
+
+
+def _whitened_stats(a: dict, kernel, params, Z) -> dict:
+    """A ``model.npz`` of a version before issue 37 held ``psi2 = Kuf Kfu`` and ``psi1y = Kuf y`` (FITC: weighted by
+    ``Lambda^-1``); the statistics are now ``AAT = L^-1 psi2 L^-T`` and ``Ay = L^-1 psi1y`` with the factor ``L``
+    :meth:`GPPredictor.predict_latent` makes (the same jitter): converted here, as accurate as the old statistics
+    were."""
+    import scipy.linalg
+
+    L, _ = kern.inducing_cholesky(kernel, params, Z, float(a["jitter"]) / params.variance, 6)
+    solve = scipy.linalg.solve_triangular
+    A = solve(L, np.asarray(a["stats_psi2"], dtype=np.float64), lower=True)  # L^-1 psi2
+    AAT = solve(L, A.T, lower=True)  # L^-1 psi2 L^-T
+    return {
+        **a,
+        "stats_AAT": 0.5 * (AAT + AAT.T),
+        "stats_Ay": solve(L, np.asarray(a["stats_psi1y"], dtype=np.float64), lower=True),
+    }
 
 
 def _likelihood(a: dict):

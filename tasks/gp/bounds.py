@@ -7,20 +7,29 @@ Objectives (``n`` rows, ``Qff = Kfu Kuu^-1 Kuf``, ``sigma^2`` the noise variance
     FITC       log N(y | 0, Qff + Lambda),  Lambda = diag(Kff - Qff) + sigma^2 I
                                                                    (Snelson & Ghahramani 2006)
 
-All three share one m x m core. With ``M = Kuu + Phi`` (SGPR/DTC: ``Phi = psi2 / sigma^2``,
-``b = psi1y / sigma^2``; FITC: ``Phi = psi2``, ``b = psi1y`` of the Lambda-weighted statistics),
-``L = chol(Kuu)``, ``B = I + L^-1 Phi L^-T = I + A A'`` (the paper's ``A = L^-1 Kuf / sigma``),
-``LB = chol(B)`` and ``c = LB^-1 L^-1 b``::
+All three share one m x m core. The chunks' statistics are whitened by ``L = chol(Kuu)`` (the driver's
+factor, shipped to them): ``A = L^-1 Kuf``, ``AAT = sum A A'``, ``Ay = sum A y`` (FITC: Lambda-weighted;
+:mod:`pgmflow.tasks.gp.stats`). With ``Phi = AAT / sigma^2``, ``b = Ay / sigma^2`` (FITC: ``Phi = AAT``,
+``b = Ay``), ``B = I + Phi`` (GPflow's ``B = I + A A'`` with ``A = L^-1 Kuf / sigma``), ``LB = chol(B)`` and
+``c = LB^-1 b``::
 
     log|Qff + sigma^2 I| = n log sigma^2 + 2 sum log diag LB
     y'(Qff + sigma^2 I)^-1 y = (yy - sigma^2 c'c) / sigma^2   (i.e. yy / sigma^2 - c'c)
 
-so nothing larger than m x m is factored, and ``B >= I`` is always well conditioned.
+so nothing larger than m x m is factored, and ``B >= I`` is well conditioned whatever ``Kuu``'s conditioning:
+``Phi`` never passes through ``L^-1 (Kuf Kfu) L^-T``, which squares ``Kuu``'s condition number (issue 37).
 
-Adjoints. With ``v = M^-1 b`` and ``dF/dM = -(M^-1 + v v') / 2``, :func:`objective` returns an
-:class:`Adjoints` holding ``dF/dpsi2``, ``dF/dpsi1y``, ``dF/dpsi0`` (what each chunk's gradient
-pass needs) and the driver-side ``dF/dKuu`` and ``dF/dlog sigma^2``. ``finish_grad`` pushes the
-total ``Kuu`` adjoint through ``K(Z, Z)`` and adds everything up.
+Adjoints. In the whitened space, with ``v = B^-1 b``, ``W = dF/dPhi = -(B^-1 + v v') / 2`` (SGPR ``+ I / 2``)
+and ``dF/db = v``, all from ``LB``. The chunks' gradient pass takes them back as the adjoints of
+``psi2 = Kuf Kfu`` and ``psi1y = Kuf y`` at fixed ``L`` -- ``dF/dpsi2 = L^-T W L^-1 / sigma^2``,
+``dF/dpsi1y = L^-T v / sigma^2`` -- so that ``dF/dKuf = 2 (dF/dpsi2) Kuf + (dF/dpsi1y) y'`` is
+``L^-T (2 W A + v y') / sigma^2`` with the same one GEMM per chunk as before. The path through ``L``
+(``A = L^-1 Kuf`` moves with ``Kuu``) depends on the summed statistics only; through the Cholesky adjoint
+(Murray 2016) it is the symmetric ``dF/dKuu = L^-T (W' + I / 2 [- Phi / 2 for SGPR]) L^-1`` with
+``W' = -(B^-1 + v v') / 2``, computed on the driver. :func:`objective` returns an :class:`Adjoints` holding
+``dF/dpsi2``, ``dF/dpsi1y``, ``dF/dpsi0`` (what each chunk's gradient pass needs) and the driver-side
+``dF/dKuu`` and ``dF/dlog sigma^2``. ``finish_grad`` pushes the total ``Kuu`` adjoint through ``K(Z, Z)``
+and adds everything up.
 
 Predictions (latent ``f``; add ``sigma^2`` for ``y``)::
 
@@ -65,8 +74,9 @@ class Adjoints(NamedTuple):
     method: str, ``"sgpr"``, ``"dtc"`` or ``"fitc"``.
     jitter: float, the absolute jitter on ``Kuu``'s diagonal (FITC chunks factor ``Kuu`` with
         exactly this; it is ``jitter_rel * s * 10**k``, so it scales with the kernel scale).
-    dpsi2: float64 [m, m], ``dF/dpsi2`` (FITC: w.r.t. ``Kuf Lambda^-1 Kfu``), symmetric.
-    dpsi1y: float64 [m], ``dF/dpsi1y`` (FITC: w.r.t. ``Kuf Lambda^-1 y``).
+    dpsi2: float64 [m, m], ``dF/dpsi2`` w.r.t. ``psi2 = Kuf Kfu`` at fixed ``L`` (FITC: ``Kuf Lambda^-1 Kfu``),
+        symmetric: ``L^-T (dF/dAAT) L^-1``.
+    dpsi1y: float64 [m], ``dF/dpsi1y`` w.r.t. ``psi1y = Kuf y`` (FITC: ``Kuf Lambda^-1 y``): ``L^-T dF/dAy``.
     dpsi0: float, ``dF/dpsi0`` (SGPR: ``-1 / (2 sigma^2)``; 0 otherwise).
     dKuu: float64 [m, m], the driver-side ``dF/dKuu`` (symmetric; FITC chunks add their own).
     dlog_noise: float, the driver-side ``dF/dlog sigma^2`` (0 for FITC: it meets the noise in
@@ -126,39 +136,39 @@ def _check_stats(method, stats, m):
     want = gstats.FITCStats if method == "fitc" else gstats.Stats
     if not isinstance(stats, want):
         raise TypeError(f"method {method!r} needs {want.__name__}; got {type(stats).__name__}")
-    if np.shape(stats.psi2) != (m, m) or np.shape(stats.psi1y) != (m,):
-        raise ValueError(f"statistics are for {np.shape(stats.psi1y)[0]} inducing inputs, Z has {m}")
+    if np.shape(stats.AAT) != (m, m) or np.shape(stats.Ay) != (m,):
+        raise ValueError(f"statistics are for {np.shape(stats.Ay)[0]} inducing inputs, Z has {m}")
 
 
 class _Core(NamedTuple):
     L: np.ndarray  # [m, m]  chol(Kuu)
     jitter: float
-    Phi: np.ndarray  # [m, m]
-    b: np.ndarray  # [m]
-    AAT: np.ndarray  # [m, m]  L^-1 Phi L^-T
-    LB: np.ndarray  # [m, m]  chol(I + AAT)
-    c: np.ndarray  # [m]  LB^-1 L^-1 b
-    Linv: np.ndarray  # [m, m]  L^-1 (lower, Fortran order)
+    Phi: np.ndarray  # [m, m]  AAT / sigma^2 (FITC: AAT)
+    b: np.ndarray  # [m]  Ay / sigma^2 (FITC: Ay)
+    LB: np.ndarray  # [m, m]  chol(I + Phi)
+    c: np.ndarray  # [m]  LB^-1 b
 
 
-def _core(method, kernel, params, Z, stats, jitter, max_tries) -> _Core:
+def _core(method, kernel, params, Z, stats, jitter, max_tries, chol=None) -> _Core:
     gstats.check_method(method)
     kern.check_kernel(kernel)
     Z = np.asarray(Z, dtype=np.float64)
     m = Z.shape[0]
     _check_stats(method, stats, m)
-    L, jit = kern.inducing_cholesky(kernel, params, Z, jitter, max_tries)
+    if chol is None:
+        L, jit = kern.inducing_cholesky(kernel, params, Z, jitter, max_tries)
+    else:
+        L, jit = np.asarray(chol[0], dtype=np.float64), float(chol[1])
+        if L.shape != (m, m):
+            raise ValueError(f"chol's L must be [{m}, {m}]; got shape {L.shape}")
     if method == "fitc":
-        Phi, b = np.asarray(stats.psi2), np.asarray(stats.psi1y)
+        Phi, b = np.asarray(stats.AAT), np.asarray(stats.Ay)
     else:
         noise = math.exp(float(params.log_noise))
-        Phi, b = np.asarray(stats.psi2) / noise, np.asarray(stats.psi1y) / noise
-    Linv = _tri_inverse(L)  # [m, m]  L^-1: two trmm below instead of two solves with m right-hand sides
-    AAT = _sandwich_lower(Linv, Phi, outer=True)  # [m, m]  L^-1 Phi L^-T
-    Bm = AAT + np.eye(m)  # [m, m]
-    LB = _chol(Bm, "B = I + A A'")
-    c = _solve_lower(LB, Linv @ b)  # [m]
-    return _Core(L, jit, Phi, b, AAT, LB, c, Linv)
+        Phi, b = np.asarray(stats.AAT) / noise, np.asarray(stats.Ay) / noise
+    LB = _chol(Phi + np.eye(m), "B = I + A A'")
+    c = _solve_lower(LB, b)  # [m]
+    return _Core(L, jit, Phi, b, LB, c)
 
 
 def objective(
@@ -170,23 +180,26 @@ def objective(
     jitter: float = DEFAULT_JITTER,
     max_tries: int = 6,
     with_dkuu: bool = True,
+    chol=None,
 ) -> tuple[float, Adjoints]:
     """``(value, adjoints)``: the log marginal likelihood (DTC, FITC) or Titsias's lower bound
     (SGPR) from statistics summed over all rows, and the :class:`Adjoints` for the gradient pass.
 
     Z: [m, d]; stats: :class:`~pgmflow.tasks.gp.stats.Stats` (SGPR, DTC) or
-    :class:`~pgmflow.tasks.gp.stats.FITCStats` (FITC). ``Kuu`` gets ``jitter * s`` on its diagonal,
-    raised tenfold up to ``max_tries`` times if it will not factor (the jitter used is
-    ``adjoints.jitter``). ``with_dkuu=False``: ``adjoints.dKuu`` is None (what only the path through
-    ``Kuu``, :func:`kuu_path`, needs; SGPR skips two triangular products for it); every other output is
-    the same bits.
+    :class:`~pgmflow.tasks.gp.stats.FITCStats` (FITC), made with the Cholesky factor ``L`` of ``Kuu``.
+    chol: ``(L, jitter_abs)`` as ``kernels.inducing_cholesky`` returned it to whoever made the statistics;
+    None: made here by ``inducing_cholesky(kernel, params, Z, jitter, max_tries)`` (``Kuu`` gets ``jitter * s``
+    on its diagonal, raised tenfold up to ``max_tries`` times if it will not factor), which is the same factor
+    when the statistics were made with the same ``jitter`` and ``max_tries``. The jitter used is
+    ``adjoints.jitter``. ``with_dkuu=False``: ``adjoints.dKuu`` is None (what only the path through ``Kuu``,
+    :func:`kuu_path`, needs; it skips one triangular sandwich); every other output is the same bits.
     """
-    co = _core(method, kernel, params, Z, stats, jitter, max_tries)
-    n = int(stats.n)
+    co = _core(method, kernel, params, Z, stats, jitter, max_tries, chol)
+    n, m = int(stats.n), co.L.shape[0]
     noise = math.exp(float(params.log_noise))
     logdet_B = 2.0 * float(np.sum(np.log(np.diagonal(co.LB))))
     cc = float(co.c @ co.c)
-    tr_AAT = float(np.trace(co.AAT))
+    tr_Phi = float(np.trace(co.Phi))
     if method == "fitc":
         value = -0.5 * n * _LOG2PI - 0.5 * float(stats.log_lambda) - 0.5 * logdet_B - 0.5 * float(stats.yy) + 0.5 * cc
     else:
@@ -194,31 +207,35 @@ def objective(
             -0.5 * n * (_LOG2PI + float(params.log_noise)) - 0.5 * logdet_B - 0.5 * float(stats.yy) / noise + 0.5 * cc
         )
         if method == "sgpr":
-            value += -0.5 * float(stats.psi0) / noise + 0.5 * tr_AAT
+            value += -0.5 * float(stats.psi0) / noise + 0.5 * tr_Phi
 
-    # adjoints (every m x m matrix below is exactly symmetric by construction: no symmetrising at the end)
-    Linv = co.Linv  # [m, m]  L^-1 (lower)
-    R = scipy.linalg.blas.dtrsm(1.0, co.LB, Linv, lower=1)  # [m, m]  LB^-1 L^-1 (lower, zero above)
-    Minv = _gram_lower(R)  # [m, m]  M^-1 = R' R
-    v = R.T @ co.c  # [m]  M^-1 b
-    Kinv = _gram_lower(Linv)  # [m, m]  Kuu^-1 = L^-T L^-1
-    PM = Minv + np.outer(v, v)
-    PM *= -0.5  # [m, m]  dF/dM
-    dKuu = PM + 0.5 * Kinv if with_dkuu else None  # [m, m]
-    if method == "fitc":
-        dpsi2, dpsi1y, dpsi0, dlog_noise = PM, v, 0.0, 0.0
-    else:
-        dpsi2 = PM / noise
-        dpsi1y = v / noise
-        dpsi0 = 0.0
-        dlog_noise = -0.5 * n + 0.5 * float(stats.yy) / noise - float(np.sum(PM * co.Phi)) - float(v @ co.b)
+    # adjoints, whitened (every m x m matrix below is exactly symmetric by construction: no symmetrising at the end)
+    RB = _tri_inverse(co.LB)  # [m, m]  LB^-1 (lower, zero above)
+    v = RB.T @ co.c  # [m]  B^-1 b
+    W = _gram_lower(RB)  # [m, m]  B^-1 = RB' RB
+    W += np.outer(v, v)
+    W *= -0.5  # [m, m]  dF/dPhi of the log-determinant and the quadratic form
+    Linv = _tri_inverse(co.L)  # [m, m]  L^-1 (lower)
+    half_I = 0.5 * np.eye(m)
+    dKuu = None
+    if with_dkuu:  # the path through L at fixed psi2, psi1y: L^-T (W + I/2 [- Phi/2]) L^-1
+        S = W + half_I
         if method == "sgpr":
-            dpsi2 = dpsi2 + (0.5 / noise) * Kinv
+            S -= 0.5 * co.Phi
+        dKuu = _sandwich_lower(Linv, S)  # [m, m]
+    dpsi1y = Linv.T @ v  # [m]  L^-T dF/db
+    if method == "fitc":
+        dpsi2, dpsi0, dlog_noise = _sandwich_lower(Linv, W), 0.0, 0.0
+    else:
+        dlog_noise = -0.5 * n + 0.5 * float(stats.yy) / noise - float(np.sum(W * co.Phi)) - float(v @ co.b)
+        dpsi1y /= noise
+        dpsi0 = 0.0
+        if method == "sgpr":
+            W = W + half_I  # the trace term's 1/2 tr(Phi)
             dpsi0 = -0.5 / noise
-            if with_dkuu:
-                KPK = _sandwich_lower(Linv, co.AAT)  # [m, m]  Kuu^-1 psi2 Kuu^-1 / sigma^2
-                dKuu -= 0.5 * KPK
-            dlog_noise += 0.5 * (float(stats.psi0) / noise - tr_AAT)
+            dlog_noise += 0.5 * (float(stats.psi0) / noise - tr_Phi)
+        dpsi2 = _sandwich_lower(Linv, W)
+        dpsi2 /= noise
     return float(value), Adjoints(method, co.jitter, dpsi2, dpsi1y, float(dpsi0), dKuu, float(dlog_noise))
 
 
@@ -254,13 +271,16 @@ def value_and_grad(
     method: str, kernel: str, params: GPParams, Z, X, y, chunk_size: int = 10_000, jitter: float = DEFAULT_JITTER
 ) -> tuple[float, GPParams, np.ndarray]:
     """``(value, dparams, dZ)`` over all of ``X`` [n, d], ``y`` [n], chunked in-process exactly as
-    the pipeline does it with Dask: chunk statistics summed in chunk order, :func:`objective`,
+    the pipeline does it with Dask: ``Kuu`` factored once, chunk statistics summed in chunk order, :func:`objective`,
     chunk gradients summed in chunk order, :func:`finish_grad`."""
     X = np.asarray(X, dtype=np.float64)
     y = np.asarray(y, dtype=np.float64)
     bounds = gstats.chunk_bounds(X.shape[0], chunk_size)
-    st = gstats.sum_in_order(gstats.chunk_stats(method, kernel, params, Z, X[a:b], y[a:b], jitter) for a, b in bounds)
-    value, adj = objective(method, kernel, params, Z, st, jitter)
+    chol = kern.inducing_cholesky(kernel, params, np.asarray(Z, dtype=np.float64), jitter)  # the driver's factor
+    st = gstats.sum_in_order(
+        gstats.chunk_stats(method, kernel, params, Z, X[a:b], y[a:b], L=chol[0]) for a, b in bounds
+    )
+    value, adj = objective(method, kernel, params, Z, st, jitter, chol=chol)
     g = gstats.sum_in_order(gstats.chunk_grad(method, kernel, params, Z, X[a:b], y[a:b], adj) for a, b in bounds)
     dparams, dZ = finish_grad(method, kernel, params, Z, adj, g)
     return value, dparams, dZ

@@ -96,8 +96,10 @@ def _kuf_key(kernel, params, Z, c: Chunk, backend):
     return kuf_cache.key(kernel, params, Z, c.X)
 
 
-def chunk_stats_task(method, kernel, params, Z, ref, jitter, backend):
-    """Statistics of one chunk's training rows (zeros when it has none); the chunk's ``Kuf`` is left
+def chunk_stats_task(method, kernel, params, Z, ref, L, backend):
+    """Statistics of one chunk's training rows (zeros when it has none), whitened by ``L`` [m, m], the
+    driver's Cholesky factor of ``Kuu`` (``kernels.inducing_cholesky``; None: made here at the default jitter,
+    as ``stats.chunk_stats`` does); the chunk's ``Kuf`` is left
     in this process's :mod:`~pgmflow.tasks.gp.kuf_cache` for the gradient pass."""
     c = load_chunk(ref)
     if c.X.shape[0] == 0:
@@ -105,9 +107,9 @@ def chunk_stats_task(method, kernel, params, Z, ref, jitter, backend):
     X, y = _device(backend, c.X, c.y)
     k = _kuf_key(kernel, params, Z, c, backend)
     if k is None:
-        return gstats.chunk_stats(method, kernel, params, Z, X, y, jitter)
+        return gstats.chunk_stats(method, kernel, params, Z, X, y, L=L)
     st, Kuf = gstats.chunk_stats_and_kuf(
-        method, kernel, params, Z, X, y, jitter, out=kuf_cache.buffer((Z.shape[0], X.shape[0]))
+        method, kernel, params, Z, X, y, out=kuf_cache.buffer((Z.shape[0], X.shape[0])), L=L
     )
     kuf_cache.put(k, Kuf)
     return st
@@ -135,22 +137,16 @@ def sum_task(prev, parts):
     return gstats.sum_in_order(([] if prev is None else [prev]) + list(parts))
 
 
-def objective_task(method, kernel, params, Z, prev, parts, jitter, max_tries, with_dkuu: bool = True):
+def objective_task(method, kernel, params, Z, prev, parts, jitter, max_tries, with_dkuu: bool = True, chol=None):
     """The last link of the statistics' chain (:func:`sum_task`) and the objective of the sum:
-    ``(value, adjoints, summed statistics, starting jitter)``. When ``B = I + A A'`` will not
-    factor, the objective is retried from a tenfold larger jitter, up to ``max_tries`` times (SGPR
-    and DTC: their statistics do not depend on the jitter); after the last, CholeskyError. ``with_dkuu``:
-    as ``bounds.objective``'s."""
+    ``(value, adjoints, summed statistics, starting jitter)``. ``chol``: the ``(L, jitter_abs)`` the
+    statistics were made with (``kernels.inducing_cholesky(kernel, params, Z, jitter, max_tries)``, made here
+    when None). ``B = I + A A'`` is ``>= I`` and always factors, so nothing is retried here (before issue 37
+    the statistics were ``Kuf Kfu`` and ``B`` could fail at a small jitter). ``with_dkuu``: as
+    ``bounds.objective``'s."""
     st = sum_task(prev, parts)
-    for k in range(max_tries):
-        jit = jitter * 10.0**k
-        try:
-            value, adj = gbounds.objective(method, kernel, params, Z, st, jit, max_tries - k, with_dkuu=with_dkuu)
-            return value, adj, st, jit
-        except kern.CholeskyError:
-            if k == max_tries - 1:
-                raise
-    raise ValueError(f"max_tries must be >= 1; got {max_tries}")
+    value, adj = gbounds.objective(method, kernel, params, Z, st, jitter, max_tries, with_dkuu=with_dkuu, chol=chol)
+    return value, adj, st, jitter
 
 
 def chunk_grad_after_task(method, kernel, params, Z, ref, objective, backend):
@@ -192,10 +188,10 @@ def unpacked(p) -> list:
     return [p.cls(*(values[i] for _, values in p.fields)) for i in range(p.n)]
 
 
-def stats_group_task(method, kernel, params, Z, refs, jitter, backend):
+def stats_group_task(method, kernel, params, Z, refs, L, backend):
     """:func:`chunk_stats_task` of several chunks in turn (one task for the chunks one worker holds):
     their statistics, in the order of ``refs``, :func:`packed`."""
-    return packed(chunk_stats_task(method, kernel, params, Z, ref, jitter, backend) for ref in refs)
+    return packed(chunk_stats_task(method, kernel, params, Z, ref, L, backend) for ref in refs)
 
 
 def grad_group_task(method, kernel, params, Z, refs, objective, backend):
@@ -219,15 +215,19 @@ def in_chunk_order(groups, outputs) -> list:
     return parts
 
 
-def objective_groups_task(method, kernel, params, Z, groups, outputs, jitter, max_tries, with_dkuu: bool = True):
+def objective_groups_task(
+    method, kernel, params, Z, groups, outputs, jitter, max_tries, with_dkuu: bool = True, chol=None
+):
     """:func:`objective_task` of the statistics of group tasks, added in chunk order (the same bits as
     one task per chunk)."""
     return objective_task(
-        method, kernel, params, Z, None, in_chunk_order(groups, outputs), jitter, max_tries, with_dkuu
+        method, kernel, params, Z, None, in_chunk_order(groups, outputs), jitter, max_tries, with_dkuu, chol
     )
 
 
-def objective_grad_group_task(method, kernel, params, Z, refs, groups, outputs, jitter, max_tries, backend, keep: bool):
+def objective_grad_group_task(
+    method, kernel, params, Z, refs, groups, outputs, jitter, max_tries, backend, keep: bool, chol=None
+):
     """:func:`objective_groups_task` and then :func:`grad_group_task` of this group's chunks ``refs``, in one
     task: ``(driver's part or None, gradients)``. Every group computes the same objective from the same
     statistics in the same order (the same bits), so no worker waits for another's adjoints. The group with
@@ -236,7 +236,7 @@ def objective_grad_group_task(method, kernel, params, Z, refs, groups, outputs, 
     is ``bounds.kuu_path`` of ``dKuu + 0.0`` -- what ``finish_grad`` computes from SGPR's and DTC's
     gradients (their ``Grad.Kuu`` is the scalar 0.0), bit for bit. The other groups skip ``dKuu`` (two
     triangular products of SGPR's objective, ~1 ms at m = 256), which only the Kuu path needs."""
-    res = objective_groups_task(method, kernel, params, Z, groups, outputs, jitter, max_tries, with_dkuu=keep)
+    res = objective_groups_task(method, kernel, params, Z, groups, outputs, jitter, max_tries, keep, chol)
     grads = grad_group_task(method, kernel, params, Z, refs, res, backend)
     if not keep:
         return None, grads

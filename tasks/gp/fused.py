@@ -2,16 +2,16 @@
 block of columns at a time, so that its exponentials and the products that follow them run on data
 in the core's caches, not in main memory.
 
-Both passes of an evaluation are dominated by two BLAS-3 products of ``Kuf`` [m, n_c]: the SYRK
-``psi2 = Kuf Kfu`` (``m^2 n_c`` flops) and the GEMM ``P Kuf`` (``2 m^2 n_c``). What surrounds them is
-elementwise (``m n_c`` exponentials, the adjoint ``G = -(P Kuf + a y' / 2) * Kuf``) and costs a pass
-over ``Kuf`` each time it runs over a whole chunk: 20 MB at m = 256, n_c = 10,000, several times the
+Both passes of an evaluation are dominated by BLAS-3 products of ``Kuf`` [m, n_c]: the TRSM
+``A = L^-1 Kuf`` and the SYRK ``A A'`` (``m^2 n_c`` flops each), and the GEMM ``P Kuf`` (``2 m^2 n_c``).
+What surrounds them is elementwise (``m n_c`` exponentials, the adjoint ``G = -(P Kuf + a y' / 2) * Kuf``)
+and costs a pass over ``Kuf`` each time it runs over a whole chunk: 20 MB at m = 256, n_c = 10,000, several times the
 cache. Here every chunk is cut into blocks of :data:`BLOCK` columns (256 x 1,024 doubles = 2 MiB):
 
 * statistics: per block, ``E' = A2_b A1'`` (the augmented GEMM of
   :func:`pgmflow.tasks.gp.kernels._rbf_log_kernel`, transposed), ``K_b = exp(min(E, log s))`` in place
-  (:func:`pgmflow.tasks.fastexp.capped_exp`), then, while ``K_b`` is in cache, ``psi2 += K_b K_b'``
-  (SYRK, accumulated in place) and ``psi1y += K_b y_b``;
+  (:func:`pgmflow.tasks.fastexp.capped_exp`), then, while ``K_b`` is in cache, ``A_b = L^-1 K_b`` (TRSM into
+  a scratch block), ``AAT += A_b A_b'`` (SYRK, accumulated in place) and ``Ay += A_b y_b``;
 * gradient: per block, ``R' = K_b' P`` into one scratch block, the elementwise adjoint in place in
   ``R'`` (one numba loop), then ``T' += [x~_b, 1]' R'`` (the GEMM of
   :func:`pgmflow.tasks.gp.kernels._vjp_core`, transposed, without its ``x~^2`` columns) and the column
@@ -22,11 +22,12 @@ columns ``Kuf[:, j0:j1]`` is one contiguous piece of memory (the rows ``j0:j1`` 
 block goes to BLAS without a copy, and the whole matrix is still an ordinary ``[m, n_c]`` array. The
 blocking is fixed by :data:`BLOCK` and the chunk's row count alone, so the bits do not depend on
 where or how often a chunk is computed; they differ from a whole-chunk SYRK in the order in which
-``psi2``'s sums are added (rounding only). A C-ordered ``Kuf`` (``stats.cross_covariance``) is
+``A A'``'s sums are added (rounding only). A C-ordered ``Kuf`` (``stats.cross_covariance``) is
 accepted too (copied to Fortran order first) and gives the same bits.
 
 Cost per chunk on the 2-core AMD EPYC (Zen 4) of the benchmarks, m = 256, n_c = 10,000, one BLAS
-thread: statistics 19.4 ms (its SYRK 14.4 ms: OpenBLAS's dsyrk at ~87 % of its dgemm rate on a block its
+thread, measured before the statistics became ``A A'`` (issue 37; the TRSM adds about as much as the SYRK
+costs): statistics 19.4 ms (its SYRK 14.4 ms: OpenBLAS's dsyrk at ~87 % of its dgemm rate on a block its
 exponentials just wrote; the augmented GEMM 1.8 ms, the exponentials 1.9 ms with fused multiply-adds),
 gradient 31 ms (its GEMM 27.3 ms, at 92 % of the dgemm rate; the product with ``[x~, 1]``, the adjoint and
 the column sums 3.1 ms), against 27 and 32 ms for the whole-chunk passes they replace
@@ -40,7 +41,7 @@ import math
 import sys
 
 import numpy as np
-from scipy.linalg.blas import dsyrk
+from scipy.linalg.blas import dsyrk, dtrsm
 
 from pgmflow.tasks import backend, fastexp
 from pgmflow.tasks.gp import kernels as kern
@@ -101,9 +102,11 @@ def rbf_kuf(Zs, Xs, log_s: float, out: np.ndarray | None = None, order: str = "F
     return K
 
 
-def rbf_stats(Zs, Xs, y, log_s: float, Kuf=None, out: np.ndarray | None = None):
-    """``(psi1y [m], psi2 [m, m], Kuf)``: ``Kuf y`` and ``Kuf Kfu`` (exactly symmetric), computing ``Kuf``
-    (Fortran order, into ``out`` when given) block by block as they go, or reading a given ``Kuf``."""
+def rbf_stats(Zs, Xs, y, log_s: float, L, Kuf=None, out: np.ndarray | None = None):
+    """``(Ay [m], AAT [m, m], Kuf)``: ``A y`` and ``A A'`` (exactly symmetric) with ``A = L^-1 Kuf`` for the
+    lower Cholesky factor ``L`` [m, m] of ``Kuu``, computing ``Kuf`` (Fortran order, into ``out`` when given)
+    block by block as they go, or reading a given ``Kuf``. ``Kuf`` itself is kept (the gradient pass uses it);
+    each block's ``A_b = L^-1 K_b`` is solved in one scratch block while ``K_b`` is in cache."""
     m = Zs.shape[0]
     if Kuf is not None:
         K = as_fortran(Kuf)
@@ -111,14 +114,18 @@ def rbf_stats(Zs, Xs, y, log_s: float, Kuf=None, out: np.ndarray | None = None):
     else:
         K = _check_out(out, m, Xs.shape[0])
         blocks = _made(Zs, Xs, log_s, K)
-    C = np.zeros((m, m), order="F")  # upper triangle of sum_b K_b K_b'
-    psi1y = np.zeros(m)
+    Lf = np.asfortranarray(L, dtype=np.float64)
+    scratch = np.empty((m, min(BLOCK, K.shape[1])), order="F")
+    C = np.zeros((m, m), order="F")  # upper triangle of sum_b A_b A_b'
+    Ay = np.zeros(m)
     for j0, j1 in blocks:
-        Kb = K[:, j0:j1]  # [m, b], Fortran-contiguous
-        dsyrk(1.0, Kb, beta=1.0, c=C, trans=0, overwrite_c=1)
-        psi1y += Kb @ y[j0:j1]
-    psi2 = kern.symmetric_from_triangle(C)  # C is zero below its diagonal
-    return psi1y, np.ascontiguousarray(psi2), (Kuf if Kuf is not None else K)
+        Ab = scratch[:, : j1 - j0]  # [m, b], Fortran-contiguous
+        Ab[...] = K[:, j0:j1]
+        dtrsm(1.0, Lf, Ab, lower=1, overwrite_b=1)  # A_b = L^-1 K_b in place
+        dsyrk(1.0, Ab, beta=1.0, c=C, trans=0, overwrite_c=1)
+        Ay += Ab @ y[j0:j1]
+    AAT = kern.symmetric_from_triangle(C)  # C is zero below its diagonal
+    return Ay, np.ascontiguousarray(AAT), (Kuf if Kuf is not None else K)
 
 
 @backend.kernel(cache=True, nogil=True)

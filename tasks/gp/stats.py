@@ -14,21 +14,32 @@ process regression"):
    ``Kuu``).
 
 Notation (Titsias 2009; Quinonero-Candela and Rasmussen 2005): ``Kuf = K(Z, X)`` [m, n] (code
-name ``Kuf``, laid out ``[m, n]`` so that ``psi2`` is one row-major SYRK), ``Kuu = K(Z, Z) +
-jitter``, ``Qff = Kfu Kuu^-1 Kuf``, ``sigma^2`` the noise variance.
+name ``Kuf``, laid out ``[m, n]``), ``Kuu = K(Z, Z) + jitter = L L'`` (the driver factors it once per
+evaluation, ``kernels.inducing_cholesky``, and ships ``L`` with the chunk tasks), ``A = L^-1 Kuf`` [m, n]
+(GPflow's ``A`` without its ``1 / sigma``), ``Qff = Kfu Kuu^-1 Kuf = A'A``, ``sigma^2`` the noise variance.
 
 SGPR / DTC statistics of a chunk: ``n``, ``yy = y'y``, ``psi0 = sum diag Kff``,
-``psi1y = Kuf y`` [m], ``psi2 = Kuf Kfu`` [m, m] (exactly symmetric).
+``Ay = A y`` [m], ``AAT = A A'`` [m, m] (exactly symmetric).
 
-FITC statistics of a chunk, with ``Lambda = diag(Kff - Qff) + sigma^2`` (each chunk factors
-``Kuu`` itself, deterministically): ``n``, ``yy = y' Lambda^-1 y``, ``log_lambda = sum log
-Lambda``, ``psi1y = Kuf Lambda^-1 y`` [m], ``psi2 = Kuf Lambda^-1 Kfu`` [m, m].
+FITC statistics of a chunk, with ``Lambda = diag(Kff - Qff) + sigma^2``: ``n``, ``yy = y' Lambda^-1 y``,
+``log_lambda = sum log Lambda``, ``Ay = A Lambda^-1 y`` [m], ``AAT = A Lambda^-1 A'`` [m, m].
 
-Gradient pass of a chunk, given ``P = dF/dpsi2`` and ``a = dF/dpsi1y`` from the driver: the adjoint
-of ``Kuf`` is ``2 P Kuf + a y'`` (one GEMM; FITC adds the terms through ``Lambda``), pushed through
-the kernel with the matrix-product identities of :mod:`pgmflow.tasks.gp.kernels`. A :class:`Grad` holds
-the chunk's gradient w.r.t. ``log_lengthscale``, ``log_variance``, ``log_noise``, ``Z``, and (FITC
-only; zeros otherwise) the adjoint it contributes to ``Kuu``.
+Why ``A A'`` and not ``psi2 = Kuf Kfu`` (as before issue 37): the driver's bound needs
+``B = I + L^-1 psi2 L^-T / sigma^2``; formed from ``psi2`` that matrix carries the square of ``Kuu``'s
+condition number and is indefinite in rounding when the inducing inputs are dense (the CO2 record with
+``Z = X`` below a relative jitter of 1e-4, ``benchmarks/gp_sgpr_conditioning.py``), while ``I + A A' / sigma^2``
+built from ``A`` (one triangular solve per chunk) is ``>= I`` in any rounding. The statistics therefore
+depend on ``L``, i.e. on the jitter the driver's factorisation used.
+
+Gradient pass of a chunk, given ``P = dF/dpsi2`` and ``a = dF/dpsi1y`` from the driver -- the adjoints
+of ``psi2 = Kuf Kfu`` and ``psi1y = Kuf y`` at fixed ``L``, ``P = L^-T (dF/dAAT) L^-1`` and
+``a = L^-T dF/dAy``, formed on the driver from the well-conditioned ``B`` (``pgmflow.tasks.gp.bounds``): the
+adjoint of ``Kuf`` is ``2 P Kuf + a y' = L^-T (2 (dF/dAAT) A + (dF/dAy) y')`` (one GEMM; FITC adds the terms
+through ``Lambda``), pushed through the kernel with the matrix-product identities of
+:mod:`pgmflow.tasks.gp.kernels`; the path through ``L`` (``A`` depends on ``Kuu``) is a function of the
+summed statistics alone and is added on the driver. A :class:`Grad` holds the chunk's gradient w.r.t.
+``log_lengthscale``, ``log_variance``, ``log_noise``, ``Z``, and (FITC only; zeros otherwise) the adjoint
+it contributes to ``Kuu``.
 
 Functions take NumPy arrays, or CuPy arrays for ``X_chunk`` (SGPR and DTC; FITC also works,
 with its m x m factors computed on the host); statistics and gradients come back as NumPy.
@@ -93,15 +104,15 @@ class Stats(NamedTuple):
     n: int, number of rows.
     yy: float, ``y'y``.
     psi0: float, ``sum_i k(x_i, x_i)`` (the trace of ``Kff``).
-    psi1y: float64 [m], ``Kuf y``.
-    psi2: float64 [m, m], ``Kuf Kfu`` (exactly symmetric).
+    Ay: float64 [m], ``A y`` with ``A = L^-1 Kuf`` (``L``: the Cholesky factor of ``Kuu`` they were made with).
+    AAT: float64 [m, m], ``A A'`` (exactly symmetric, positive semi-definite in any rounding).
     """
 
     n: int
     yy: float
     psi0: float
-    psi1y: np.ndarray
-    psi2: np.ndarray
+    Ay: np.ndarray
+    AAT: np.ndarray
 
     __add__ = _add
     __radd__ = _radd
@@ -115,15 +126,15 @@ class FITCStats(NamedTuple):
     n: int, number of rows.
     yy: float, ``y' Lambda^-1 y``.
     log_lambda: float, ``sum_i log Lambda_i``.
-    psi1y: float64 [m], ``Kuf Lambda^-1 y``.
-    psi2: float64 [m, m], ``Kuf Lambda^-1 Kfu`` (exactly symmetric).
+    Ay: float64 [m], ``A Lambda^-1 y`` with ``A = L^-1 Kuf``.
+    AAT: float64 [m, m], ``A Lambda^-1 A'`` (exactly symmetric).
     """
 
     n: int
     yy: float
     log_lambda: float
-    psi1y: np.ndarray
-    psi2: np.ndarray
+    Ay: np.ndarray
+    AAT: np.ndarray
 
     __add__ = _add
     __radd__ = _radd
@@ -278,21 +289,53 @@ def _h(x):
 
 
 def chunk_stats(
-    method: str, kernel: str, params: GPParams, Z, X_chunk, y_chunk, jitter: float = DEFAULT_JITTER, Kuf=None
+    method: str, kernel: str, params: GPParams, Z, X_chunk, y_chunk, jitter: float = DEFAULT_JITTER, Kuf=None, L=None
 ):
     """Sufficient statistics of one chunk: :class:`Stats` (``"sgpr"``, ``"dtc"``) or
-    :class:`FITCStats` (``"fitc"``; factors ``Kuu`` with ``inducing_cholesky(..., jitter)``).
+    :class:`FITCStats` (``"fitc"``).
 
     Z: [m, d] inducing inputs; X_chunk: [n, d]; y_chunk: [n]; Kuf: None, or (RBF)
-    ``cross_covariance(kernel, params, Z, X_chunk)`` [m, n], not modified. Cost: one
-    [m, d + 2] x [d + 2, n] GEMM and ``m n`` exponentials (none with ``Kuf``), ``2 m n`` for
-    ``Kuf y`` and one SYRK ``m^2 n`` (FITC adds a triangular solve ``m^2 n``).
+    ``cross_covariance(kernel, params, Z, X_chunk)`` [m, n], not modified. L: the lower Cholesky factor
+    [m, m] (NumPy) of ``Kuu`` that the driver made and ships (``kernels.inducing_cholesky``); None: made here
+    with ``inducing_cholesky(kernel, params, Z, jitter)``, the same bits as the driver's at the same ``jitter``
+    and the default ``max_tries``. Cost: one [m, d + 2] x [d + 2, n] GEMM and ``m n`` exponentials (none with
+    ``Kuf``), a triangular solve ``m^2 n``, ``2 m n`` for ``A y`` and one SYRK ``m^2 n``.
     """
-    return chunk_stats_and_kuf(method, kernel, params, Z, X_chunk, y_chunk, jitter, Kuf=Kuf)[0]
+    return chunk_stats_and_kuf(method, kernel, params, Z, X_chunk, y_chunk, jitter, Kuf=Kuf, L=L)[0]
+
+
+def _factor(kernel, params, Z, jitter, L) -> np.ndarray:
+    """The Cholesky factor of ``Kuu`` the statistics use: ``L`` as given (a host array), or made here."""
+    if L is None:
+        return kern.inducing_cholesky(kernel, params, backend.to_numpy(Z), jitter)[0]
+    L = np.asarray(backend.to_numpy(L), dtype=np.float64)
+    m = np.shape(Z)[0]
+    if L.shape != (m, m):
+        raise ValueError(f"L must be the [{m}, {m}] Cholesky factor of Kuu; got shape {L.shape}")
+    return L
+
+
+def _whitened(xp, A, y, lam=None):
+    """``(A y [m], A A' [m, m])`` of ``A = L^-1 Kuf`` [m, n] (FITC, with ``lam``: ``A Lambda^-1 y`` and
+    ``A Lambda^-1 A'``; ``A`` is overwritten), on the host."""
+    if lam is None:
+        return _h(A @ y), _h(_gram(xp, A))
+    Ay = A @ (y / lam)  # [m]
+    A /= xp.sqrt(lam)[None, :]  # [m, n]  A Lambda^-1/2
+    return _h(Ay), _h(_gram(xp, A))
 
 
 def chunk_stats_and_kuf(
-    method: str, kernel: str, params: GPParams, Z, X_chunk, y_chunk, jitter: float = DEFAULT_JITTER, Kuf=None, out=None
+    method: str,
+    kernel: str,
+    params: GPParams,
+    Z,
+    X_chunk,
+    y_chunk,
+    jitter: float = DEFAULT_JITTER,
+    Kuf=None,
+    out=None,
+    L=None,
 ):
     """``(statistics, Kuf)``: :func:`chunk_stats` and the ``Kuf`` it used, for the gradient pass of the
     same evaluation to take back (``Kuf=``): [m, n] in Fortran order on the cache-blocked CPU path of
@@ -301,26 +344,22 @@ def chunk_stats_and_kuf(
     check_method(method)
     kern.check_kernel(kernel)
     xp = backend.array_module(X_chunk)
+    L = _factor(kernel, params, Z, jitter, L)
     if kern.is_object(kernel):
-        return _object_stats(xp, method, kernel, params, Z, X_chunk, y_chunk, jitter, Kuf)
+        return _object_stats(xp, method, kernel, params, Z, X_chunk, y_chunk, L, Kuf)
     Zs, Xs, y = _inputs(xp, params, Z, X_chunk, y_chunk)
     n = int(Xs.shape[0])
     psi0 = n * math.exp(float(params.log_variance))  # sum diag Kff (stationary)
     if _blocked(xp, method, kernel, params):
         if Kuf is not None:
             _check_kuf(kernel, Kuf, Zs, Xs)
-        psi1y, psi2, Kuf = fused.rbf_stats(Zs, Xs, y, float(params.log_variance), Kuf=Kuf, out=out)
-        return Stats(n, float(y @ y), float(psi0), psi1y, psi2), Kuf
+        Ay, AAT, Kuf = fused.rbf_stats(Zs, Xs, y, float(params.log_variance), L, Kuf=Kuf, out=out)
+        return Stats(n, float(y @ y), float(psi0), Ay, AAT), Kuf
     Kuf, _ = _kuf(xp, kernel, params, Zs, Xs, with_grad=False, Kuf=Kuf)  # [m, n]
     if method in ("sgpr", "dtc"):
-        psi1y = Kuf @ y  # [m]
-        psi2 = _gram(xp, Kuf)  # [m, m]
-        return Stats(n, float(y @ y), float(psi0), _h(psi1y), _h(psi2)), Kuf
-    L, _ = kern.inducing_cholesky(kernel, params, Z, jitter)
-    _, lam = _fitc_lambda(xp, params, L, Kuf)
-    Kw = Kuf / xp.sqrt(lam)[None, :]  # [m, n]  Kuf Lambda^-1/2
-    y_l = y / lam  # [n]
-    st = FITCStats(n, float(y @ y_l), float(xp.sum(xp.log(lam))), _h(Kuf @ y_l), _h(_gram(xp, Kw)))
+        return Stats(n, float(y @ y), float(psi0), *_whitened(xp, _tri_solve(xp, L, Kuf), y)), Kuf
+    V, lam = _fitc_lambda(xp, params, L, Kuf)
+    st = FITCStats(n, float(y @ (y / lam)), float(xp.sum(xp.log(lam))), *_whitened(xp, V, y, lam))
     return st, Kuf
 
 
@@ -429,7 +468,7 @@ def _object_inputs(xp, Z, X_chunk, y_chunk):
     return Z, X, y
 
 
-def _object_stats(xp, method, kernel, params, Z, X_chunk, y_chunk, jitter, Kuf):
+def _object_stats(xp, method, kernel, params, Z, X_chunk, y_chunk, L, Kuf):
     """:func:`chunk_stats_and_kuf` for a kernel object: ``psi0 = sum diag Kff`` from the object's diagonal."""
     Z, X, y = _object_inputs(xp, Z, X_chunk, y_chunk)
     n = int(X.shape[0])
@@ -437,13 +476,9 @@ def _object_stats(xp, method, kernel, params, Z, X_chunk, y_chunk, jitter, Kuf):
         Kuf = kern.K(kernel, params, Z, X)  # [m, n]
     diag = kern.K_diag(kernel, params, X)  # [n]
     if method in ("sgpr", "dtc"):
-        st = Stats(n, float(y @ y), float(xp.sum(diag)), _h(Kuf @ y), _h(_gram(xp, Kuf)))
-        return st, Kuf
-    L, _ = kern.inducing_cholesky(kernel, params, backend.to_numpy(Z), jitter)
-    _, lam = _fitc_lambda(xp, params, L, Kuf, diag)
-    Kw = Kuf / xp.sqrt(lam)[None, :]  # [m, n]
-    y_l = y / lam  # [n]
-    st = FITCStats(n, float(y @ y_l), float(xp.sum(xp.log(lam))), _h(Kuf @ y_l), _h(_gram(xp, Kw)))
+        return Stats(n, float(y @ y), float(xp.sum(diag)), *_whitened(xp, _tri_solve(xp, L, Kuf), y)), Kuf
+    V, lam = _fitc_lambda(xp, params, L, Kuf, diag)
+    st = FITCStats(n, float(y @ (y / lam)), float(xp.sum(xp.log(lam))), *_whitened(xp, V, y, lam))
     return st, Kuf
 
 

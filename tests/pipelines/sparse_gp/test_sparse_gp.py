@@ -61,7 +61,7 @@ def test_sgpr_on_diabetes_logs_metrics_figures_and_model(diabetes_sgpr):
     assert [s for s, _ in bound] == list(range(res["iterations"] + 1))
     assert bound[-1][1] > bound[0][1] + 100 and bound[-1][1] == pytest.approx(res["bound"])
     m = _model(tr)
-    assert m["Z"].shape == (16, 10) and m["stats_psi2"].shape == (16, 16) and int(m["stats_n"]) == res["train_rows"]
+    assert m["Z"].shape == (16, 10) and m["stats_AAT"].shape == (16, 16) and int(m["stats_n"]) == res["train_rows"]
     assert m["log_lengthscale"].shape == (10,) and str(m["method"]) == "sgpr"
     assert 140 < float(m["y_mean"]) < 165 and m["x_mean"].shape == (10,)  # the standardisation of the training rows
     np.testing.assert_allclose(np.exp(m["log_lengthscale"]) * m["x_std"], res["lengthscales"])
@@ -192,20 +192,22 @@ def test_npy_data_is_read_by_path_in_the_chunk_tasks(tmp_path, store, cluster2):
     assert _history(tr, "chunk_ref_bytes")[0][1] < 1000
     res_z, tr_z = run(common + ["gp_data=npz", f"gp_data.path={tmp_path / 'data.npz'}"], store, cluster2)
     a, b = _model(tr), _model(tr_z)
-    for k in ("Z", "log_lengthscale", "log_noise", "stats_psi2", "x_mean", "y_std"):
+    for k in ("Z", "log_lengthscale", "log_noise", "stats_AAT", "x_mean", "y_std"):
         np.testing.assert_array_equal(a[k], b[k], err_msg=k)
     assert res["test_nlpd"] == res_z["test_nlpd"]
 
 
 def test_a_failing_cholesky_is_retried_with_a_larger_jitter(store, cluster2):
-    """Lengthscales of 1000 (standardised units) make K(Z, Z) numerically rank one: with a jitter of
-    1e-16 x s the factorisations fail, and succeed after the jitter has grown."""
+    """Lengthscales of 1e5 (standardised units) make K(Z, Z) rank one in rounding: with a jitter of 1e-16 x s
+    (below the rounding of s) Kuu's Cholesky fails, and succeeds after the jitter has grown. (Lengthscales of
+    1000 did this before issue 37 through B = I + L^-1 Kuf Kfu L^-T / sigma^2; B = I + A A' / sigma^2 now
+    factors whenever Kuu does, and Kuu with those lengthscales factors at 1e-16 x s.)"""
     ov = (
         DIABETES
         + NO_FIGS
         + [
             "sparse_gp.m=32",
-            "sparse_gp.lengthscale=1000",
+            "sparse_gp.lengthscale=100000",
             "sparse_gp.jitter=1e-16",
             "sparse_gp.max_iter=3",
             "sparse_gp.chunk_size=500",

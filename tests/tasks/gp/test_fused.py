@@ -24,12 +24,14 @@ def test_blocked_passes_equal_the_whole_chunk_formulas(n):
     ls = np.exp(p.log_lengthscale)
     Zs, Xs = Z / ls, X / ls
     K = kern.K("rbf", p, Z, X)  # [m, n], kernels' own path
-    psi1y, psi2, Kb = fused.rbf_stats(Zs, Xs, y, float(p.log_variance))
+    L, _ = kern.inducing_cholesky("rbf", p, Z)
+    Ay, AAT, Kb = fused.rbf_stats(Zs, Xs, y, float(p.log_variance), L)
     assert Kb.shape == K.shape and Kb.flags.f_contiguous
     np.testing.assert_allclose(Kb, K, rtol=1e-14, atol=1e-300)
-    np.testing.assert_allclose(psi2, K @ K.T, rtol=1e-12)
-    np.testing.assert_allclose(psi1y, K @ y, rtol=1e-12)
-    assert np.array_equal(psi2, psi2.T)  # exactly symmetric
+    A = np.linalg.solve(L, K)  # [m, n]  L^-1 Kuf
+    np.testing.assert_allclose(AAT, A @ A.T, rtol=1e-10, atol=1e-12 * np.abs(AAT).max())
+    np.testing.assert_allclose(Ay, A @ y, rtol=1e-10, atol=1e-12 * np.abs(Ay).max())
+    assert np.array_equal(AAT, AAT.T)  # exactly symmetric
     rng = np.random.default_rng(1)
     P = rng.standard_normal((Z.shape[0],) * 2)
     P = P + P.T
@@ -105,20 +107,20 @@ def test_out_buffer_is_checked_and_a_huge_scale_takes_the_whole_chunk_path():
     assert fused.rbf_kuf(Z / ls, X / ls, 0.3, out=out) is out
     big = p._replace(log_variance=fastexp.MAX_CAP + 1.0)  # e^701: NumPy's exp on the whole chunk
     st, K = stats.chunk_stats_and_kuf("sgpr", "rbf", big, Z, X, y)
-    assert K.flags.c_contiguous and np.all(np.isfinite(st.psi1y))
+    assert K.flags.c_contiguous and np.all(np.isfinite(st.Ay))
 
 
 def test_the_gradient_task_hands_kuf_back_and_the_next_statistics_task_reuses_it():
     X, y, Z, p = _problem(300)
     c = chunks.Chunk(X, y, X[:0], y[:0])
-    st = chunks.chunk_stats_task("sgpr", "rbf", p, Z, c, 1e-6, "numpy")
+    st = chunks.chunk_stats_task("sgpr", "rbf", p, Z, c, None, "numpy")
     stored = next(iter(kuf_cache._store.values()))
     assert not stored.flags.writeable
     _, adj = bounds.objective("sgpr", "rbf", p, Z, st)
     g = chunks.chunk_grad_task("sgpr", "rbf", p, Z, c, adj, "numpy")
     assert kuf_cache.nbytes() == 0 and kuf_cache.free_bytes() == stored.nbytes
     assert stored.flags.writeable
-    st2 = chunks.chunk_stats_task("sgpr", "rbf", p, Z, c, 1e-6, "numpy")
+    st2 = chunks.chunk_stats_task("sgpr", "rbf", p, Z, c, None, "numpy")
     assert kuf_cache.free_bytes() == 0 and next(iter(kuf_cache._store.values())) is stored  # written over
     assert all(np.array_equal(u, v) for u, v in zip(st, st2))
     assert all(

@@ -45,7 +45,7 @@ def test_a_given_kuf_is_refused_where_it_cannot_serve(problem):
 def test_chunk_tasks_give_the_same_bits_on_a_hit_and_a_miss(problem, method):
     X, y, Z, p = problem
     c = chunks.Chunk(X, y, X[:0], y[:0])
-    st = chunks.chunk_stats_task(method, "rbf", p, Z, c, 1e-6, "numpy")
+    st = chunks.chunk_stats_task(method, "rbf", p, Z, c, None, "numpy")
     assert kuf_cache.nbytes() == Z.shape[0] * X.shape[0] * 8
     _, adj = bounds.objective(method, "rbf", p, Z, st)
     before = kuf_cache.counts()
@@ -62,10 +62,10 @@ def test_chunk_tasks_give_the_same_bits_on_a_hit_and_a_miss(problem, method):
 def test_other_kernels_and_a_store_turned_off_keep_nothing(problem, monkeypatch):
     X, y, Z, p = problem
     c = chunks.Chunk(X, y, X[:0], y[:0])
-    chunks.chunk_stats_task("sgpr", "matern52", p, Z, c, 1e-6, "numpy")
+    chunks.chunk_stats_task("sgpr", "matern52", p, Z, c, None, "numpy")
     assert kuf_cache.nbytes() == 0
     monkeypatch.setenv(kuf_cache.KUF_CACHE_ENV, "0")
-    chunks.chunk_stats_task("sgpr", "rbf", p, Z, c, 1e-6, "numpy")
+    chunks.chunk_stats_task("sgpr", "rbf", p, Z, c, None, "numpy")
     assert kuf_cache.nbytes() == 0
     monkeypatch.setenv(kuf_cache.KUF_CACHE_ENV, "lots")
     with pytest.raises(ValueError, match=kuf_cache.KUF_CACHE_ENV):

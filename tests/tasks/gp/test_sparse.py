@@ -37,7 +37,7 @@ def test_chunk_bounds_and_sum_helpers():
     b = stats.Stats(3, 0.5, 1.0, np.arange(2.0), 2 * np.eye(2))
     s = a + b
     assert isinstance(s, stats.Stats) and s.n == 5 and s.yy == 1.5
-    np.testing.assert_array_equal(s.psi2, 3 * np.eye(2))
+    np.testing.assert_array_equal(s.AAT, 3 * np.eye(2))
     assert sum([a, b]).psi0 == 3.0  # sum() starts from 0
     with pytest.raises(ValueError):
         stats.sum_in_order([])
@@ -51,11 +51,11 @@ def test_statistics_do_not_depend_on_chunking(problem, method):
         st = _stats(method, "matern52", p, Z, X, y, cs)
         assert st.n == ref.n
         for a, b in zip(st, ref):
-            np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-13 * np.max(np.abs(ref.psi2)))
+            np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-13 * np.max(np.abs(ref.AAT)))
         again = _stats(method, "matern52", p, Z, X, y, cs)
         for a, b in zip(st, again):  # same chunking: identical bits
             assert np.array_equal(a, b)
-    assert np.array_equal(ref.psi2, ref.psi2.T)
+    assert np.array_equal(ref.AAT, ref.AAT.T)
     v1, g1, z1 = bounds.value_and_grad(method, "rbf", p, Z, X, y, chunk_size=7)
     v2, g2, z2 = bounds.value_and_grad(method, "rbf", p, Z, X, y, chunk_size=100)
     scale = abs(ref.yy) / p.noise if method != "fitc" else abs(ref.yy)  # size of the cancelling terms
@@ -179,3 +179,50 @@ def test_objective_without_dkuu_gives_every_other_output_bit_for_bit(problem, me
     for f in a1._fields:
         if f != "dKuu":
             assert np.array_equal(getattr(a1, f), getattr(a2, f)), f
+
+
+def test_dense_inducing_inputs_factor_at_the_jitter_kuu_needs():
+    """Issue 37: with the inducing inputs at 150 closely spaced inputs and a long lengthscale, Kuu factors at a
+    relative jitter of 1e-12 but ``I + L^-1 (Kuf Kfu) L^-T / sigma^2`` (the statistics before issue 37) is
+    indefinite in rounding; ``I + A A' / sigma^2`` from ``A = L^-1 Kuf`` factors, the jitter does not grow, and
+    every method with Z = X gives the exact log marginal likelihood."""
+    rng = np.random.default_rng(3)
+    X = np.linspace(0.0, 1.0, 150)[:, None]
+    y = np.sin(6 * X[:, 0]) + 0.01 * rng.standard_normal(150)
+    p = kern.make_params(0.5, 1.0, 1e-4)
+    L, jit = kern.inducing_cholesky("rbf", p, X, 1e-12)
+    assert jit == pytest.approx(1e-12)
+    K = kern.K("rbf", p, X, X)
+    old = np.eye(150) + np.linalg.solve(L, np.linalg.solve(L, K @ K).T) / p.noise  # L^-1 psi2 L^-T
+    assert np.linalg.eigvalsh(0.5 * (old + old.T))[0] < 0  # what the old statistics gave
+    want = exact.log_marginal_likelihood("rbf", p, X, y)
+    for method in METHODS:
+        st = _stats(method, "rbf", p, X, X, y, 40, jitter=1e-12)
+        value, adj = bounds.objective(method, "rbf", p, X, st, jitter=1e-12)
+        assert adj.jitter == pytest.approx(1e-12 * p.variance), method  # no growth
+        assert value == pytest.approx(want, rel=1e-5, abs=1e-3), method
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_gradients_with_inducing_inputs_at_the_data_match_finite_differences(problem, method):
+    """The analytic gradient (the chunks' ``L^-T``-whitened adjoint and the driver's path through ``L``) against
+    central differences where ``Kuu`` is badly conditioned: the inducing inputs at a third of the data, relative
+    jitter 1e-8, a lengthscale twice the inputs' range."""
+    X, y, _, _ = problem
+    Z = X[::3].copy()
+    p = kern.make_params([2.0, 2.5, 3.0], 1.3, 0.05)
+    d, m = Z.shape[1], Z.shape[0]
+    jitter = 1e-8
+    assert np.linalg.cond(kern.K("rbf", p, Z)) > 1e6
+
+    def value(t):
+        q, Zq = kern.unpack(t, d, m)
+        return bounds.value_and_grad(method, "rbf", q, Zq, X, y, chunk_size=10, jitter=jitter)[0]
+
+    _, dp, dZ = bounds.value_and_grad(method, "rbf", p, Z, X, y, chunk_size=10, jitter=jitter)
+    g = kern.pack(dp, dZ)
+    th = kern.pack(p, Z)
+    h = 1e-6
+    fd = np.array([(value(th + h * e) - value(th - h * e)) / (2 * h) for e in np.eye(th.size)])
+    err = np.abs(fd - g) / (np.abs(g) + 1e-3 * np.max(np.abs(g)))
+    assert np.max(err) < 1e-4, (method, np.max(err))
