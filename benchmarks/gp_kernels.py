@@ -2,7 +2,8 @@
 ``GaussianProcessRegressor`` with the same Rasmussen-Williams kernel and the same starting point, in one run;
 and the forecast of the last 10 years against the RBF-only model.
 
-    .venv/bin/python benchmarks/gp_kernels.py [--m 512] [--out benchmarks/results/gp-kernels-co2-cpu-2core-epyc.md]
+    .venv/bin/python benchmarks/gp_kernels.py [--m 512] [--jitter J] [--max-iter K] [--rbf-m M]
+        [--out benchmarks/results/gp-kernels-co2-cpu-2core-epyc.md]
     (scikit-learn is in pgmflow's dev extra)
 
 The data and the starting point are ``experiment=gp_co2``'s, read through pgmflow's own validation
@@ -95,8 +96,19 @@ def _rmse(a, b) -> float:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--m", type=int, default=512, help="SGPR's inducing inputs (experiment=gp_co2: 512)")
+    ap.add_argument(
+        "--jitter", type=float, help="SGPR's sparse_gp.jitter (relative to the kernel scale; default: the config's)"
+    )
+    ap.add_argument("--max-iter", type=int, help="SGPR's sparse_gp.max_iter (default: experiment=gp_co2's 500)")
+    ap.add_argument("--rbf-m", type=int, help="the RBF-only SGPR's inducing inputs (default: --m)")
     ap.add_argument("--out", type=Path)
     a = ap.parse_args()
+    sgpr_over = [f"sparse_gp.m={a.m}"]
+    if a.jitter is not None:
+        sgpr_over.append(f"sparse_gp.jitter={a.jitter}")
+    if a.max_iter is not None:
+        sgpr_over.append(f"sparse_gp.max_iter={a.max_iter}")
+    rbf_m = a.rbf_m or a.m
     os.environ.setdefault("MPLBACKEND", "Agg")
     from sklearn.gaussian_process import GaussianProcessRegressor
 
@@ -151,7 +163,7 @@ def main() -> int:
         t0 = time.perf_counter()
         res = pgmflow.run(
             "experiment=gp_co2",
-            f"sparse_gp.m={a.m}",
+            *sgpr_over,
             "sparse_gp.figures=false",
             cluster="synchronous",
             tracking_uri=uri,
@@ -160,7 +172,7 @@ def main() -> int:
         t_sg = time.perf_counter() - t0
         rbf = pgmflow.run(
             "experiment=gp_co2",
-            f"sparse_gp.m={a.m}",
+            f"sparse_gp.m={rbf_m}",
             "sparse_gp.kernel=rbf",
             "sparse_gp.kernel_params=null",
             "sparse_gp.noise=0.1",
@@ -170,9 +182,13 @@ def main() -> int:
             progress=False,
         ).result
     say(
-        f"\nSGPR, m = {a.m} (experiment=gp_co2, the pipeline): bound {res['bound']:.4f} after {res['iterations']} iterations "
+        f"\nSGPR, m = {a.m} ({' '.join(sgpr_over)}; experiment=gp_co2, the pipeline): bound {res['bound']:.4f} after {res['iterations']} iterations "
         f"({t_sg:.1f} s); ratio to scikit-learn's exact optimum {res['bound'] / lml_sk:.6f} "
         f"(relative difference {(res['bound'] - lml_sk) / abs(lml_sk):+.2e})"
+    )
+    say(
+        "SGPR run: "
+        + ", ".join(f"{k} {res[k]}" for k in sorted(res) if "jitter" in k or k in ("message", "success", "evaluations"))
     )
     # -- the forecast ------------------------------------------------------------------------------------------------
     m_rw, _ = exact.predict(ks.kernel, fit.params, X, y, Xt, jitter=SK_ALPHA)
@@ -183,7 +199,7 @@ def main() -> int:
         "exact R&W (scikit-learn)": _rmse(std.invert_mean(sk.predict(Xt)), test.y),
         "exact RBF only (pgmflow)": _rmse(std.invert_mean(m_rbf), test.y),
         f"SGPR m={a.m} R&W (pipeline)": res["test_rmse"],
-        f"SGPR m={a.m} RBF only (pipeline)": rbf["test_rmse"],
+        f"SGPR m={rbf_m} RBF only (pipeline)": rbf["test_rmse"],
     }
     say("\n| forecast of 1992-2001 (522 weeks) | test RMSE (ppm) |")
     say("| --- | ---: |")

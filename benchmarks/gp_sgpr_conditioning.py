@@ -1,12 +1,14 @@
 """Why SGPR with m = n on the CO2 record needs a jitter of 1e-4..1e-3 (issue 37): the summed statistics square
 Kuu's condition number.
 
-SGPR's chunked form (tasks/gp/stats.py) sums ``psi2 = sum_c Kuf_c Kfu_c`` over the chunks and forms
+SGPR's chunked form (tasks/gp/stats.py) summed, before the fix of issue 37, ``psi2 = sum_c Kuf_c Kfu_c`` over the
+chunks and formed
 ``B = I + L^-1 psi2 L^-T / sigma^2`` in the driver (``L = chol(Kuu + jitter s I)``). With the inducing inputs at
 the training inputs (Z = X) and the Rasmussen-Williams kernel at `experiment=gp_co2`'s starting point, Kuu
 factors at a relative jitter of 1e-12, but ``psi2 = Kuu Kuu`` has the square of its condition number, and
 ``L^-1 psi2 L^-T`` comes out indefinite at every jitter below ~1e-4. The GPflow-style form ``A = L^-1 Kuf``,
-``B = I + A A^T / sigma^2`` (one triangular solve per chunk, given L) factors at the jitter Kuu needs.
+``B = I + A A^T / sigma^2`` (one triangular solve per chunk, given L) factors at the jitter Kuu needs; it is what
+the chunks compute now (statistics ``Ay``, ``AAT``), so this script documents the old route.
 
 Prints, for each relative jitter, whether Kuu factors, whether B factors by each route, and B's smallest
 eigenvalue by the psi2 route. Run: ``.venv/bin/python benchmarks/gp_sgpr_conditioning.py`` (about 10 s).

@@ -1,10 +1,11 @@
 """A per-process store of ``Kuf`` between the two passes of one evaluation of a sparse-GP bound.
 
 Both passes of an evaluation need the same cross-covariance ``Kuf = K(Z, X_c)`` [m, n_c] of each
-chunk: the statistics pass (``psi1y = Kuf y``, ``psi2 = Kuf Kfu``) and the gradient pass
+chunk: the statistics pass (``A = L^-1 Kuf``, ``A y``, ``A A'``) and the gradient pass
 (``P Kuf``, the kernel's adjoint). Computing it is one thin GEMM and ``m n_c`` exponentials, about
-a third of the statistics pass; the statistics task leaves it here and the gradient task of the
-same chunk, which Dask places on the worker that holds the chunk, takes it.
+a third of the statistics pass before its triangular solve was added (issue 37); the statistics task
+leaves it here and the gradient task of the same chunk, which Dask places on the worker that holds
+the chunk, takes it.
 
 The tasks stay pure: an entry is keyed by a digest of everything ``Kuf`` is computed from (the
 kernel, the lengthscales and scale, ``Z`` and the chunk's rows, their bytes), is read-only, and is
