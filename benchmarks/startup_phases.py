@@ -96,7 +96,7 @@ def main():
         out["model"] = spans.get("model", 0.0)
         out["end"] = spans.get("end", 0.0)
         other = execute - sum(out[k] for k in ("preflight", "tracker (MLflow import, store)", "run tags", "end")) - run
-        out["other (store writes, cluster)"] = other
+        out["other (cluster choice, workload imports, store)"] = other
         out["exit"] = total - (end.get("cli_done", total) - T0)
         out["(pgmflow core imports, before the CLI here)"] = instrument
         out["total"] = total

@@ -339,7 +339,15 @@ def test_a_requeued_batch_job_continues_its_run(slurm_idle, tmp_path):
         f"exec {' '.join(cmd)}\n"
     )
     (tmp_path / "job.sh").write_text(script)
-    job = slurm_idle.run("sbatch", "--parsable", "--requeue", "--job-name=pgmflow-requeue", str(tmp_path / "job.sh"))
+    job = slurm_idle.run(
+        "sbatch",
+        "--parsable",
+        "--requeue",
+        "--job-name=pgmflow-requeue",
+        f"--chdir={tmp_path}",
+        f"--output={out}/slurm-%j.out",
+        str(tmp_path / "job.sh"),
+    )
     job = job.strip().split(";")[0]
     deadline = time.monotonic() + 300
     while not artifact_exists(tmp_path / "mlartifacts", "round_003.npz"):
