@@ -188,3 +188,11 @@ def test_the_quarantined_internals_still_work():
     assert not internals.KilledWorkerLogFilter().filter(rec)
     rec.msg, rec.args = "something else", ()
     assert internals.KilledWorkerLogFilter().filter(rec)
+
+    import mlflow.utils.environment as env
+
+    check = env.warn_dependency_requirement_mismatches  # the name the quarantine replaces for a model's save
+    with internals.mlflow_requirements_unchecked():
+        assert env.warn_dependency_requirement_mismatches is not check
+        assert env.warn_dependency_requirement_mismatches(["numpy==0.0.1"]) is None
+    assert env.warn_dependency_requirement_mismatches is check

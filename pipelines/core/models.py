@@ -13,7 +13,6 @@ MLflow installed (``mlflow.pyfunc.load_model``, ``mlflow models serve --env-mana
 
 from __future__ import annotations
 
-import contextlib
 import tempfile
 from pathlib import Path
 
@@ -70,33 +69,15 @@ def _code_file(directory: Path, wrapper: type) -> Path:
     return p
 
 
-@contextlib.contextmanager
-def _requirements_are_installed():
-    """Skip MLflow's check that this environment satisfies the model's requirements while it saves one:
-    :func:`requirements` pins exactly the installed versions, so the check cannot find a mismatch, and it maps
-    every installed distribution's files to modules first (``importlib.metadata.packages_distributions``:
-    0.7 s of a 5 s debug run with 190 packages installed, issue 38). The check is looked up by name in
-    ``mlflow.utils.environment`` when a model is saved; where that name is gone, nothing is skipped."""
-    import mlflow.utils.environment as env
-
-    check = getattr(env, "warn_dependency_requirement_mismatches", None)
-    if check is None:
-        yield
-        return
-    env.warn_dependency_requirement_mismatches = lambda requirements: None
-    try:
-        yield
-    finally:
-        env.warn_dependency_requirement_mismatches = check
-
-
 def save_pyfunc(path, npz_path, wrapper: type, signature, input_example, mlflow_model=None) -> None:
     """Write an MLflow pyfunc model folder at ``path``: ``wrapper`` (a ``PythonModel`` subclass in a
     pgmflow module) over the arrays ``npz_path`` (artifact key :data:`NPZ_KEY`); ``mlflow_model``: the
     ``mlflow.models.Model`` to fill in (the logged model's ids), or None."""
     import mlflow.pyfunc
 
-    with tempfile.TemporaryDirectory() as d, _requirements_are_installed():
+    from pgmflow.core import internals
+
+    with tempfile.TemporaryDirectory() as d, internals.mlflow_requirements_unchecked():
         mlflow.pyfunc.save_model(
             str(path),
             python_model=str(_code_file(Path(d), wrapper)),

@@ -261,7 +261,8 @@ def test_lda_raw_text_gives_the_theta_of_its_counts(store, lda_run):
 
 
 def test_saved_requirements_are_the_installed_versions_and_mlflows_check_comes_back(store, lda_run):
-    """pgmflow skips MLflow's environment check while it saves a model (issue 38: 0.7 s of a debug run),
+    """pgmflow skips MLflow's environment check while it saves a model (issue 38: 0.7 s of a debug run;
+    pgmflow.core.internals),
     because the model's requirements are this environment's own versions: read them back from the logged
     model and check each against the installed distribution, and that the check is MLflow's again after."""
     from importlib import metadata
