@@ -178,7 +178,7 @@ def profile_chunk(Xs, ys, Z0, params, chunk):
     st = gstats.chunk_stats("sgpr", "rbf", params, Z0, X, y)
     _, adj = gbounds.objective("sgpr", "rbf", params, Z0, st)
     K = gstats.cross_covariance("rbf", params, Z0, X)
-    P = adj.dpsi2
+    W, L = adj.dAAT, adj.L
     g = gstats.chunk_grad("sgpr", "rbf", params, Z0, X, y, adj, Kuf=K)
     buf = np.empty(K.shape, order="F")  # as the Kuf store hands a recycled buffer to the statistics task
     steps = {
@@ -189,7 +189,7 @@ def profile_chunk(Xs, ys, Z0, params, chunk):
         "statistics: Kuf Kfu (one whole-chunk SYRK)": lambda: gstats._gram(np, K),
         "statistics: whole task given Kuf": lambda: gstats.chunk_stats("sgpr", "rbf", params, Z0, X, y, Kuf=K),
         _STATS: lambda: gstats.chunk_stats_and_kuf("sgpr", "rbf", params, Z0, X, y, out=buf),
-        "gradient: P Kuf (one whole-chunk GEMM)": lambda: P @ K,
+        "gradient: L^-T W L^-1 Kuf (two whole-chunk TRSMs and a GEMM)": lambda: gstats._whitened_adjoint(np, L, W, K),
         "gradient: whole task given Kuf": lambda: gstats.chunk_grad("sgpr", "rbf", params, Z0, X, y, adj, Kuf=K),
         _KEY: lambda: kuf_cache.key("rbf", params, Z0, X),
         "objective task: bounds.objective (m x m algebra, on a worker)": lambda: gbounds.objective(

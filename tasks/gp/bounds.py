@@ -20,14 +20,15 @@ so nothing larger than m x m is factored, and ``B >= I`` is well conditioned wha
 ``Phi`` never passes through ``L^-1 (Kuf Kfu) L^-T``, which squares ``Kuu``'s condition number (issue 37).
 
 Adjoints. In the whitened space, with ``v = B^-1 b``, ``W = dF/dPhi = -(B^-1 + v v') / 2`` (SGPR ``+ I / 2``)
-and ``dF/db = v``, all from ``LB``. The chunks' gradient pass takes them back as the adjoints of
-``psi2 = Kuf Kfu`` and ``psi1y = Kuf y`` at fixed ``L`` -- ``dF/dpsi2 = L^-T W L^-1 / sigma^2``,
-``dF/dpsi1y = L^-T v / sigma^2`` -- so that ``dF/dKuf = 2 (dF/dpsi2) Kuf + (dF/dpsi1y) y'`` is
-``L^-T (2 W A + v y') / sigma^2`` with the same one GEMM per chunk as before. The path through ``L``
+and ``dF/db = v``, all from ``LB``. A chunk's gradient pass (given ``L``) forms
+``dF/dKuf = L^-T (2 W A + v y') / sigma^2`` with ``A = L^-1 Kuf``: two triangular solves and a GEMM. (The
+same matrix as ``2 (L^-T W L^-1) Kuf + ...``, but formed that way, with ``L^-T W L^-1`` explicit, its rounding
+error grows with ``Kuu``'s condition number squared: on the CO2 record with Z = X the gradient was off by
+hundreds where it is a fraction.) The path through ``L``
 (``A = L^-1 Kuf`` moves with ``Kuu``) depends on the summed statistics only; through the Cholesky adjoint
 (Murray 2016) it is the symmetric ``dF/dKuu = L^-T (W' + I / 2 [- Phi / 2 for SGPR]) L^-1`` with
 ``W' = -(B^-1 + v v') / 2``, computed on the driver. :func:`objective` returns an :class:`Adjoints` holding
-``dF/dpsi2``, ``dF/dpsi1y``, ``dF/dpsi0`` (what each chunk's gradient pass needs) and the driver-side
+``dF/dAAT``, ``L^-T dF/dAy``, ``dF/dpsi0`` and ``L`` (what each chunk's gradient pass needs) and the driver-side
 ``dF/dKuu`` and ``dF/dlog sigma^2``. ``finish_grad`` pushes the total ``Kuu`` adjoint through ``K(Z, Z)``
 and adds everything up.
 
@@ -72,24 +73,27 @@ class Adjoints(NamedTuple):
     """What :func:`objective` hands to the gradient pass (all small).
 
     method: str, ``"sgpr"``, ``"dtc"`` or ``"fitc"``.
-    jitter: float, the absolute jitter on ``Kuu``'s diagonal (FITC chunks factor ``Kuu`` with
-        exactly this; it is ``jitter_rel * s * 10**k``, so it scales with the kernel scale).
-    dpsi2: float64 [m, m], ``dF/dpsi2`` w.r.t. ``psi2 = Kuf Kfu`` at fixed ``L`` (FITC: ``Kuf Lambda^-1 Kfu``),
-        symmetric: ``L^-T (dF/dAAT) L^-1``.
-    dpsi1y: float64 [m], ``dF/dpsi1y`` w.r.t. ``psi1y = Kuf y`` (FITC: ``Kuf Lambda^-1 y``): ``L^-T dF/dAy``.
+    jitter: float, the absolute jitter on ``Kuu``'s diagonal (``jitter_rel * s * 10**k``, so it scales with the
+        kernel scale).
+    dAAT: float64 [m, m], ``dF/dAAT`` w.r.t. the whitened statistic ``AAT = sum A A'`` (FITC: ``A Lambda^-1 A'``),
+        symmetric; a chunk's ``dF/dKuf`` is ``L^-T (2 dAAT A + v y')``.
+    dpsi1y: float64 [m], ``L^-T dF/dAy``: the adjoint of ``Kuf y`` (FITC: ``Kuf Lambda^-1 y``) at fixed ``L``.
     dpsi0: float, ``dF/dpsi0`` (SGPR: ``-1 / (2 sigma^2)``; 0 otherwise).
     dKuu: float64 [m, m], the driver-side ``dF/dKuu`` (symmetric; FITC chunks add their own).
     dlog_noise: float, the driver-side ``dF/dlog sigma^2`` (0 for FITC: it meets the noise in
         the chunks, through Lambda).
+    L: float64 [m, m], the lower Cholesky factor of ``Kuu`` the statistics were made with (the chunks' gradient
+        pass solves with it).
     """
 
     method: str
     jitter: float
-    dpsi2: np.ndarray
+    dAAT: np.ndarray
     dpsi1y: np.ndarray
     dpsi0: float
     dKuu: np.ndarray
     dlog_noise: float
+    L: np.ndarray | None = None
 
 
 def _solve_lower(L, B, trans=False):
@@ -104,15 +108,6 @@ def _tri_inverse(L):
     if info != 0:
         raise CholeskyError(f"a triangular factor is singular (trtri info {info})")
     return Linv
-
-
-def _gram_lower(R):
-    """``R' R`` [m, m] of a lower-triangular ``R`` with a zero upper triangle, exactly symmetric (LAPACK
-    lauum: ``m^3 / 3`` flops against ``2 m^3`` for a GEMM; it overwrites the lower triangle only)."""
-    C, info = scipy.linalg.lapack.dlauum(R, lower=1)
-    if info != 0:  # pragma: no cover - lauum fails only on bad arguments
-        raise ValueError(f"lauum info {info}")
-    return kern.symmetric_from_triangle(C)
 
 
 def _sandwich_lower(Linv, S, outer: bool = False):
@@ -210,22 +205,24 @@ def objective(
             value += -0.5 * float(stats.psi0) / noise + 0.5 * tr_Phi
 
     # adjoints, whitened (every m x m matrix below is exactly symmetric by construction: no symmetrising at the end)
-    RB = _tri_inverse(co.LB)  # [m, m]  LB^-1 (lower, zero above)
+    trsm = scipy.linalg.blas.dtrsm  # (two solves rather than trtri and lauum: the same bits on any BLAS thread count)
+    RB = trsm(1.0, co.LB, np.eye(m), lower=1)  # [m, m]  LB^-1
     v = RB.T @ co.c  # [m]  B^-1 b
-    W = _gram_lower(RB)  # [m, m]  B^-1 = RB' RB
+    W = trsm(1.0, co.LB, RB, lower=1, trans_a=1)  # [m, m]  B^-1 = LB^-T LB^-1
+    W = 0.5 * (W + W.T)
     W += np.outer(v, v)
     W *= -0.5  # [m, m]  dF/dPhi of the log-determinant and the quadratic form
-    Linv = _tri_inverse(co.L)  # [m, m]  L^-1 (lower)
     half_I = 0.5 * np.eye(m)
     dKuu = None
-    if with_dkuu:  # the path through L at fixed psi2, psi1y: L^-T (W + I/2 [- Phi/2]) L^-1
+    if with_dkuu:  # the path through L at fixed Kuf: L^-T (W + I/2 [- Phi/2]) L^-1
+        Linv = _tri_inverse(co.L)  # [m, m]  L^-1 (lower)
         S = W + half_I
         if method == "sgpr":
             S -= 0.5 * co.Phi
         dKuu = _sandwich_lower(Linv, S)  # [m, m]
-    dpsi1y = Linv.T @ v  # [m]  L^-T dF/db
+    dpsi1y = _solve_lower(co.L, v, trans=True)  # [m]  L^-T dF/db
     if method == "fitc":
-        dpsi2, dpsi0, dlog_noise = _sandwich_lower(Linv, W), 0.0, 0.0
+        dAAT, dpsi0, dlog_noise = W, 0.0, 0.0
     else:
         dlog_noise = -0.5 * n + 0.5 * float(stats.yy) / noise - float(np.sum(W * co.Phi)) - float(v @ co.b)
         dpsi1y /= noise
@@ -234,9 +231,9 @@ def objective(
             W = W + half_I  # the trace term's 1/2 tr(Phi)
             dpsi0 = -0.5 / noise
             dlog_noise += 0.5 * (float(stats.psi0) / noise - tr_Phi)
-        dpsi2 = _sandwich_lower(Linv, W)
-        dpsi2 /= noise
-    return float(value), Adjoints(method, co.jitter, dpsi2, dpsi1y, float(dpsi0), dKuu, float(dlog_noise))
+        dAAT = W / noise
+    adj = Adjoints(method, co.jitter, dAAT, dpsi1y, float(dpsi0), dKuu, float(dlog_noise), co.L)
+    return float(value), adj
 
 
 def kuu_path(kernel: str, params: GPParams, Z, dKuu) -> tuple[kern.KernelGrad, float]:

@@ -232,7 +232,7 @@ def objective_grad_group_task(
     task: ``(driver's part or None, gradients)``. Every group computes the same objective from the same
     statistics in the same order (the same bits), so no worker waits for another's adjoints. The group with
     ``keep`` returns what the driver needs: ``(value, adjoints, summed statistics, starting jitter, Kuu
-    path)``, where the adjoints go without their m x m parts (only the chunks use ``dpsi2``) and the Kuu path
+    path)``, where the adjoints go without their m x m parts (only the chunks use ``dAAT`` and ``L``) and the Kuu path
     is ``bounds.kuu_path`` of ``dKuu + 0.0`` -- what ``finish_grad`` computes from SGPR's and DTC's
     gradients (their ``Grad.Kuu`` is the scalar 0.0), bit for bit. The other groups skip ``dKuu`` (two
     triangular products of SGPR's objective, ~1 ms at m = 256), which only the Kuu path needs."""
@@ -242,7 +242,7 @@ def objective_grad_group_task(
         return None, grads
     value, adj, st, jit = res
     kuu = gbounds.kuu_path(kernel, params, Z, adj.dKuu + 0.0)
-    return (value, adj._replace(dpsi2=None, dpsi1y=None, dKuu=None), st, jit, kuu), grads
+    return (value, adj._replace(dAAT=None, dpsi1y=None, dKuu=None, L=None), st, jit, kuu), grads
 
 
 class Predictor(NamedTuple):

@@ -2,18 +2,19 @@
 block of columns at a time, so that its exponentials and the products that follow them run on data
 in the core's caches, not in main memory.
 
-Both passes of an evaluation are dominated by BLAS-3 products of ``Kuf`` [m, n_c]: the TRSM
-``A = L^-1 Kuf`` and the SYRK ``A A'`` (``m^2 n_c`` flops each), and the GEMM ``P Kuf`` (``2 m^2 n_c``).
-What surrounds them is elementwise (``m n_c`` exponentials, the adjoint ``G = -(P Kuf + a y' / 2) * Kuf``)
-and costs a pass over ``Kuf`` each time it runs over a whole chunk: 20 MB at m = 256, n_c = 10,000, several times the
-cache. Here every chunk is cut into blocks of :data:`BLOCK` columns (256 x 1,024 doubles = 2 MiB):
+Both passes of an evaluation are dominated by BLAS-3 products of ``Kuf`` [m, n_c]: the TRSM ``A = L^-1 Kuf``
+and the SYRK ``A A'`` (``m^2 n_c`` flops each) of the statistics, and the TRSM ``L^-1 Kuf``, the GEMM ``W A``
+(``2 m^2 n_c``) and the TRSM ``L^-T (W A)`` of the gradient. What surrounds them is elementwise (``m n_c``
+exponentials, the adjoint ``G = -(L^-T W A + a y' / 2) * Kuf``) and costs a pass over ``Kuf`` each time it
+runs over a whole chunk: 20 MB at m = 256, n_c = 10,000, several times the cache. Here every chunk is cut into
+blocks of :data:`BLOCK` columns (256 x 1,024 doubles = 2 MiB):
 
 * statistics: per block, ``E' = A2_b A1'`` (the augmented GEMM of
   :func:`pgmflow.tasks.gp.kernels._rbf_log_kernel`, transposed), ``K_b = exp(min(E, log s))`` in place
   (:func:`pgmflow.tasks.fastexp.capped_exp`), then, while ``K_b`` is in cache, ``A_b = L^-1 K_b`` (TRSM into
   a scratch block), ``AAT += A_b A_b'`` (SYRK, accumulated in place) and ``Ay += A_b y_b``;
-* gradient: per block, ``R' = K_b' P`` into one scratch block, the elementwise adjoint in place in
-  ``R'`` (one numba loop), then ``T' += [x~_b, 1]' R'`` (the GEMM of
+* gradient: per block, ``R = L^-T W L^-1 K_b`` (two TRSMs and a GEMM into scratch blocks), the elementwise
+  adjoint in place in ``R'`` (one numba loop), then ``T' += [x~_b, 1]' R'`` (the GEMM of
   :func:`pgmflow.tasks.gp.kernels._vjp_core`, transposed, without its ``x~^2`` columns) and the column
   sums ``R' 1`` that the lengthscale gradient takes in their place.
 
@@ -25,12 +26,12 @@ where or how often a chunk is computed; they differ from a whole-chunk SYRK in t
 ``A A'``'s sums are added (rounding only). A C-ordered ``Kuf`` (``stats.cross_covariance``) is
 accepted too (copied to Fortran order first) and gives the same bits.
 
-Cost per chunk on the 2-core AMD EPYC (Zen 4) of the benchmarks, m = 256, n_c = 10,000, one BLAS
-thread, measured before the statistics became ``A A'`` (issue 37; the TRSM adds about as much as the SYRK
-costs): statistics 19.4 ms (its SYRK 14.4 ms: OpenBLAS's dsyrk at ~87 % of its dgemm rate on a block its
-exponentials just wrote; the augmented GEMM 1.8 ms, the exponentials 1.9 ms with fused multiply-adds),
-gradient 31 ms (its GEMM 27.3 ms, at 92 % of the dgemm rate; the product with ``[x~, 1]``, the adjoint and
-the column sums 3.1 ms), against 27 and 32 ms for the whole-chunk passes they replace
+Cost per chunk on the 2-core AMD EPYC (Zen 4) of the benchmarks, m = 256, n_c = 10,000, one BLAS thread,
+measured before issue 37 added the triangular solves (one TRSM to the statistics, two to the gradient, each
+about ``m^2 n_c`` flops): statistics 19.4 ms (its SYRK 14.4 ms: OpenBLAS's dsyrk at ~87 % of its dgemm rate on
+a block its exponentials just wrote; the augmented GEMM 1.8 ms, the exponentials 1.9 ms with fused
+multiply-adds), gradient 31 ms (its GEMM 27.3 ms, at 92 % of the dgemm rate; the product with ``[x~, 1]``, the adjoint
+and the column sums 3.1 ms), against 27 and 32 ms for the whole-chunk passes they replace
 (``benchmarks/sparse_gp.py`` prints the current profile).
 """
 
@@ -143,21 +144,26 @@ def _kernels():
     return backend.compile_kernels(sys.modules[__name__])
 
 
-def rbf_grad(P, a, Kuf, Xs, y):
-    """``(GX [m, d], g1 [m], sq [d], sum G)`` for ``G = dF/dKuf * dK/du = -(P Kuf + a y' / 2) * Kuf`` [m, n]:
-    ``GX = G x~``, ``g1 = G 1`` and ``sq = 1' G x~^2`` (what ``kernels._vjp_sums`` turns into the lengthscale
-    and ``Z`` gradients). ``P`` [m, m] symmetric, ``a`` [m]; ``Kuf`` [m, n] (Fortran order, else copied to
-    it); ``Xs`` [n, d], ``y`` [n].
+def rbf_grad(W, a, Kuf, Xs, y, L):
+    """``(GX [m, d], g1 [m], sq [d], sum G)`` for ``G = dF/dKuf * dK/du = -(R + a y' / 2) * Kuf`` [m, n] with
+    ``R = L^-T W L^-1 Kuf``: ``GX = G x~``, ``g1 = G 1`` and ``sq = 1' G x~^2`` (what ``kernels._vjp_sums`` turns
+    into the lengthscale and ``Z`` gradients). ``W`` [m, m] symmetric (``dF/dAAT`` of the whitened statistics),
+    ``a`` [m]; ``Kuf`` [m, n] (Fortran order, else copied to it); ``Xs`` [n, d], ``y`` [n]; ``L`` [m, m] the
+    lower Cholesky factor of ``Kuu`` the statistics were made with. Per block, ``R_b = L^-T (W (L^-1 K_b))`` by
+    two triangular solves and a GEMM: forming ``L^-T W L^-1`` once instead loses the gradient to rounding
+    when ``Kuu`` is badly conditioned (issue 37: hundreds of nats per unit on the CO2 record with Z = X).
 
     The squares enter only through ``sq``, a sum over the inducing inputs too, so each block's product is
     ``[x~_b, 1]' R'`` (``d + 1`` rows) and ``sq`` takes the column sums ``R' 1`` (a GEMV) of each block
     times ``x~_b^2``: 11 rows of GEMM and a GEMV instead of 21 rows at d = 10 (2.0 against 2.9 ms a
     chunk at m = 256, n_c = 10,000 on the benchmarks' Zen 4)."""
     adjoint = _kernels()["_adjoint_block"]
-    KT = as_fortran(Kuf).T  # [n, m] C order
+    K = as_fortran(Kuf)
+    KT = K.T  # [n, m] C order
     n, m = KT.shape
     d = Xs.shape[1]
-    P = np.ascontiguousarray(P, dtype=np.float64)
+    W = np.ascontiguousarray(W, dtype=np.float64)
+    Lf = np.asfortranarray(L, dtype=np.float64)
     ha = 0.5 * np.asarray(a, dtype=np.float64)
     y = np.ascontiguousarray(y, dtype=np.float64)
     AugT = np.empty((d + 1, n))  # [x~, 1]'
@@ -167,10 +173,17 @@ def rbf_grad(P, a, Kuf, Xs, y):
     col = np.empty(n)  # column sums of G
     Tt = np.zeros((d + 1, m))  # [G x~, G 1]'
     scratch = np.empty(min(BLOCK, n) * m)
+    whitened = np.empty((m, min(BLOCK, n)), order="F")
     Ttb = np.empty_like(Tt)
     for j0, j1 in block_bounds(n):
+        Ab = whitened[:, : j1 - j0]  # [m, b] Fortran
+        Ab[...] = K[:, j0:j1]
+        dtrsm(1.0, Lf, Ab, lower=1, overwrite_b=1)  # L^-1 K_b
         RT = scratch[: (j1 - j0) * m].reshape(j1 - j0, m)
-        np.matmul(KT[j0:j1], P, out=RT)  # [b, m]  (P Kuf_b)' as P = P'
+        np.matmul(Ab.T, W, out=RT)  # [b, m]  (W A_b)' as W = W'
+        R = dtrsm(1.0, Lf, RT.T, lower=1, trans_a=1, overwrite_b=1)  # L^-T W A_b, in place ([m, b] Fortran)
+        if not np.shares_memory(R, RT):  # pragma: no cover - BLAS worked on a copy
+            RT[...] = R.T
         adjoint(RT, KT[j0:j1], ha, y[j0:j1])
         np.matmul(AugT[:, j0:j1], RT, out=Ttb)  # [d + 1, m]
         Tt += Ttb

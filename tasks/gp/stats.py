@@ -31,10 +31,10 @@ condition number and is indefinite in rounding when the inducing inputs are dens
 built from ``A`` (one triangular solve per chunk) is ``>= I`` in any rounding. The statistics therefore
 depend on ``L``, i.e. on the jitter the driver's factorisation used.
 
-Gradient pass of a chunk, given ``P = dF/dpsi2`` and ``a = dF/dpsi1y`` from the driver -- the adjoints
-of ``psi2 = Kuf Kfu`` and ``psi1y = Kuf y`` at fixed ``L``, ``P = L^-T (dF/dAAT) L^-1`` and
-``a = L^-T dF/dAy``, formed on the driver from the well-conditioned ``B`` (``pgmflow.tasks.gp.bounds``): the
-adjoint of ``Kuf`` is ``2 P Kuf + a y' = L^-T (2 (dF/dAAT) A + (dF/dAy) y')`` (one GEMM; FITC adds the terms
+Gradient pass of a chunk, given ``W = dF/dAAT``, ``a = L^-T dF/dAy`` and ``L`` from the driver (formed from
+the well-conditioned ``B``, ``pgmflow.tasks.gp.bounds``): the adjoint of ``Kuf`` is
+``L^-T (2 W A) + a y'`` with ``A = L^-1 Kuf`` (two triangular solves and a GEMM; ``L^-T W L^-1`` formed
+explicitly would lose the gradient to rounding when ``Kuu`` is badly conditioned; FITC adds the terms
 through ``Lambda``), pushed through the kernel with the matrix-product identities of
 :mod:`pgmflow.tasks.gp.kernels`; the path through ``L`` (``A`` depends on ``Kuu``) is a function of the
 summed statistics alone and is added on the driver. A :class:`Grad` holds the chunk's gradient w.r.t.
@@ -262,11 +262,26 @@ def _gram(xp, A):
 
 
 def _tri_solve(xp, L, B, trans: bool = False):
-    """``L^-1 B`` (or ``L^-T B``) for a host lower-triangular ``L`` and ``B`` in module ``xp``."""
+    """``L^-1 B`` (or ``L^-T B``) for a host lower-triangular ``L`` and ``B`` in module ``xp`` (CuPy: a triangular
+    solve on the device, ``cupyx.scipy.linalg.solve_triangular``; an explicit inverse only where that is missing)."""
     if xp is np:
         return scipy.linalg.solve_triangular(L, B, lower=True, trans="T" if trans else "N", check_finite=False)
-    Linv = scipy.linalg.solve_triangular(L, np.eye(L.shape[0]), lower=True, check_finite=False)
-    return xp.asarray(Linv.T if trans else Linv) @ B
+    try:
+        from cupyx.scipy.linalg import solve_triangular  # noqa: PLC0415  (lazy: CuPy only)
+    except ImportError:  # pragma: no cover - an old CuPy
+        Linv = scipy.linalg.solve_triangular(L, np.eye(L.shape[0]), lower=True, check_finite=False)
+        return xp.asarray(Linv.T if trans else Linv) @ B
+    return solve_triangular(xp.asarray(L), B, trans=1 if trans else 0, lower=True)
+
+
+def _whitened_adjoint(xp, L, W, Kuf, V=None):
+    """``(L^-T W V, W V)`` [m, n] with ``V = L^-1 Kuf`` (given, or solved here): half the ``W`` part of
+    ``dF/dKuf = L^-T (2 W A + v y')``, by triangular solves (``L^-T W L^-1`` formed explicitly loses it to
+    rounding when ``Kuu`` is badly conditioned)."""
+    if V is None:
+        V = _tri_solve(xp, L, Kuf)  # [m, n]
+    WV = xp.asarray(W, dtype=xp.float64) @ V  # [m, n]
+    return _tri_solve(xp, L, WV, trans=True), WV
 
 
 def _fitc_lambda(xp, params, L, Kuf, diag=None):
@@ -372,10 +387,11 @@ def chunk_grad(method: str, kernel: str, params: GPParams, Z, X_chunk, y_chunk, 
     """One chunk's gradient contribution, given the driver's ``adjoints`` (a
     ``pgmflow.tasks.gp.bounds.Adjoints`` of the same ``method``); ``Kuf`` as in :func:`chunk_stats`.
 
-    SGPR / DTC: ``dF/dKuf = 2 P Kuf + a y'`` with ``P = adjoints.dpsi2``, ``a = adjoints.dpsi1y``,
-    plus ``adjoints.dpsi0`` on ``diag Kff``. FITC adds, per row, ``g = dF/dLambda`` and its paths
-    through ``Kuf`` (``-2 g Kuu^-1 k``), ``diag Kff``, the noise and ``Kuu`` (``sum g w w'`` with
-    ``w = Kuu^-1 k``), factoring ``Kuu`` with exactly ``adjoints.jitter``.
+    SGPR / DTC: ``dF/dKuf = L^-T (2 W A) + a y'`` with ``A = L^-1 Kuf``, ``W = adjoints.dAAT``,
+    ``a = adjoints.dpsi1y``, ``L = adjoints.L``, plus ``adjoints.dpsi0`` on ``diag Kff``. FITC adds, per row,
+    ``g = dF/dLambda`` and its paths through ``Kuf`` (``-2 g Kuu^-1 k``), ``diag Kff``, the noise and ``Kuu``
+    (``sum g w w'`` with ``w = Kuu^-1 k``). Adjoints without ``L`` (None): ``Kuu`` factored again with exactly
+    ``adjoints.jitter``.
     """
     check_method(method)
     kern.check_kernel(kernel)
@@ -389,14 +405,14 @@ def chunk_grad(method: str, kernel: str, params: GPParams, Z, X_chunk, y_chunk, 
     s = math.exp(float(params.log_variance))
     noise = math.exp(float(params.log_noise))
     ls = xp.exp(xp.asarray(params.log_lengthscale, dtype=xp.float64))
-    P = xp.asarray(adjoints.dpsi2, dtype=xp.float64)  # [m, m]
+    L = _adjoint_factor(kernel, params, Z, adjoints)  # [m, m] host
     a = xp.asarray(adjoints.dpsi1y, dtype=xp.float64)  # [m]
     if _blocked(xp, method, kernel, params):
         if Kuf is None:
             Kuf = fused.rbf_kuf(Zs, Xs, float(params.log_variance))
         else:
             _check_kuf(kernel, Kuf, Zs, Xs)
-        GX, g1, sq, g_sum = fused.rbf_grad(P, a, Kuf, Xs, y)  # G x~, G 1, 1' G x~^2, sum G
+        GX, g1, sq, g_sum = fused.rbf_grad(adjoints.dAAT, a, Kuf, Xs, y, L)  # G x~, G 1, 1' G x~^2, sum G
         dlog_ls, dZ = kern._vjp_sums(np, ls, Zs, GX, g1, sq, True)
         d_diag = float(adjoints.dpsi0) * n  # through psi0 = n s
         return Grad(dlog_ls, -2.0 * g_sum + d_diag * s, 0.0, dZ, 0.0)
@@ -406,29 +422,30 @@ def chunk_grad(method: str, kernel: str, params: GPParams, Z, X_chunk, y_chunk, 
         dlog_noise = 0.0
         dKuu = 0.0  # (no Kuu path here: a scalar, not an m x m block of zeros to ship and add per chunk)
         d_diag = float(adjoints.dpsi0) * n  # through psi0 = n s
+        R, _ = _whitened_adjoint(xp, L, adjoints.dAAT, Kuf)  # [m, n]  L^-T W L^-1 Kuf
         if kernel == "rbf":
-            # G = dF/dKuf * dK/du = -(1/2) K * (2 P Kuf + a y'), formed in place
-            G = (-P) @ Kuf  # [m, n]
+            # G = dF/dKuf * dK/du = -(1/2) K * (2 R + a y'), formed in place
+            G = xp.ascontiguousarray(-R)  # [m, n]
             _rank1_update(xp, G, -0.5 * a, y)
             G *= Kuf
             dlog_s = -2.0 * float(xp.sum(G))
         else:
-            B = 2.0 * (P @ Kuf)  # [m, n]
+            B = xp.ascontiguousarray(2.0 * R)  # [m, n]
             _rank1_update(xp, B, a, y)
             dlog_s = float(xp.sum(B * Kuf))
             G = B
             G *= dKdu
+        del R
     else:
-        L = _fixed_cholesky(kernel, params, Z, adjoints.jitter)
         V, lam = _fitc_lambda(xp, params, L, Kuf)
         W = _tri_solve(xp, L, V, trans=True)  # [m, n]  Kuu^-1 Kuf
-        del V
-        KP = P @ Kuf  # [m, n]
-        quad = xp.sum(Kuf * KP, axis=0)  # [n]  k' P k
+        KP, WV = _whitened_adjoint(xp, L, adjoints.dAAT, Kuf, V)  # [m, n]  L^-T W L^-1 Kuf, W L^-1 Kuf
+        quad = xp.sum(V * WV, axis=0)  # [n]  k' L^-T W L^-1 k
+        del V, WV
         ak = a @ Kuf  # [n]
         inv_lam = 1.0 / lam
         g = (0.5 * y * y - quad - ak * y) * inv_lam * inv_lam - 0.5 * inv_lam  # [n]  dF/dLambda
-        B = KP
+        B = xp.ascontiguousarray(KP)
         B *= 2.0
         _rank1_update(xp, B, a, y)
         B *= inv_lam[None, :]
@@ -449,6 +466,14 @@ def chunk_grad(method: str, kernel: str, params: GPParams, Z, X_chunk, y_chunk, 
             G *= dKdu
     dlog_ls, dZ, _ = kern._vjp_core(xp, ls, Zs, Xs, G, True, False)
     return Grad(_h(dlog_ls), dlog_s + d_diag * s, float(dlog_noise), _h(dZ), dKuu)
+
+
+def _adjoint_factor(kernel, params, Z, adjoints) -> np.ndarray:
+    """The Cholesky factor the statistics were made with: ``adjoints.L``, or (adjoints without it) ``Kuu``
+    factored again with exactly ``adjoints.jitter``."""
+    if adjoints.L is not None:
+        return np.asarray(adjoints.L, dtype=np.float64)
+    return _fixed_cholesky(kernel, params, Z, adjoints.jitter)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -487,26 +512,26 @@ def _object_grad(xp, method, kernel, params, Z, X_chunk, y_chunk, adjoints, Kuf)
     ``kernels.K_vjp``; the diagonal's adjoint (``dpsi0`` per row, FITC's ``g``) through ``K_diag_vjp``."""
     Z, X, y = _object_inputs(xp, Z, X_chunk, y_chunk)
     n = int(X.shape[0])
-    P = xp.asarray(adjoints.dpsi2, dtype=xp.float64)  # [m, m]
+    L = _adjoint_factor(kernel, params, Z, adjoints)  # [m, m] host
     a = xp.asarray(adjoints.dpsi1y, dtype=xp.float64)  # [m]
     if Kuf is None:
         Kuf = kern.K(kernel, params, Z, X)  # [m, n]
     dlog_noise, dKuu = 0.0, 0.0
     if method in ("sgpr", "dtc"):
-        B = 2.0 * (P @ Kuf)  # [m, n]  dF/dKuf
+        R, _ = _whitened_adjoint(xp, L, adjoints.dAAT, Kuf)  # [m, n]
+        B = xp.ascontiguousarray(2.0 * R)  # [m, n]  dF/dKuf
         _rank1_update(xp, B, a, y)
         ddiag = float(adjoints.dpsi0)
     else:
         diag = kern.K_diag(kernel, params, X)  # [n]
-        L = _fixed_cholesky(kernel, params, Z, adjoints.jitter)
         V, lam = _fitc_lambda(xp, params, L, Kuf, diag)
         W = _tri_solve(xp, L, V, trans=True)  # [m, n]  Kuu^-1 Kuf
-        KP = P @ Kuf  # [m, n]
-        quad = xp.sum(Kuf * KP, axis=0)  # [n]
+        KP, WV = _whitened_adjoint(xp, L, adjoints.dAAT, Kuf, V)  # [m, n]
+        quad = xp.sum(V * WV, axis=0)  # [n]
         ak = a @ Kuf  # [n]
         inv_lam = 1.0 / lam
         g = (0.5 * y * y - quad - ak * y) * inv_lam * inv_lam - 0.5 * inv_lam  # [n]  dF/dLambda
-        B = 2.0 * KP
+        B = xp.ascontiguousarray(2.0 * KP)
         _rank1_update(xp, B, a, y)
         B *= inv_lam[None, :]
         Wg = W * g[None, :]  # [m, n]

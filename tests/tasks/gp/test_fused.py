@@ -33,11 +33,12 @@ def test_blocked_passes_equal_the_whole_chunk_formulas(n):
     np.testing.assert_allclose(Ay, A @ y, rtol=1e-10, atol=1e-12 * np.abs(Ay).max())
     assert np.array_equal(AAT, AAT.T)  # exactly symmetric
     rng = np.random.default_rng(1)
-    P = rng.standard_normal((Z.shape[0],) * 2)
-    P = P + P.T
+    W = rng.standard_normal((Z.shape[0],) * 2)
+    W = W + W.T
     a = rng.standard_normal(Z.shape[0])
-    GX, g1, sq, g_sum = fused.rbf_grad(P, a, Kb, Xs, y)
-    G = -(P @ K + 0.5 * np.outer(a, y)) * K
+    GX, g1, sq, g_sum = fused.rbf_grad(W, a, Kb, Xs, y, L)
+    P = np.linalg.solve(L.T, W @ np.linalg.solve(L, K))  # L^-T W L^-1 Kuf
+    G = -(P + 0.5 * np.outer(a, y)) * K
     T = G @ kern._augment(np, Xs)  # [G x~, G x~^2, G 1]
     d = X.shape[1]
     tol = 1e-10 * np.abs(G).sum()
