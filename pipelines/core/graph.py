@@ -94,11 +94,16 @@ class Executor:
         """
         if self.client is None:
             watch_keys = {outputs[i].key: i for i in watch}
-            cb = _sync_callback(watch_keys, on_done, on_result) if (on_done or on_result) and watch_keys else None
-            with cb if cb is not None else contextlib.nullcontext():
-                # dask.local.get_sync is what scheduler="synchronous" names; passed as the function, dask does not
-                # import distributed to look for a client (0.5 s a run in the driver never needs)
-                return list(dask.compute(*outputs, scheduler=dask.local.get_sync, optimize_graph=False))
+            watched = (on_done or on_result) and watch_keys
+            # dask.local.get_sync is what scheduler="synchronous" names; passed as the function, dask does not
+            # import distributed to look for a client (0.5 s a run in the driver never needs). The callbacks are
+            # this compute's own, passed to it: dask's global ones (``with Callback():``) are taken whole by the
+            # first compute that starts and hidden from every other until it ends, so two computes in two
+            # threads (a study's stages in the driver) lost one's callbacks and its watched results.
+            callbacks = [_sync_callback(watch_keys, on_done, on_result)] if watched else []
+            return list(
+                dask.compute(*outputs, scheduler=dask.local.get_sync, optimize_graph=False, callbacks=callbacks)
+            )
         from distributed import as_completed
 
         futures = self.client.compute(list(outputs), optimize_graph=False)
@@ -346,8 +351,10 @@ class WorkerMemoryError(RuntimeError):
         super().__init__(f"{what}; fix: {', or '.join(fixes)}")
 
 
-def _sync_callback(watch_keys, on_done, on_result=None) -> dask.callbacks.Callback:
-    """A callback of the synchronous scheduler that reports each watched key as its task finishes."""
+def _sync_callback(watch_keys, on_done, on_result=None) -> tuple:
+    """A callback of the synchronous scheduler that reports each watched key as its task finishes: the
+    ``(start, start_state, pretask, posttask, finish)`` tuple that ``dask.local.get_async`` takes in its
+    ``callbacks`` list."""
 
     def posttask(key, result, dsk, state, worker_id):
         i = watch_keys.get(key)
@@ -357,4 +364,4 @@ def _sync_callback(watch_keys, on_done, on_result=None) -> dask.callbacks.Callba
             if on_done is not None:
                 on_done(i)
 
-    return dask.callbacks.Callback(posttask=posttask)
+    return (None, None, None, posttask, None)

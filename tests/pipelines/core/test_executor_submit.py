@@ -70,3 +70,43 @@ def test_gather_direct_gives_the_results_in_order_and_a_tasks_own_error(cluster2
         with pytest.raises(ValueError, match="bad 3"):  # the task's own error, as client.gather raises it
             ex.gather(bad, direct=True)
         ex.release(bad)
+
+
+def test_synchronous_computes_in_two_threads_each_report_every_result():
+    """Without a cluster, each compute's results reach its own ``on_result`` also while another thread computes
+    (a study's stages run in threads of the driver). Through dask's global callbacks (``with Callback():``),
+    the first compute to start took every registered callback and hid them from the other until it ended:
+    a bounds stage then missed its results (KeyError 'T0' in a test of the studies, once under load). With
+    threads switched every microsecond, that older code lost the callbacks of 33 of 2,000 computes here."""
+    import sys
+    import threading
+
+    import dask
+
+    ex = Executor(None)
+    rounds, errors = 1000, []
+    barrier = threading.Barrier(2)
+
+    def worker(tag: int):
+        try:
+            for r in range(rounds):
+                outputs = [dask.delayed(lambda x: x * x, pure=True)(tag * 1000 + r * 10 + i) for i in range(3)]
+                got = {}
+                barrier.wait(timeout=30)
+                res = ex.compute(outputs, watch=range(3), on_result=lambda i, v: got.__setitem__(i, v))
+                assert got == dict(enumerate(res)), (tag, r, got, res)
+        except BaseException as exc:  # reported by the main thread
+            errors.append(exc)
+            barrier.abort()
+
+    threads = [threading.Thread(target=worker, args=(t,)) for t in (1, 2)]
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # the threads interleave at every step: the race, if any, shows
+    try:
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(300)
+    finally:
+        sys.setswitchinterval(interval)
+    assert not errors, errors[:3]
