@@ -331,6 +331,13 @@ def _run_reconnecting(ctx: RunContext, plan, threads) -> dict:
     try:
         while True:
             try:
+                if reconnects and threads.configured_threads() is not None:  # a scheduler started again has no
+                    # plugins; here, so that a connection lost again while it registers is one more reconnect
+                    from pgmflow.core.worker_plugin import PinBlasThreads
+
+                    ctx.executor.client.register_plugin(
+                        PinBlasThreads(threads.configured_threads()), name=PinBlasThreads.name
+                    )
                 # a client opened after a reconnect is made the current one (Dask's default client, which
                 # the cluster's own `with Client(...)` had set to the lost one)
                 current = made[-1].as_current() if made else contextlib.nullcontext()
@@ -354,8 +361,6 @@ def _reconnect(ctx: RunContext, exc: Exception, limit: float, reconnects: int):
     """The client to go on with after ``exc``: the scheduler's, once it answers again (within ``limit``
     seconds); raises ``exc`` again when it is not a lost scheduler, :class:`SchedulerLost` past the limit."""
     from pgmflow.core.graph import SchedulerLost, await_scheduler, connection_lost
-    from pgmflow.core.worker_plugin import PinBlasThreads
-    from pgmflow.tasks import threads
 
     client = ctx.executor.client
     if client is None or reconnects >= MAX_RECONNECTS or not connection_lost(exc, client):
@@ -371,8 +376,6 @@ def _reconnect(ctx: RunContext, exc: Exception, limit: float, reconnects: int):
             f"fix: start the scheduler and its workers again, then continue with pgmflow "
             f"resume={ctx.tracker.run_id} (the same tracking.uri and cluster settings)"
         ) from exc
-    if threads.configured_threads() is not None:  # a scheduler started again has no plugins
-        client.register_plugin(PinBlasThreads(threads.configured_threads()), name=PinBlasThreads.name)
     ctx.say(
         f"reconnected to the scheduler after {time.monotonic() - t0:.1f} s; continuing from the run's newest "
         f"checkpoint (reconnect {reconnects + 1})"
