@@ -16,6 +16,7 @@ host memory. ``gpu_info()`` says which CUDA device, runtime and driver CuPy find
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
 import os
@@ -120,9 +121,13 @@ def cupy():
 
 @functools.lru_cache(maxsize=None)
 def cupyx():
-    """Import and return cupyx with ``cupyx.scipy.special`` loaded (raises ImportError without CuPy)."""
+    """Import and return cupyx with ``cupyx.scipy.special`` and ``cupyx.scipy.linalg`` loaded (raises ImportError
+    without CuPy)."""
     import cupyx as _cupyx  # noqa: PLC0415  (lazy by design)
     import cupyx.scipy.special  # noqa: F401, PLC0415
+
+    with contextlib.suppress(ImportError):  # an old CuPy without it: callers fall back (tasks/gp/stats.py)
+        import cupyx.scipy.linalg  # noqa: F401, PLC0415
 
     return _cupyx
 

@@ -266,12 +266,11 @@ def _tri_solve(xp, L, B, trans: bool = False):
     solve on the device, ``cupyx.scipy.linalg.solve_triangular``; an explicit inverse only where that is missing)."""
     if xp is np:
         return scipy.linalg.solve_triangular(L, B, lower=True, trans="T" if trans else "N", check_finite=False)
-    try:
-        from cupyx.scipy.linalg import solve_triangular  # noqa: PLC0415  (lazy: CuPy only)
-    except ImportError:  # pragma: no cover - an old CuPy
+    linalg = getattr(backend.cupyx().scipy, "linalg", None)
+    if linalg is None:  # pragma: no cover - an old CuPy
         Linv = scipy.linalg.solve_triangular(L, np.eye(L.shape[0]), lower=True, check_finite=False)
         return xp.asarray(Linv.T if trans else Linv) @ B
-    return solve_triangular(xp.asarray(L), B, trans=1 if trans else 0, lower=True)
+    return linalg.solve_triangular(xp.asarray(L), B, trans=1 if trans else 0, lower=True)
 
 
 def _whitened_adjoint(xp, L, W, Kuf, V=None):
