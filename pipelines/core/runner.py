@@ -199,6 +199,14 @@ def _where(cfg: dict, plan, given, address: str | None):
     return cluster_mod.open_cluster(cfg["cluster"]), None
 
 
+def _pin_worker_blas(client, threads):
+    """Register the worker plugin that pins the workers' BLAS threads (tasks/threads.py), when configured."""
+    if threads.configured_threads() is not None:
+        from pgmflow.core.worker_plugin import PinBlasThreads
+
+        client.register_plugin(PinBlasThreads(threads.configured_threads()), name=PinBlasThreads.name)
+
+
 def _another_attempts(tr, run_id: str, parent_id: str | None) -> bool:
     """Whether another attempt (docs/reliability.md) has claimed the sweep job's child run or its sweep."""
     from pgmflow.core.tracking import LAUNCH_TAG, attempt_id
@@ -225,10 +233,8 @@ def _execute(cfg: dict, stream, sweep_run: str | None, given, record: RunRecord,
 
     opened, small = _where(cfg, plan, given, os.environ.get(SWEEP_SCHEDULER) if sweep_run else None)
     with opened as ch:
-        if ch.client is not None and threads.configured_threads() is not None:
-            from pgmflow.core.worker_plugin import PinBlasThreads
-
-            ch.client.register_plugin(PinBlasThreads(threads.configured_threads()), name=PinBlasThreads.name)
+        if ch.client is not None:
+            _pin_worker_blas(ch.client, threads)
         tcfg = cfg["tracking"]
         tracker = _tracker(cfg)
         tags = {
@@ -331,13 +337,9 @@ def _run_reconnecting(ctx: RunContext, plan, threads) -> dict:
     try:
         while True:
             try:
-                if reconnects and threads.configured_threads() is not None:  # a scheduler started again has no
-                    # plugins; here, so that a connection lost again while it registers is one more reconnect
-                    from pgmflow.core.worker_plugin import PinBlasThreads
-
-                    ctx.executor.client.register_plugin(
-                        PinBlasThreads(threads.configured_threads()), name=PinBlasThreads.name
-                    )
+                if reconnects:  # a scheduler started again has no plugins; registered here, so that a connection
+                    # lost again while it registers is one more reconnection
+                    _pin_worker_blas(ctx.executor.client, threads)
                 # a client opened after a reconnect is made the current one (Dask's default client, which
                 # the cluster's own `with Client(...)` had set to the lost one)
                 current = made[-1].as_current() if made else contextlib.nullcontext()
