@@ -42,11 +42,51 @@ How the CPU kernel computes it
 Replicas are independent, so the numba kernel sweeps them in blocks (``_sweep_block``, at most
 ``BLOCK_MAX`` replicas, the replicas shared evenly between the threads) with the block's spins transposed
 to ``[n, lanes]``: every step of a node update (the Philox blocks, the local field's neighbour sum, the
-threshold, the update) is a loop over the block's replicas as vector lanes, without a branch that depends on
-data (``_thresholds`` is ``_threshold`` written with selects; numba's ``error_model="numpy"`` drops the
-division's zero check, which would otherwise stop the loop from vectorising). Each lane's arithmetic is the
-spec's, in the spec's order, so a replica's bits do not depend on the block it is swept in. The scalar
-``_threshold`` stays as the spec the lanes are tested against.
+decision, the update) is a loop over the block's replicas as vector lanes, without a branch that depends on
+data. A node's neighbours are added four per loop, in CSR order (``Jn[k] * x`` as the select ``Jn[k]`` or
+``-Jn[k]``, the same value for a spin of +-1; the spins are checked to be +-1); the last one to four, padded
+with zero couplings on a spare row of ``+1``, in the loop that also decides the spins (adding ``+-0`` changes
+no field but the sign of a zero, and no threshold depends on that sign: ``z >= 0``, ``|z|``, ``min(0, .)``).
+Each lane's field and ``z`` are the spec's, in the spec's order, so a replica's bits do not depend on the
+block it is swept in.
+
+The certified fast path
+-----------------------
+The lanes do not compute ``thr``. With ``v = 2**32 - u`` and ``e`` the spec's ``dexp`` value, the sign of
+
+    D = u e - v (heat bath, z >= 0),   u - v e (z < 0),   2**32 e - v (Metropolis, s = +1),   u - 2**32 e (s = -1)
+
+is the decision: ``D = (1 + e) (u - P)`` in the heat bath, ``P = 2**32 p`` the real threshold before
+rounding, and ``D = u - 2**32 acc`` (or ``2**32 acc - v``) in Metropolis. The computed ``thr`` lies within
+``1/2 + 2**-20`` of ``P`` (``rint``; the division and ``1 + e`` are correctly rounded), so ``|D| > 1 + 2**-19``
+puts ``u`` and ``thr`` on the same side of ``P``: then ``u < thr`` iff ``D < 0``.
+
+Each lane computes ``D_fast`` (``_fast_decision``) from ``e_fast = _fexp(arg)``, the same argument as the spec's
+``dexp``: ``2**k`` (exact) times the degree-6 Taylor polynomial of ``2**f = exp(f ln 2)``, ``k`` the nearest
+integer to ``y = arg * log2(e)`` and ``f = y - k`` (exact, ``|f| <= 1/2``), in float64, without ``1 + e``,
+the division or ``rint``. Its error against ``dexp``, with ``E = exp(arg)``:
+
+* truncation: ``|t|**7 / 7! * exp(|t|)`` relative, ``|t| = |f| ln 2 <= 0.3466``: at most 1.686e-7 ``E``;
+* Horner's rounding: ``gamma_13 * sum_k a_k |f|**k / 2**f <= 13 * 2**-53 * 2 = 2.9e-15`` relative (coefficients
+  positive, their sum at ``|f|`` at most ``sqrt 2``, the value at least ``1/sqrt 2``);
+* ``y``'s rounding: ``|y - arg log2 e| <= |arg| log2(e) 2**-52``, so at most ``E |arg| 2**-52 <= 2**-52 / e``
+  absolute (``x exp(-x) <= 1/e``);
+* ``dexp`` itself: within ``1e-14 E`` of ``E`` (Horner's rounding ``27 * 2**-53 * 2 = 6e-15`` relative with
+  ``|r| <= 0.347``, a reduction error below ``4e-17``, truncation below ``1e-17``; the tests measure 4e-16);
+
+so ``|e_fast - e| <= 1.687e-7`` (both are 0 where ``arg < -40`` or NaN: the same clamp and select). ``|u|,
+|v| <= 2**32`` are exact in float64, and the product and difference add at most ``2**-19``, so
+
+    |D_fast - D| <= 2**32 * 1.687e-7 + 2**-19 < 725 = ERR_BOUND.
+
+A lane with ``|D_fast| > MARGIN = 1024`` (``>= ERR_BOUND + 1 + 2**-19``, a factor 1.4 of headroom) therefore
+takes ``+1`` iff ``D_fast < 0``, which is the spec's ``u < thr``. The others (``u`` within ``MARGIN + ERR_BOUND`` of
+``P``: at most a fraction ``2 (MARGIN + ERR_BOUND) / 2**32 = 8e-7`` of the updates) are counted in the loop; a node with
+any redoes all its lanes in a scalar loop by the spec itself (``_exact_fixup``: the field in CSR order and
+``_threshold``), correcting the spin and the change count where they differ. Any margin of at least
+``ERR_BOUND + 1`` gives the same bits (``_sweep_cpu(..., margin)``; ``inf`` is the exact path: every lane by
+``_threshold``). The fast path is the CPU kernel's way to the spec's bits, not a change of the spec: the CUDA
+kernel computes ``thr`` as written.
 
 The NumPy peer :func:`numpy_colour_sweep` (heat bath, the obvious way) is what ``benchmarks/tempering_mrf.py``
 measures the kernel against.
@@ -94,6 +134,21 @@ _C = (
 )
 _C0, _C1, _C2, _C3, _C4, _C5, _C6, _C7, _C8, _C9, _C10, _C11, _C12, _C13 = _C
 
+# The fast path's exp (see "The certified fast path" in the module docstring): 2**f for |f| <= 1/2 by the
+# degree-6 Taylor polynomial of exp(f ln 2), coefficients (ln 2)**k / k! rounded to doubles.
+_A = (
+    1.0,
+    0.6931471805599453,
+    0.24022650695910072,
+    0.05550410866482158,
+    0.009618129107628477,
+    0.0013333558146428443,
+    0.0001540353039338161,
+)
+_A0, _A1, _A2, _A3, _A4, _A5, _A6 = _A
+ERR_BOUND = 725.0  # proven bound on |D_fast - D| (module docstring, "The certified fast path")
+MARGIN = 1024.0  # a lane with |D_fast| > MARGIN (>= ERR_BOUND + 1 + 2**-19) is decided by the fast path
+
 # numba kernels: plain module-level functions; _kernels() compiles them and binds these names
 prange = range
 _philox = philox._philox4x32
@@ -127,6 +182,45 @@ def _dexp(x):
 
 
 @backend.kernel(cache=True, nogil=True, inline="always")
+def _fexp(x):
+    """exp(x) for -40 <= x <= 0 within 1.687e-7 of ``_dexp(x)`` (module docstring), and 0 where ``_dexp`` is 0
+    (below -40, and NaN): 2**k times a degree-6 polynomial in f = x log2(e) - k, k the nearest integer (then f
+    is exact and |f| <= 1/2). Branch-free like ``_dexp``."""
+    xc = x if x >= -40.0 else -40.0
+    y = xc * _LOG2E
+    kf = y + _SHIFT
+    k = kf - _SHIFT
+    f = y - k  # exact: |f| <= 1/2
+    p = _A6
+    p = p * f + _A5
+    p = p * f + _A4
+    p = p * f + _A3
+    p = p * f + _A2
+    p = p * f + _A1
+    p = p * f + _A0
+    e = p * np.int64((np.int64(k) + 1023) << 52).view(np.float64)  # p * 2**k exactly: k in [-58, 0]
+    return e if x >= -40.0 else 0.0
+
+
+@backend.kernel(cache=True, nogil=True, inline="always")
+def _fast_decision(z, s, b, metro, uf):
+    """The certified fast path of one update (module docstring): D, within ERR_BOUND of the exact D, so that
+    the new spin is +1 iff D < 0 whenever |D| > MARGIN. z: the update's z; s: the current spin (float64, +-1);
+    b: the level; metro: Metropolis; uf: the uniform u (a uint32) as a float64, exact. Branch-free (selects),
+    so that lanes vectorise."""
+    mq = metro & (b != 0.0)
+    az = z if z >= 0.0 else -z
+    d = -2.0 * s * z
+    d = d if d < 0.0 else 0.0
+    ea = _fexp(d if mq else -2.0 * az)
+    pos = (s > 0.0) if mq else (z >= 0.0)
+    vf = 4294967296.0 - uf
+    alpha = (4294967296.0 if pos else -4294967296.0) if mq else (uf if pos else -vf)
+    beta = vf if pos else -uf
+    return alpha * ea - beta
+
+
+@backend.kernel(cache=True, nogil=True, inline="always")
 def _threshold(z, s, b, metropolis):
     """The integer threshold of one update (int64 in [0, 2**32]); see the module docstring."""
     if metropolis and b != 0.0:
@@ -140,42 +234,64 @@ def _threshold(z, s, b, metropolis):
     return np.int64(np.rint(p * 4294967296.0))
 
 
-@backend.kernel(cache=True, nogil=True, inline="always", error_model="numpy")
-def _thresholds(z, sp, bb, n_lanes, metro, thr):
-    """thr[l] = _threshold(z[l], sp[l], bb[l], metro) for lanes l < n_lanes, without a data-dependent branch
-    (the selects below compute exactly what ``_threshold`` computes, with one ``_dexp`` per lane and one division
-    whose numerator is selected), so that the lanes vectorise."""
-    for q in range(n_lanes):
-        zq = z[q]
-        s = np.float64(sp[q])
-        mq = metro & (bb[q] != 0.0)
-        az = zq if zq >= 0.0 else -zq
-        d = -2.0 * s * zq
-        d = d if d < 0.0 else 0.0
-        arg = d if mq else -2.0 * az
-        e = _dexp(arg)
-        hb = (1.0 if zq >= 0.0 else e) / (1.0 + e)
-        t = np.int64(np.rint((e if mq else hb) * 4294967296.0))
-        t = (np.int64(4294967296) - t if s > 0.0 else t) if mq else t
-        thr[q] = t
+@backend.kernel(cache=True, nogil=True, inline="always")
+def _exact_fixup(xt, i, q, uq, s, bq, legq, a, h, indptr, nbr, Jn, metro, cnt):
+    """Lane q of node i decided by the spec itself (the lane's local field summed in CSR order, ``_threshold``):
+    the fast path's spin in xt[i, q] replaced if it differs, cnt[q] corrected. s: the spin before the update."""
+    f = h[i]
+    for e in range(indptr[i], indptr[i + 1]):
+        f += Jn[e] * np.float64(xt[nbr[e], q])
+    zq = bq * f + (1.0 - bq) * a[legq, i]
+    ns = np.int8(1) if uq < _threshold(zq, np.float64(s), bq, metro) else np.int8(-1)
+    old = xt[i, q]
+    if ns != old:
+        cnt[q] += np.int64(ns != s) - np.int64(old != s)
+        xt[i, q] = ns
 
 
 @backend.kernel(cache=True, nogil=True, inline="always", error_model="numpy")
 def _sweep_block(
-    x, r0, r1, b, h, a, leg, indptr, nbr, Jn, colptr, sites, key0, key1, rid, chain32, sweep0, n_sweeps, metro, out
+    x,
+    r0,
+    r1,
+    b,
+    h,
+    a,
+    leg,
+    indptr,
+    nbr,
+    Jn,
+    colptr,
+    sites,
+    key0,
+    key1,
+    rid,
+    chain32,
+    sweep0,
+    n_sweeps,
+    metro,
+    margin,
+    out,
+    nfb,
 ):
-    """n_sweeps per-colour sweeps of replicas r0 .. r1 - 1 of x, in place; out[r] += spins changed.
+    """n_sweeps per-colour sweeps of replicas r0 .. r1 - 1 of x, in place; out[r] += spins changed, nfb[r0] +=
+    lane updates that the fast path left to the exact threshold (padding lanes included).
 
-    The block's spins are transposed into xt [n, Rb] (replicas contiguous), so that every per-node step (the
-    local field's sum over neighbours, the thresholds, the Philox blocks and the updates) is a loop over the
+    The block's spins are transposed into xt [n + 1, lanes] (replicas contiguous; row n: +1, the padding
+    neighbour), so that every per-node step (the
+    Philox blocks, the local field's sum over neighbours, the decision and the update) is a loop over the
     block's replicas without branches that depend on data: independent lanes the compiler vectorises and the
-    CPU overlaps. Each replica's arithmetic is the spec's, in the spec's order, so the bits are those of one
-    replica swept alone. a: reference fields [G, n] (G = 1 or 2); leg: each replica's row of a (int64 [R])."""
+    CPU overlaps. A node's neighbours are taken four at a time, each group's four terms added to the lanes'
+    fields in one loop (in CSR order); the last group (1 to 4 neighbours, padded with zero couplings) is
+    added in the loop that also decides the spins by the certified fast path (``_fast_decision``); a lane it
+    cannot certify (|D| <= margin) is decided again, exactly, in a scalar loop that runs only for such nodes.
+    Each replica's arithmetic is the spec's, in the spec's order, so the bits are those of one replica swept
+    alone. a: reference fields [G, n] (G = 1 or 2); leg: each replica's row of a (int64 [R])."""
     n = x.shape[1]
     Rb = r1 - r0
     Rp = (Rb + 7) // 8 * 8  # lanes: the block padded to whole groups of 8 (padding lanes are swept, never read)
     C = colptr.shape[0] - 1
-    xt = np.ones((n, Rp), dtype=np.int8)
+    xt = np.ones((n + 1, Rp), dtype=np.int8)  # row n: the padding neighbour (never written)
     for q in range(Rb):
         for i in range(n):
             xt[i, q] = x[r0 + q, i]
@@ -189,11 +305,10 @@ def _sweep_block(
     G1 = a.shape[0] - 1
     cb = 1.0 - bb
     f = np.empty(Rp)
-    z = np.empty(Rp)
     sp = np.empty(Rp, dtype=np.int8)
-    thr = np.empty(Rp, dtype=np.int64)
-    u = np.empty((4, Rp), dtype=np.int64)
+    u = np.empty((4, Rp))
     cnt = np.zeros(Rp, dtype=np.int64)
+    unc_total = 0
     for t in range(sweep0, sweep0 + n_sweeps):
         for c in range(C):
             ctr1 = np.uint64((t * C + c) & 0xFFFFFFFF)
@@ -202,32 +317,76 @@ def _sweep_block(
             for g in range((hi - lo + 3) // 4):
                 for q in range(Rp):
                     w0, w1, w2, w3 = _philox(np.uint64(g), ctr1, ridb[q], chain32, key0, key1)
-                    u[0, q] = np.int64(w0)
-                    u[1, q] = np.int64(w1)
-                    u[2, q] = np.int64(w2)
-                    u[3, q] = np.int64(w3)
+                    u[0, q] = np.float64(w0)  # exact: < 2**32
+                    u[1, q] = np.float64(w1)
+                    u[2, q] = np.float64(w2)
+                    u[3, q] = np.float64(w3)
                 for w in range(min(4, hi - lo - 4 * g)):
                     i = sites[lo + 4 * g + w]
                     hi_ = h[i]
-                    for q in range(Rp):
-                        f[q] = hi_
-                    for e in range(indptr[i], indptr[i + 1]):  # each lane summed in the spec's (CSR) order
-                        j = nbr[e]
-                        Je = Jn[e]
+                    e0 = indptr[i]
+                    e1 = indptr[i + 1]
+                    full = e0 + (e1 - e0 - 1) // 4 * 4 if e1 > e0 else e0  # groups of 4 before the last one
+                    for e in range(e0, full, 4):  # the fields, four neighbours a loop, in CSR order
+                        j0 = nbr[e]
+                        j1 = nbr[e + 1]
+                        j2 = nbr[e + 2]
+                        j3 = nbr[e + 3]
+                        J0 = Jn[e]
+                        J1 = Jn[e + 1]
+                        J2 = Jn[e + 2]
+                        J3 = Jn[e + 3]
+                        first = e == e0
                         for q in range(Rp):
-                            f[q] += Je * np.float64(xt[j, q])
+                            f0 = hi_ if first else f[q]
+                            f[q] = (
+                                f0
+                                + (J0 if xt[j0, q] > 0 else -J0)
+                                + (J1 if xt[j1, q] > 0 else -J1)
+                                + (J2 if xt[j2, q] > 0 else -J2)
+                                + (J3 if xt[j3, q] > 0 else -J3)
+                            )
+                    # the last 1 to 4 neighbours (none: an isolated node), padded with J = 0 on row n (not row i:
+                    # that would alias the store below and stop the loop from vectorising): adding +-0 changes
+                    # no field but a zero's sign, which no threshold depends on (z >= 0, |z|)
+                    m = e1 - full
+                    j0 = nbr[full] if m > 0 else n
+                    j1 = nbr[full + 1] if m > 1 else n
+                    j2 = nbr[full + 2] if m > 2 else n
+                    j3 = nbr[full + 3] if m > 3 else n
+                    J0 = Jn[full] if m > 0 else 0.0
+                    J1 = Jn[full + 1] if m > 1 else 0.0
+                    J2 = Jn[full + 2] if m > 2 else 0.0
+                    J3 = Jn[full + 3] if m > 3 else 0.0
+                    onlylast = full == e0
                     a0 = a[0, i]
                     a1 = a[G1, i]
+                    unc = 0
                     for q in range(Rp):
+                        f0 = hi_ if onlylast else f[q]
+                        fq = (
+                            f0
+                            + (J0 if xt[j0, q] > 0 else -J0)
+                            + (J1 if xt[j1, q] > 0 else -J1)
+                            + (J2 if xt[j2, q] > 0 else -J2)
+                            + (J3 if xt[j3, q] > 0 else -J3)
+                        )
                         ai = a1 if legb[q] != 0 else a0  # the replica's reference (a select: vectorises)
-                        z[q] = bb[q] * f[q] + cb[q] * ai
-                        sp[q] = xt[i, q]
-                    _thresholds(z, sp, bb, Rp, metro, thr)
-                    for q in range(Rp):
-                        s = sp[q]
-                        ns = np.int8(1) if u[w, q] < thr[q] else np.int8(-1)
+                        zq = bb[q] * fq + cb[q] * ai
+                        s = xt[i, q]
+                        D = _fast_decision(zq, np.float64(s), bb[q], metro, u[w, q])
+                        ns = np.int8(1) if D < 0.0 else np.int8(-1)
+                        unc += np.int64(abs(D) <= margin)
                         cnt[q] += ns != s
+                        sp[q] = s
                         xt[i, q] = ns
+                    if unc > 0:  # rare (at most 8e-7 of the lanes): decide the node's lanes exactly
+                        unc_total += unc
+                        for q in range(Rp):  # every lane: a certified one is left as it is
+                            _exact_fixup(
+                                xt, i, q, np.int64(u[w, q]), sp[q], bb[q], legb[q], a, h, indptr, nbr, Jn, metro, cnt
+                            )
+    nfb[r0] += unc_total
     for q in range(Rb):
         out[r0 + q] += cnt[q]
         for i in range(n):
@@ -236,7 +395,27 @@ def _sweep_block(
 
 @backend.kernel(cache=True, nogil=True, parallel=True, error_model="numpy")
 def _sweeps(
-    x, b, h, a, leg, indptr, nbr, Jn, colptr, sites, key0, key1, rid32, chain32, sweep0, n_sweeps, metro, out, block
+    x,
+    b,
+    h,
+    a,
+    leg,
+    indptr,
+    nbr,
+    Jn,
+    colptr,
+    sites,
+    key0,
+    key1,
+    rid32,
+    chain32,
+    sweep0,
+    n_sweeps,
+    metro,
+    margin,
+    out,
+    nfb,
+    block,
 ):
     """_sweep_block over blocks of ``block`` replicas, threads over blocks; out[r] += spins changed."""
     R = x.shape[0]
@@ -264,13 +443,35 @@ def _sweeps(
             sweep0,
             n_sweeps,
             metro,
+            margin,
             out,
+            nfb,
         )
 
 
 @backend.kernel(cache=True, nogil=True, error_model="numpy")
 def _sweeps_serial(
-    x, b, h, a, leg, indptr, nbr, Jn, colptr, sites, key0, key1, rid32, chain32, sweep0, n_sweeps, metro, out, block
+    x,
+    b,
+    h,
+    a,
+    leg,
+    indptr,
+    nbr,
+    Jn,
+    colptr,
+    sites,
+    key0,
+    key1,
+    rid32,
+    chain32,
+    sweep0,
+    n_sweeps,
+    metro,
+    margin,
+    out,
+    nfb,
+    block,
 ):
     """_sweeps on the calling thread (small problems: no thread wake-ups)."""
     R = x.shape[0]
@@ -295,8 +496,21 @@ def _sweeps_serial(
             sweep0,
             n_sweeps,
             metro,
+            margin,
             out,
+            nfb,
         )
+
+
+@backend.kernel(cache=True, nogil=True)
+def _not_pm1(x):
+    """How many entries of the int8 array x are neither +1 nor -1 (the kernel reads a spin by its sign)."""
+    bad = 0
+    xf = x.ravel()
+    for k in range(xf.shape[0]):
+        v = xf[k]
+        bad += np.int64((v != 1) & (v != -1))
+    return bad
 
 
 @backend.kernel(cache=True, nogil=True)
@@ -389,9 +603,20 @@ def mrf_sweep(
         from pgmflow.tasks.tempering.mrf_cuda import sweep_cupy
 
         return sweep_cupy(x, target, b, key, rid, chain, sweep0, int(n_sweeps), method, a, lg)
+    return _sweep_cpu(x, target, b, key, rid, chain, sweep0, n_sweeps, method, a, lg, MARGIN)[0]
+
+
+def _sweep_cpu(x, target, b, key, rid, chain, sweep0, n_sweeps, method, a, lg, margin):
+    """The numba kernel with the fast path's ``margin`` (MARGIN, or any larger value: the same bits; ``inf``:
+    every lane by the exact threshold). Returns (spins changed per replica, lane updates left to the exact
+    threshold)."""
     if not isinstance(x, np.ndarray) or not x.flags.c_contiguous or not x.flags.writeable:
         raise ValueError("spins must be a writeable C-contiguous numpy (or cupy) array")
+    if _kernels()["_not_pm1"](x):
+        raise ValueError("spins must contain only -1 and +1")
+    R = x.shape[0]
     out = np.zeros(R, dtype=np.int64)
+    nfb = np.zeros(R, dtype=np.int64)
     work = R * int(n_sweeps) * (target.n_sites + target.nbr.shape[0])
     threaded = R > 1 and work > PARALLEL_MIN_WORK
     block = _block_size(R, backend.numba().get_num_threads() if threaded else 1)
@@ -413,10 +638,12 @@ def mrf_sweep(
         np.int64(sweep0),
         np.int64(n_sweeps),
         method == "metropolis",
+        float(margin),
         out,
+        nfb,
         np.int64(block),
     )
-    return out
+    return out, int(nfb.sum())
 
 
 def mrf_statistics(x, target, ref_field=None) -> np.ndarray:

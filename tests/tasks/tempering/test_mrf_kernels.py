@@ -109,24 +109,118 @@ def test_thresholds_are_saturated_beyond_the_cut():
     assert threshold_py(25.0, -1.0, 1.0, True) == 2**32  # a downhill flip is always taken
 
 
-def test_lane_thresholds_equal_the_scalar_spec():
-    """The vectorised, branch-free _thresholds (the CPU kernel's) equals the scalar _threshold (the spec, and
-    its Python transcription) lane by lane: both signs of z and s, levels 0 (exact reference draws) and not,
-    both methods, and arguments of dexp at and beyond the -40 cut."""
-    ks = K._kernels()
-    rng = np.random.default_rng(11)
+def exact_d(z, s, b, metro, u):
+    """D of the module docstring ("The certified fast path") from the spec's own dexp value, in exact rational
+    arithmetic: the new spin is +1 iff D < 0 when |D| > 1 + 2**-19."""
+    from fractions import Fraction
+
+    mq = metro and b != 0.0
+    arg = min(0.0, -2.0 * s * z) if mq else -2.0 * abs(z)
+    e = Fraction(dexp_py(arg))
+    two32, uu = Fraction(2**32), Fraction(int(u))
+    v = two32 - uu
+    pos = s > 0 if mq else z >= 0.0
+    if mq:
+        return two32 * e - v if pos else uu - two32 * e
+    return uu * e - v if pos else uu - v * e
+
+
+def near_boundary_cases(rng, n):
+    """(z, s, b) of every kind (both signs, levels 0, 1 and between, fields up to saturation and beyond the
+    -40 cut) and, per case, uniforms at the exact threshold and within a few thousand of it (where the fast
+    path cannot decide) as well as uniform ones."""
     z = np.concatenate(
-        [rng.normal(0.0, 3.0, 400), [0.0, -0.0, 20.0, -20.0, 20.0001, -20.0001, 35.0, -400.0, 1e-300, -1e-300]]
+        [
+            rng.normal(0.0, 3.0, n),
+            rng.uniform(-21.0, 21.0, n // 4),
+            [0.0, -0.0, 1e-300, -1e-300, 20.0, -20.0, 20.0001, -20.0001, 35.0, -400.0, 8.0, -8.0],
+        ]
     )
-    n = z.size
-    s = np.where(rng.random(n) < 0.5, 1, -1).astype(np.int8)
-    b = np.where(rng.random(n) < 0.2, 0.0, rng.random(n))
+    s = np.where(rng.random(z.size) < 0.5, 1.0, -1.0)
+    b = np.where(rng.random(z.size) < 0.2, 0.0, np.where(rng.random(z.size) < 0.2, 1.0, rng.random(z.size)))
+    offsets = np.array([-3000, -800, -2, -1, 0, 1, 2, 800, 3000])
+    return z, s, b, offsets
+
+
+def test_fast_decision_is_certified_near_the_threshold():
+    """The fast path's D is within ERR_BOUND of the exact D (the proven bound, checked), decides every lane with
+    |D| > MARGIN as the spec's ``u < thr`` does, and leaves every lane whose u is within 2 of thr (where no
+    approximation could decide) to the exact threshold; with no margin it would decide some of them wrongly."""
+    ks = K._kernels()
+    fast, thr_of = ks["_fast_decision"], ks["_threshold"]
+    rng = np.random.default_rng(11)
+    z, s, b, offsets = near_boundary_cases(rng, 400)
+    worst, flagged, wrong_without_margin = 0.0, 0, 0
     for metro in (False, True):
-        thr = np.empty(n, dtype=np.int64)
-        ks["_thresholds"](z, s, b, n, metro, thr)
-        want = [ks["_threshold"](float(z[q]), float(s[q]), float(b[q]), metro) for q in range(n)]
-        assert thr.tolist() == want
-        assert want[:40] == [threshold_py(float(z[q]), float(s[q]), float(b[q]), metro) for q in range(40)]
+        for q in range(z.size):
+            zq, sq, bq = float(z[q]), float(s[q]), float(b[q])
+            thr = thr_of(zq, sq, bq, metro)
+            if q < 40:
+                assert thr == threshold_py(zq, sq, bq, metro)
+            us = np.concatenate([thr + offsets, rng.integers(0, 2**32, 3)])
+            for u in us[(us >= 0) & (us < 2**32)]:
+                d = fast(zq, sq, bq, metro, float(u))
+                worst = max(worst, abs(float(exact_d(zq, sq, bq, metro, u)) - d))
+                if abs(d) > K.MARGIN:
+                    assert (d < 0.0) == (u < thr), (zq, sq, bq, metro, u, thr, d)
+                else:
+                    flagged += 1
+                    assert abs(u - thr) <= K.MARGIN + K.ERR_BOUND + 1
+                if abs(u - thr) <= 2:
+                    assert abs(d) <= K.MARGIN
+                    wrong_without_margin += (d < 0.0) != (u < thr)
+    assert worst <= K.ERR_BOUND and worst > 1.0  # the bound holds, and an approximation is being checked
+    assert K.MARGIN >= K.ERR_BOUND + 1 + 2**-19
+    assert flagged > 0 and wrong_without_margin > 0
+
+
+def test_fast_exp_is_within_its_bound():
+    """_fexp against dexp on [-41, 0]: within 1.687e-7 absolute (the docstring's bound), identical (0) below -40."""
+    fexp, dexp = K._kernels()["_fexp"], K._kernels()["_dexp"]
+    xs = np.concatenate([-np.logspace(-12, np.log10(41.0), 3000), -np.linspace(0.0, 1.0, 2001), [-40.0, -40.5]])
+    err = max(abs(fexp(float(v)) - dexp(float(v))) for v in xs)
+    assert 1e-9 < err <= 1.687e-7
+    assert fexp(-40.0000001) == 0.0 and fexp(float("nan")) == 0.0 and fexp(0.0) == 1.0
+
+
+def strong_model(rng, n, density):
+    """Couplings and fields strong enough that most lanes sit at p near 0 or 1, some saturated (|z| > 20)."""
+    J = np.triu(rng.normal(0.0, 4.0, (n, n)) * (rng.random((n, n)) < density), 1)
+    return M.from_dense(J + J.T, rng.normal(0.0, 6.0, n))
+
+
+@pytest.mark.parametrize("method", K.METHODS)
+def test_fast_path_bits_equal_the_exact_path(method):
+    """Many sweeps of the kernel as shipped (margin MARGIN) against the exact path (margin inf: every lane by the
+    spec's ``_threshold``) and a wide margin (many lanes by the fallback, counted): spins and change counts
+    identical, on weak and strong models (lanes near 0 and 1, saturated ones), levels 0 to 1, two references,
+    nodes of degree 0 to 40 (the neighbour loops' padding)."""
+    rng = np.random.default_rng(7 if method == "heatbath" else 8)
+    cases = [
+        (T.make_mrf_target(random_model(rng, 300, 0.02, 0.8)), 40),
+        (T.make_mrf_target(strong_model(rng, 200, 0.03)), 40),
+        (T.make_mrf_target(strong_model(rng, 60, 0.6)), 30),
+        (T.make_mrf_target(random_model(rng, 40, 0.05, 0.5)), 40),  # isolated nodes
+    ]
+    assert np.diff(cases[3][0].indptr).min() == 0 and np.diff(cases[2][0].indptr).max() > 30
+    assert all(np.abs(t.h).max() > 10.0 for t, _ in cases[1:3])  # saturated lanes (|z| > 10) in the strong ones
+    for t, sweeps in cases:
+        n = t.n_sites
+        R = 37
+        x0 = np.where(rng.random((R, n)) < 0.5, 1, -1).astype(np.int8)
+        b = np.concatenate([[0.0, 1.0, 1.0], rng.random(R - 3)])
+        rid = np.arange(R, dtype=np.uint64) * 5 + 3
+        rows, leg = np.stack([np.zeros(n), rng.normal(0.0, 2.0, n)]), np.arange(R) % 2
+        got = []
+        for margin in (K.MARGIN, math.inf, 2.0**22):
+            x = x0.copy()
+            c, nfb = K._sweep_cpu(x, t, b, KEY, rid, 9, 2**32 - 3, sweeps, method, rows, leg, margin)
+            got.append((x, c, nfb))
+        for x, c, _ in got[1:]:
+            np.testing.assert_array_equal(x, got[0][0])
+            np.testing.assert_array_equal(c, got[0][1])
+        assert got[1][2] >= R * n * sweeps  # the exact path: every lane by the fallback
+        assert got[2][2] > 0  # the wide margin: the fallback ran
 
 
 @pytest.mark.parametrize("method", K.METHODS)
@@ -183,6 +277,11 @@ def test_sweep_rejects_bad_input():
         K.mrf_sweep(x, t, np.array([0.0, 1.5]), KEY, np.arange(2), 0, 0, 1, "heatbath")
     with pytest.raises(ValueError, match="replica_ids"):
         K.mrf_sweep(x, t, np.zeros(2), KEY, np.arange(3), 0, 0, 1, "heatbath")
+    zero = x.copy()
+    zero[1, 2] = 0
+    with pytest.raises(ValueError, match=r"only -1 and \+1"):
+        K.mrf_sweep(zero, t, np.zeros(2), KEY, np.arange(2), 0, 0, 1, "heatbath")
+    np.testing.assert_array_equal(zero[0], 1)  # rejected before any sweep
 
 
 @pytest.mark.parametrize("method", K.METHODS)
