@@ -166,6 +166,23 @@ NUMERICS_PER_CHUNK = (_STATS, "gradient: whole task given Kuf", _KEY, _KEY)
 NUMERICS_DRIVER = ("objective task: bounds.objective (m x m algebra, on a worker)", "driver: bounds.finish_grad")
 
 
+_WHITE_STATS = "statistics, whitened form (badly conditioned Kuu): whole task keeping A = L^-1 Kuf"
+_WHITE_GRAD = "gradient, whitened form: whole task given Kuf and the kept A"
+
+
+def _whitened_form(f):
+    """``f()`` with the chunk passes forced into their whitened form (``fused.plain_inverse`` returning None), as
+    they run where ``Kuu`` is badly conditioned (a fit's later iterations: long lengthscales)."""
+    from pgmflow.tasks.gp import fused
+
+    cap = fused.PLAIN_MAX_COND
+    fused.PLAIN_MAX_COND = 0.0
+    try:
+        return f()
+    finally:
+        fused.PLAIN_MAX_COND = cap
+
+
 def profile_chunk(Xs, ys, Z0, params, chunk):
     """Where one chunk's time goes: CPU milliseconds (best of 3, one BLAS thread, in this process)
     of each step of the statistics task, the gradient task and the driver's algebra."""
@@ -181,6 +198,10 @@ def profile_chunk(Xs, ys, Z0, params, chunk):
     W, L = adj.dAAT, adj.L
     g = gstats.chunk_grad("sgpr", "rbf", params, Z0, X, y, adj, Kuf=K)
     buf = np.empty(K.shape, order="F")  # as the Kuf store hands a recycled buffer to the statistics task
+    abuf = np.empty(K.shape, order="F")
+    A_kept = _whitened_form(lambda: gstats.chunk_stats_kuf_and_a("sgpr", "rbf", params, Z0, X, y, Kuf=K, keep_a=True))[
+        2
+    ]
     steps = {
         "statistics: Kuf alone (GEMM [m, d+2] x [d+2, n_c], min and exp)": lambda: gstats.cross_covariance(
             "rbf", params, Z0, X
@@ -191,6 +212,15 @@ def profile_chunk(Xs, ys, Z0, params, chunk):
         _STATS: lambda: gstats.chunk_stats_and_kuf("sgpr", "rbf", params, Z0, X, y, out=buf),
         "gradient: L^-T W L^-1 Kuf (two whole-chunk TRSMs and a GEMM)": lambda: gstats._whitened_adjoint(np, L, W, K),
         "gradient: whole task given Kuf": lambda: gstats.chunk_grad("sgpr", "rbf", params, Z0, X, y, adj, Kuf=K),
+        _WHITE_STATS: lambda: _whitened_form(
+            lambda: gstats.chunk_stats_kuf_and_a("sgpr", "rbf", params, Z0, X, y, out=buf, a_out=abuf)
+        ),
+        _WHITE_GRAD: lambda: _whitened_form(
+            lambda: gstats.chunk_grad("sgpr", "rbf", params, Z0, X, y, adj, Kuf=K, A=A_kept)
+        ),
+        "gradient, whitened form, no kept A (a TRSM per block)": lambda: _whitened_form(
+            lambda: gstats.chunk_grad("sgpr", "rbf", params, Z0, X, y, adj, Kuf=K)
+        ),
         _KEY: lambda: kuf_cache.key("rbf", params, Z0, X),
         "objective task: bounds.objective (m x m algebra, on a worker)": lambda: gbounds.objective(
             "sgpr", "rbf", params, Z0, st
@@ -458,6 +488,14 @@ def compare(a):
     print(
         f"numerics alone (the profile: {n_chunks} chunks and the driver's algebra, no Dask): {numerics_s:.3f} CPU s "
         f"per evaluation, {100 * bound_cpu / numerics_s:.0f}% of dgemm speed",
+        flush=True,
+    )
+    white_s = 1e-3 * (
+        n_chunks * (prof[_WHITE_STATS] + prof[_WHITE_GRAD] + 2 * prof[_KEY]) + sum(prof[k] for k in NUMERICS_DRIVER)
+    )
+    print(
+        f"numerics alone in the whitened form (a badly conditioned Kuu, e.g. a fit's long lengthscales): "
+        f"{white_s:.3f} CPU s per evaluation, {100 * bound_cpu / white_s:.0f}% of dgemm speed",
         flush=True,
     )
     if a.no_peer:

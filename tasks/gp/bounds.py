@@ -21,10 +21,11 @@ so nothing larger than m x m is factored, and ``B >= I`` is well conditioned wha
 
 Adjoints. In the whitened space, with ``v = B^-1 b``, ``W = dF/dPhi = -(B^-1 + v v') / 2`` (SGPR ``+ I / 2``)
 and ``dF/db = v``, all from ``LB``. A chunk's gradient pass (given ``L``) forms
-``dF/dKuf = L^-T (2 W A + v y') / sigma^2`` with ``A = L^-1 Kuf``: two triangular solves and a GEMM. (The
-same matrix as ``2 (L^-T W L^-1) Kuf + ...``, but formed that way, with ``L^-T W L^-1`` explicit, its rounding
-error grows with ``Kuu``'s condition number squared: on the CO2 record with Z = X the gradient was off by
-hundreds where it is a fraction.) The path through ``L``
+``dF/dKuf = L^-T (2 W A + v y') / sigma^2`` with ``A = L^-1 Kuf``: triangular solves (or ``L^-T W`` formed once
+and the statistics pass's ``A`` kept) and a GEMM. (The same matrix as ``2 (L^-T W L^-1) Kuf + ...``, but
+formed that way, with ``L^-T W L^-1`` explicit, its rounding error grows with ``Kuu``'s condition number
+squared: on the CO2 record with Z = X the gradient was off by hundreds where it is a fraction; the chunks use
+that form only where ``L`` is well conditioned, ``pgmflow.tasks.gp.fused.plain_inverse``.) The path through ``L``
 (``A = L^-1 Kuf`` moves with ``Kuu``) depends on the summed statistics only; through the Cholesky adjoint
 (Murray 2016) it is the symmetric ``dF/dKuu = L^-T (W' + I / 2 [- Phi / 2 for SGPR]) L^-1`` with
 ``W' = -(B^-1 + v v') / 2``, computed on the driver. :func:`objective` returns an :class:`Adjoints` holding

@@ -108,10 +108,17 @@ def chunk_stats_task(method, kernel, params, Z, ref, L, backend):
     k = _kuf_key(kernel, params, Z, c, backend)
     if k is None:
         return gstats.chunk_stats(method, kernel, params, Z, X, y, L=L)
-    st, Kuf = gstats.chunk_stats_and_kuf(
-        method, kernel, params, Z, X, y, out=kuf_cache.buffer((Z.shape[0], X.shape[0])), L=L
+    shape = (Z.shape[0], X.shape[0])
+    ka = kuf_cache.key_a(k, L) if L is not None else None  # (no L shipped: the gradient pass cannot match it)
+    a_buf = kuf_cache.buffer(shape) if ka is not None else None
+    st, Kuf, A = gstats.chunk_stats_kuf_and_a(
+        method, kernel, params, Z, X, y, out=kuf_cache.buffer(shape), L=L, keep_a=ka is not None, a_out=a_buf
     )
+    if A is None and a_buf is not None:
+        kuf_cache.recycle(a_buf)  # the plain form keeps no A: the buffer goes back unused
     kuf_cache.put(k, Kuf)
+    if A is not None:
+        kuf_cache.put(ka, A)
     return st
 
 
@@ -125,9 +132,13 @@ def chunk_grad_task(method, kernel, params, Z, ref, adjoints, backend):
     X, y = _device(backend, c.X, c.y)
     k = _kuf_key(kernel, params, Z, c, backend)
     Kuf = kuf_cache.take(k) if k is not None else None
-    g = gstats.chunk_grad(method, kernel, params, Z, X, y, adjoints, Kuf=Kuf)
-    if Kuf is not None:
-        kuf_cache.recycle(Kuf)  # the next statistics pass writes its Kuf there
+    A = None
+    if k is not None and adjoints.L is not None:
+        A = kuf_cache.take(kuf_cache.key_a(k, adjoints.L), count=False)
+    g = gstats.chunk_grad(method, kernel, params, Z, X, y, adjoints, Kuf=Kuf, A=A)
+    for buf in (Kuf, A):
+        if buf is not None:
+            kuf_cache.recycle(buf)  # the next statistics pass writes its Kuf (and A) there
     return g
 
 

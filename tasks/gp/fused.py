@@ -2,19 +2,26 @@
 block of columns at a time, so that its exponentials and the products that follow them run on data
 in the core's caches, not in main memory.
 
-Both passes of an evaluation are dominated by BLAS-3 products of ``Kuf`` [m, n_c]: the TRSM ``A = L^-1 Kuf``
-and the SYRK ``A A'`` (``m^2 n_c`` flops each) of the statistics, and the TRSM ``L^-1 Kuf``, the GEMM ``W A``
-(``2 m^2 n_c``) and the TRSM ``L^-T (W A)`` of the gradient. What surrounds them is elementwise (``m n_c``
-exponentials, the adjoint ``G = -(L^-T W A + a y' / 2) * Kuf``) and costs a pass over ``Kuf`` each time it
-runs over a whole chunk: 20 MB at m = 256, n_c = 10,000, several times the cache. Here every chunk is cut into
-blocks of :data:`BLOCK` columns (256 x 1,024 doubles = 2 MiB):
+Both passes of an evaluation are dominated by BLAS-3 products of ``Kuf`` [m, n_c]. They come in two forms,
+chosen per evaluation from the Cholesky factor ``L`` of ``Kuu`` alone (:func:`plain_inverse`):
+
+* plain (``Kuu`` well conditioned): the SYRK ``Kuf Kfu`` (``m^2 n_c`` flops) and ``Kuf y``, whitened once per
+  chunk with an explicit ``L^-1``; the gradient's ``P Kuf`` with ``P = L^-T W L^-1`` formed once (a GEMM,
+  ``2 m^2 n_c``);
+* whitened: the TRSM ``A = L^-1 Kuf`` and the SYRK ``A A'`` of the statistics, ``A`` kept for the gradient
+  pass, whose ``M A`` with ``M = L^-T W`` formed once is again one GEMM (without a kept ``A``, a TRSM more).
+
+What surrounds them is elementwise (``m n_c`` exponentials, the adjoint ``G = -(R + a y' / 2) * Kuf``) and
+costs a pass over ``Kuf`` each time it runs over a whole chunk: 20 MB at m = 256, n_c = 10,000, several times
+the cache. Here every chunk is cut into blocks of :data:`BLOCK` columns (256 x 1,024 doubles = 2 MiB):
 
 * statistics: per block, ``E' = A2_b A1'`` (the augmented GEMM of
   :func:`pgmflow.tasks.gp.kernels._rbf_log_kernel`, transposed), ``K_b = exp(min(E, log s))`` in place
-  (:func:`pgmflow.tasks.fastexp.capped_exp`), then, while ``K_b`` is in cache, ``A_b = L^-1 K_b`` (TRSM into
-  a scratch block), ``AAT += A_b A_b'`` (SYRK, accumulated in place) and ``Ay += A_b y_b``;
-* gradient: per block, ``R = L^-T W L^-1 K_b`` (two TRSMs and a GEMM into scratch blocks), the elementwise
-  adjoint in place in ``R'`` (one numba loop), then ``T' += [x~_b, 1]' R'`` (the GEMM of
+  (:func:`pgmflow.tasks.fastexp.capped_exp`), then, while ``K_b`` is in cache, the SYRK of ``K_b`` (plain) or
+  ``A_b = L^-1 K_b`` (TRSM into a scratch block or the kept ``A``) and its SYRK (whitened), accumulated in place,
+  and the product with ``y_b``;
+* gradient: per block, ``R = P K_b`` or ``M A_b`` (one GEMM into a scratch block), the elementwise adjoint in
+  place in ``R'`` (one numba loop), then ``T' += [x~_b, 1]' R'`` (the GEMM of
   :func:`pgmflow.tasks.gp.kernels._vjp_core`, transposed, without its ``x~^2`` columns) and the column
   sums ``R' 1`` that the lengthscale gradient takes in their place.
 
@@ -26,13 +33,12 @@ where or how often a chunk is computed; they differ from a whole-chunk SYRK in t
 ``A A'``'s sums are added (rounding only). A C-ordered ``Kuf`` (``stats.cross_covariance``) is
 accepted too (copied to Fortran order first) and gives the same bits.
 
-Cost per chunk on the 2-core AMD EPYC (Zen 4) of the benchmarks, m = 256, n_c = 10,000, one BLAS thread,
-measured before issue 37 added the triangular solves (one TRSM to the statistics, two to the gradient, each
-about ``m^2 n_c`` flops): statistics 19.4 ms (its SYRK 14.4 ms: OpenBLAS's dsyrk at ~87 % of its dgemm rate on
-a block its exponentials just wrote; the augmented GEMM 1.8 ms, the exponentials 1.9 ms with fused
-multiply-adds), gradient 31 ms (its GEMM 27.3 ms, at 92 % of the dgemm rate; the product with ``[x~, 1]``, the adjoint
-and the column sums 3.1 ms), against 27 and 32 ms for the whole-chunk passes they replace
-(``benchmarks/sparse_gp.py`` prints the current profile).
+Cost per chunk on the 2-core AMD EPYC (Zen 4) of the benchmarks, m = 256, n_c = 10,000, one BLAS thread
+(``benchmarks/sparse_gp.py`` prints the current profile;
+``benchmarks/results/issue37-sgpr-two-forms-cpu-2core-epyc.md``):
+plain form, statistics 23 ms (the SYRK ~14 ms at ~87 % of the dgemm rate; the augmented GEMM ~2 ms, the
+exponentials ~2 ms with fused multiply-adds) and gradient 34 ms (its GEMM ~27 ms); whitened form, statistics 62
+ms (the TRSM runs at about half the dgemm rate) and gradient 33 ms with the kept ``A`` (67 ms without).
 """
 
 from __future__ import annotations
@@ -42,14 +48,52 @@ import math
 import sys
 
 import numpy as np
-from scipy.linalg.blas import dsyrk, dtrsm
+from scipy.linalg.blas import dsyrk, dtrmm, dtrsm
+from scipy.linalg.lapack import dtrcon, dtrtri
 
 from pgmflow.tasks import backend, fastexp
 from pgmflow.tasks.gp import kernels as kern
 
-__all__ = ["BLOCK", "block_bounds", "rbf_grad", "rbf_kuf", "rbf_stats"]
+__all__ = ["BLOCK", "PLAIN_MAX_COND", "block_bounds", "plain_inverse", "rbf_grad", "rbf_kuf", "rbf_stats", "sandwich"]
 
 BLOCK = 1024  # columns of Kuf per block (2 MiB at m = 256); 256 and 512 measured 2-5 % slower on Zen 4
+
+PLAIN_MAX_COND = 1000.0  # the largest 1-norm condition number of L (estimated) for which the plain form is used
+
+
+def plain_inverse(L) -> np.ndarray | None:
+    """``L^-1`` [m, m] (lower, Fortran order) when the lower Cholesky factor ``L`` of ``Kuu`` is well enough
+    conditioned for the *plain* form of the chunk passes, None when the whitened form is needed.
+
+    The two forms compute the same statistics and gradient: whitened, ``A_b = L^-1 K_b`` by a triangular solve per
+    block of ``Kuf`` (and two in the gradient pass); plain, ``Kuf Kfu`` and ``Kuf y`` summed over the chunk's blocks
+    and turned into ``A A' = L^-1 (Kuf Kfu) L^-T`` and ``A y`` once per chunk with this ``L^-1`` (``m^3`` flops,
+    against ``m^2 n_c`` for each solve they save), and the gradient's ``L^-T W L^-1 Kuf`` as one GEMM with the
+    explicit ``P = L^-T W L^-1``. The plain form's rounding grows with ``cond(L)^2 = cond(Kuu)``, the whitened
+    form's with ``cond(L)``; with ``cond_1(L) <= PLAIN_MAX_COND`` (LAPACK's trcon estimate, ``m^2`` flops) the
+    plain form is at most about that factor less accurate, which on the benchmarks' problems is a relative
+    difference below 1e-11 in the bound and 1e-8 in the gradient (``tests/tasks/gp/test_plain_form.py``), and it
+    saves the three triangular solves per block (2.6x the time of an SGPR evaluation on the CPU, issue 37).
+    Badly conditioned ``Kuu`` (dense inducing inputs, the CO2 record with ``Z = X``) keeps the whitened form.
+
+    The choice is a function of ``L``'s bits alone, which the driver ships to every chunk, so the same chunks give
+    the same bits on any worker count."""
+    Lf = np.asfortranarray(L, dtype=np.float64)
+    rcond, info = dtrcon(Lf, norm="1", uplo="L", diag="N")
+    if info != 0 or not rcond * PLAIN_MAX_COND >= 1.0:
+        return None
+    Linv, info = dtrtri(Lf, lower=1)
+    if info != 0:  # pragma: no cover - a singular factor has rcond 0
+        return None
+    return np.asfortranarray(np.tril(Linv))
+
+
+def sandwich(Linv, S, outer: bool = False) -> np.ndarray:
+    """``Linv' S Linv`` (``outer``: ``Linv S Linv'``) [m, m] for lower-triangular ``Linv`` and symmetric ``S``,
+    exactly symmetric, in C order: two BLAS trmm."""
+    X = dtrmm(1.0, Linv, np.asfortranarray(S), side=0, lower=1, trans_a=0 if outer else 1)
+    X = dtrmm(1.0, Linv, X, side=1, lower=1, trans_a=1 if outer else 0, overwrite_b=1)
+    return np.ascontiguousarray(0.5 * (X + X.T))
 
 
 def block_bounds(n: int, block: int = BLOCK) -> list[tuple[int, int]]:
@@ -103,11 +147,15 @@ def rbf_kuf(Zs, Xs, log_s: float, out: np.ndarray | None = None, order: str = "F
     return K
 
 
-def rbf_stats(Zs, Xs, y, log_s: float, L, Kuf=None, out: np.ndarray | None = None):
-    """``(Ay [m], AAT [m, m], Kuf)``: ``A y`` and ``A A'`` (exactly symmetric) with ``A = L^-1 Kuf`` for the
+def rbf_stats(Zs, Xs, y, log_s: float, L, Kuf=None, out: np.ndarray | None = None, a_out=None, keep_a=False):
+    """``(Ay [m], AAT [m, m], Kuf, A)``: ``A y`` and ``A A'`` (exactly symmetric) with ``A = L^-1 Kuf`` for the
     lower Cholesky factor ``L`` [m, m] of ``Kuu``, computing ``Kuf`` (Fortran order, into ``out`` when given)
-    block by block as they go, or reading a given ``Kuf``. ``Kuf`` itself is kept (the gradient pass uses it);
-    each block's ``A_b = L^-1 K_b`` is solved in one scratch block while ``K_b`` is in cache."""
+    block by block as they go, or reading a given ``Kuf``. ``Kuf`` itself is kept (the gradient pass uses it).
+
+    Whitened form (:func:`plain_inverse` is None): each block's ``A_b = L^-1 K_b`` is solved while ``K_b`` is
+    in cache, in one scratch block, or, with ``keep_a`` (or ``a_out``, a Fortran-ordered float64 [m, n] array to
+    write into), into a whole ``A`` [m, n] that is returned for the gradient pass to take back (it then needs no
+    triangular solve). Plain form: ``Kuf Kfu`` and ``Kuf y`` whitened once; ``A`` is None."""
     m = Zs.shape[0]
     if Kuf is not None:
         K = as_fortran(Kuf)
@@ -115,18 +163,27 @@ def rbf_stats(Zs, Xs, y, log_s: float, L, Kuf=None, out: np.ndarray | None = Non
     else:
         K = _check_out(out, m, Xs.shape[0])
         blocks = _made(Zs, Xs, log_s, K)
-    Lf = np.asfortranarray(L, dtype=np.float64)
-    scratch = np.empty((m, min(BLOCK, K.shape[1])), order="F")
-    C = np.zeros((m, m), order="F")  # upper triangle of sum_b A_b A_b'
+    Linv = plain_inverse(L)
+    C = np.zeros((m, m), order="F")  # upper triangle of sum_b A_b A_b' (plain: of sum_b K_b K_b')
     Ay = np.zeros(m)
+    if Linv is not None:  # plain form: psi2 = sum_b K_b K_b' and psi1y, whitened once at the end
+        for j0, j1 in blocks:
+            Kb = K[:, j0:j1]  # [m, b], Fortran-contiguous
+            dsyrk(1.0, Kb, beta=1.0, c=C, trans=0, overwrite_c=1)
+            Ay += Kb @ y[j0:j1]
+        AAT = sandwich(Linv, kern.symmetric_from_triangle(C), outer=True)  # L^-1 psi2 L^-T
+        return Linv @ Ay, AAT, (Kuf if Kuf is not None else K), None
+    Lf = np.asfortranarray(L, dtype=np.float64)
+    A = _check_out(a_out, m, K.shape[1]) if (keep_a or a_out is not None) else None
+    scratch = np.empty((m, min(BLOCK, K.shape[1])), order="F") if A is None else None
     for j0, j1 in blocks:
-        Ab = scratch[:, : j1 - j0]  # [m, b], Fortran-contiguous
+        Ab = scratch[:, : j1 - j0] if A is None else A[:, j0:j1]  # [m, b], Fortran-contiguous
         Ab[...] = K[:, j0:j1]
         dtrsm(1.0, Lf, Ab, lower=1, overwrite_b=1)  # A_b = L^-1 K_b in place
         dsyrk(1.0, Ab, beta=1.0, c=C, trans=0, overwrite_c=1)
         Ay += Ab @ y[j0:j1]
     AAT = kern.symmetric_from_triangle(C)  # C is zero below its diagonal
-    return Ay, np.ascontiguousarray(AAT), (Kuf if Kuf is not None else K)
+    return Ay, np.ascontiguousarray(AAT), (Kuf if Kuf is not None else K), A
 
 
 @backend.kernel(cache=True, nogil=True)
@@ -144,26 +201,33 @@ def _kernels():
     return backend.compile_kernels(sys.modules[__name__])
 
 
-def rbf_grad(W, a, Kuf, Xs, y, L):
+def rbf_grad(W, a, Kuf, Xs, y, L, A=None):
     """``(GX [m, d], g1 [m], sq [d], sum G)`` for ``G = dF/dKuf * dK/du = -(R + a y' / 2) * Kuf`` [m, n] with
     ``R = L^-T W L^-1 Kuf``: ``GX = G x~``, ``g1 = G 1`` and ``sq = 1' G x~^2`` (what ``kernels._vjp_sums`` turns
     into the lengthscale and ``Z`` gradients). ``W`` [m, m] symmetric (``dF/dAAT`` of the whitened statistics),
     ``a`` [m]; ``Kuf`` [m, n] (Fortran order, else copied to it); ``Xs`` [n, d], ``y`` [n]; ``L`` [m, m] the
-    lower Cholesky factor of ``Kuu`` the statistics were made with. Per block, ``R_b = L^-T (W (L^-1 K_b))`` by
-    two triangular solves and a GEMM: forming ``L^-T W L^-1`` once instead loses the gradient to rounding
-    when ``Kuu`` is badly conditioned (issue 37: hundreds of nats per unit on the CO2 record with Z = X).
+    lower Cholesky factor of ``Kuu`` the statistics were made with; ``A``: None, or the ``L^-1 Kuf`` [m, n] that
+    :func:`rbf_stats` kept (the whitened form only).
+
+    Whitened form: ``R_b = M A_b`` with ``M = L^-T W`` formed once (one m x m triangular solve) and
+    ``A_b = L^-1 K_b`` (a triangular solve per block, or the block of the given ``A``). Its rounding grows with
+    ``cond(L)`` like that of two solves per block: on a record with Z = X and ``cond_1(L)`` up to 5e7, the
+    gradient's contractions ``sum R * Kuf`` lie within 1e-9 relative of an extended-precision reference, where
+    ``L^-T W L^-1`` formed explicitly is off by 10 % (the CO2 record's hundreds of nats, issue 37;
+    ``tests/tasks/gp/test_plain_form.py``). Plain form (:func:`plain_inverse`): ``P = L^-T W L^-1`` formed once
+    and ``R_b = P K_b``, one GEMM per block with nothing else.
 
     The squares enter only through ``sq``, a sum over the inducing inputs too, so each block's product is
     ``[x~_b, 1]' R'`` (``d + 1`` rows) and ``sq`` takes the column sums ``R' 1`` (a GEMV) of each block
     times ``x~_b^2``: 11 rows of GEMM and a GEMV instead of 21 rows at d = 10 (2.0 against 2.9 ms a
     chunk at m = 256, n_c = 10,000 on the benchmarks' Zen 4)."""
     adjoint = _kernels()["_adjoint_block"]
+    Linv = plain_inverse(L)
     K = as_fortran(Kuf)
     KT = K.T  # [n, m] C order
     n, m = KT.shape
     d = Xs.shape[1]
     W = np.ascontiguousarray(W, dtype=np.float64)
-    Lf = np.asfortranarray(L, dtype=np.float64)
     ha = 0.5 * np.asarray(a, dtype=np.float64)
     y = np.ascontiguousarray(y, dtype=np.float64)
     AugT = np.empty((d + 1, n))  # [x~, 1]'
@@ -173,17 +237,31 @@ def rbf_grad(W, a, Kuf, Xs, y, L):
     col = np.empty(n)  # column sums of G
     Tt = np.zeros((d + 1, m))  # [G x~, G 1]'
     scratch = np.empty(min(BLOCK, n) * m)
-    whitened = np.empty((m, min(BLOCK, n)), order="F")
     Ttb = np.empty_like(Tt)
+    if Linv is not None:
+        Mt = sandwich(Linv, W)  # plain form: P = L^-T W L^-1 [m, m], symmetric
+        A = None
+    else:
+        Lf = np.asfortranarray(L, dtype=np.float64)
+        Mt = np.ascontiguousarray(dtrsm(1.0, Lf, np.asfortranarray(W), lower=1, trans_a=1).T)  # M' = (L^-T W)'
+        if A is not None:
+            A = as_fortran(A)
+            if A.shape != K.shape:
+                raise ValueError(f"A must have Kuf's shape {K.shape}; got {A.shape}")
+        else:
+            whitened = np.empty((m, min(BLOCK, n)), order="F")
     for j0, j1 in block_bounds(n):
-        Ab = whitened[:, : j1 - j0]  # [m, b] Fortran
-        Ab[...] = K[:, j0:j1]
-        dtrsm(1.0, Lf, Ab, lower=1, overwrite_b=1)  # L^-1 K_b
         RT = scratch[: (j1 - j0) * m].reshape(j1 - j0, m)
-        np.matmul(Ab.T, W, out=RT)  # [b, m]  (W A_b)' as W = W'
-        R = dtrsm(1.0, Lf, RT.T, lower=1, trans_a=1, overwrite_b=1)  # L^-T W A_b, in place ([m, b] Fortran)
-        if not np.shares_memory(R, RT):  # pragma: no cover - BLAS worked on a copy
-            RT[...] = R.T
+        if Linv is not None:
+            np.matmul(KT[j0:j1], Mt, out=RT)  # [b, m]  (P K_b)' as P = P'
+        else:
+            if A is not None:
+                Ab = A[:, j0:j1]  # [m, b] Fortran
+            else:
+                Ab = whitened[:, : j1 - j0]
+                Ab[...] = K[:, j0:j1]
+                dtrsm(1.0, Lf, Ab, lower=1, overwrite_b=1)  # L^-1 K_b
+            np.matmul(Ab.T, Mt, out=RT)  # [b, m]  (M A_b)' = A_b' M'
         adjoint(RT, KT[j0:j1], ha, y[j0:j1])
         np.matmul(AugT[:, j0:j1], RT, out=Ttb)  # [d + 1, m]
         Tt += Ttb

@@ -12,6 +12,10 @@ kernel, the lengthscales and scale, ``Z`` and the chunk's rows, their bytes), is
 exactly the array :func:`pgmflow.tasks.gp.stats.cross_covariance` returns for them; a miss (another
 worker, a retried task, a full store, a new process) computes the same bits again.
 
+The SGPR statistics pass in its whitened form (``pgmflow.tasks.gp.fused.plain_inverse``: a badly conditioned
+``Kuu``) also leaves the chunk's ``A = L^-1 Kuf`` here (:func:`key_a`: keyed by ``Kuf``'s key and ``L``), so
+that the gradient pass needs no triangular solve; it goes and comes back like ``Kuf``.
+
 Memory: at most ``PGMFLOW_GP_KUF_CACHE_MB`` MiB per process (default 512; 0 turns the store off).
 An entry is taken out by the gradient task that uses it; when a new entry would not fit, the
 oldest ones go first (the statistics pass visits the chunks in the order the gradient pass will,
@@ -42,6 +46,7 @@ __all__ = [
     "counts",
     "free_bytes",
     "key",
+    "key_a",
     "nbytes",
     "put",
     "recycle",
@@ -166,12 +171,23 @@ def recycle(Kuf: np.ndarray) -> None:
         _free.append(Kuf)
 
 
-def take(k: bytes) -> np.ndarray | None:
-    """The ``Kuf`` kept under ``k``, removed from the store; None when there is none."""
+def take(k: bytes, count: bool = True) -> np.ndarray | None:
+    """The ``Kuf`` (or ``A``) kept under ``k``, removed from the store; None when there is none. ``count``:
+    whether the hit or miss goes into :func:`counts` (which counts ``Kuf`` alone)."""
     with _lock:
         Kuf = _store.pop(k, None)
-        _counts["misses" if Kuf is None else "hits"] += 1
+        if count:
+            _counts["misses" if Kuf is None else "hits"] += 1
         return Kuf
+
+
+def key_a(k: bytes, L) -> bytes:
+    """The key of a chunk's whitened ``A = L^-1 Kuf`` (SGPR's statistics pass keeps it for the gradient
+    pass, ``pgmflow.tasks.gp.fused.rbf_stats``): its ``Kuf``'s key ``k`` and the bytes of the Cholesky
+    factor ``L`` [m, m] it was solved with."""
+    h = hashlib.sha256(b"A:" + k)
+    h.update(_digest(L))
+    return h.digest()
 
 
 def nbytes() -> int:

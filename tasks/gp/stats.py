@@ -29,17 +29,20 @@ Why ``A A'`` and not ``psi2 = Kuf Kfu`` (as before issue 37): the driver's bound
 condition number and is indefinite in rounding when the inducing inputs are dense (the CO2 record with
 ``Z = X`` below a relative jitter of 1e-4, ``benchmarks/gp_sgpr_conditioning.py``), while ``I + A A' / sigma^2``
 built from ``A`` (one triangular solve per chunk) is ``>= I`` in any rounding. The statistics therefore
-depend on ``L``, i.e. on the jitter the driver's factorisation used.
+depend on ``L``, i.e. on the jitter the driver's factorisation used. Where ``L`` is well conditioned
+(:func:`pgmflow.tasks.gp.fused.plain_inverse`, decided from ``L``'s bits alone) SGPR and DTC compute the same
+``A A'`` and ``A y`` in the *plain form*, ``L^-1 (Kuf Kfu) L^-T`` and ``L^-1 (Kuf y)`` with an explicit ``L^-1``
+per chunk, which saves the triangular solve against every column (their rounding then differs by ~1e-14).
 
 Gradient pass of a chunk, given ``W = dF/dAAT``, ``a = L^-T dF/dAy`` and ``L`` from the driver (formed from
 the well-conditioned ``B``, ``pgmflow.tasks.gp.bounds``): the adjoint of ``Kuf`` is
-``L^-T (2 W A) + a y'`` with ``A = L^-1 Kuf`` (two triangular solves and a GEMM; ``L^-T W L^-1`` formed
-explicitly would lose the gradient to rounding when ``Kuu`` is badly conditioned; FITC adds the terms
-through ``Lambda``), pushed through the kernel with the matrix-product identities of
-:mod:`pgmflow.tasks.gp.kernels`; the path through ``L`` (``A`` depends on ``Kuu``) is a function of the
-summed statistics alone and is added on the driver. A :class:`Grad` holds the chunk's gradient w.r.t.
-``log_lengthscale``, ``log_variance``, ``log_noise``, ``Z``, and (FITC only; zeros otherwise) the adjoint
-it contributes to ``Kuu``.
+``L^-T (2 W A) + a y'`` with ``A = L^-1 Kuf`` (triangular solves and a GEMM; ``L^-T W L^-1`` formed
+explicitly, the plain form's one GEMM, is used only where ``L`` is well conditioned: elsewhere it loses the
+gradient to rounding; FITC adds the terms through ``Lambda``), pushed through the kernel with the
+matrix-product identities of :mod:`pgmflow.tasks.gp.kernels`; the path through ``L`` (``A`` depends on
+``Kuu``) is a function of the summed statistics alone and is added on the driver. A :class:`Grad` holds the
+chunk's gradient w.r.t. ``log_lengthscale``, ``log_variance``, ``log_noise``, ``Z``, and (FITC only; zeros
+otherwise) the adjoint it contributes to ``Kuu``.
 
 Functions take NumPy arrays, or CuPy arrays for ``X_chunk`` (SGPR and DTC; FITC also works,
 with its m x m factors computed on the host); statistics and gradients come back as NumPy.
@@ -72,6 +75,7 @@ __all__ = [
     "chunk_grad",
     "chunk_stats",
     "chunk_stats_and_kuf",
+    "chunk_stats_kuf_and_a",
     "cross_covariance",
     "sum_in_order",
 ]
@@ -283,6 +287,25 @@ def _whitened_adjoint(xp, L, W, Kuf, V=None):
     return _tri_solve(xp, L, WV, trans=True), WV
 
 
+def _plain_or_whitened_stats(xp, L, Kuf, y):
+    """SGPR / DTC's ``(A y, A A')`` of a chunk with ``A = L^-1 Kuf``: in the plain form (``Kuf y`` and
+    ``Kuf Kfu``, whitened once with ``L^-1``) where :func:`pgmflow.tasks.gp.fused.plain_inverse` finds ``L`` well
+    conditioned, else by a triangular solve against the whole chunk."""
+    Linv = fused.plain_inverse(L)
+    if Linv is None:
+        return _whitened(xp, _tri_solve(xp, L, Kuf), y)
+    return Linv @ _h(Kuf @ y), fused.sandwich(Linv, _h(_gram(xp, Kuf)), outer=True)
+
+
+def _plain_or_whitened_adjoint(xp, L, W, Kuf):
+    """``L^-T W L^-1 Kuf`` [m, n]: one GEMM with the explicit ``L^-T W L^-1`` where ``L`` is well conditioned
+    (:func:`pgmflow.tasks.gp.fused.plain_inverse`), else by triangular solves (:func:`_whitened_adjoint`)."""
+    Linv = fused.plain_inverse(L)
+    if Linv is None:
+        return _whitened_adjoint(xp, L, W, Kuf)[0]
+    return xp.asarray(fused.sandwich(Linv, np.asarray(W, dtype=np.float64))) @ Kuf
+
+
 def _fitc_lambda(xp, params, L, Kuf, diag=None):
     """``V = L^-1 Kuf`` [m, n] and FITC's ``Lambda = diag(Kff - Qff) + sigma^2`` [n]
     (``diag Kff = s`` for the stationary kernels, ``diag`` [n] when given; ``diag(Kff - Qff)`` is clipped at 0)."""
@@ -355,26 +378,49 @@ def chunk_stats_and_kuf(
     same evaluation to take back (``Kuf=``): [m, n] in Fortran order on the cache-blocked CPU path of
     :mod:`pgmflow.tasks.gp.fused` (SGPR and DTC with RBF; written into ``out``, a Fortran-ordered
     float64 [m, n] array, when given), in C order otherwise, or a given ``Kuf`` as it is."""
+    return chunk_stats_kuf_and_a(method, kernel, params, Z, X_chunk, y_chunk, jitter, Kuf=Kuf, out=out, L=L)[:2]
+
+
+def chunk_stats_kuf_and_a(
+    method: str,
+    kernel: str,
+    params: GPParams,
+    Z,
+    X_chunk,
+    y_chunk,
+    jitter: float = DEFAULT_JITTER,
+    Kuf=None,
+    out=None,
+    L=None,
+    keep_a: bool = False,
+    a_out=None,
+):
+    """``(statistics, Kuf, A)``: :func:`chunk_stats_and_kuf`, and, with ``keep_a`` (or ``a_out``, a
+    Fortran-ordered float64 [m, n] array to write into) on the cache-blocked path in its whitened form, the
+    chunk's ``A = L^-1 Kuf`` [m, n] (Fortran order) for the gradient pass to take back (``A=``); None
+    otherwise (the plain form needs none, and the other paths do not use it)."""
     check_method(method)
     kern.check_kernel(kernel)
     xp = backend.array_module(X_chunk)
     L = _factor(kernel, params, Z, jitter, L)
     if kern.is_object(kernel):
-        return _object_stats(xp, method, kernel, params, Z, X_chunk, y_chunk, L, Kuf)
+        return (*_object_stats(xp, method, kernel, params, Z, X_chunk, y_chunk, L, Kuf), None)
     Zs, Xs, y = _inputs(xp, params, Z, X_chunk, y_chunk)
     n = int(Xs.shape[0])
     psi0 = n * math.exp(float(params.log_variance))  # sum diag Kff (stationary)
     if _blocked(xp, method, kernel, params):
         if Kuf is not None:
             _check_kuf(kernel, Kuf, Zs, Xs)
-        Ay, AAT, Kuf = fused.rbf_stats(Zs, Xs, y, float(params.log_variance), L, Kuf=Kuf, out=out)
-        return Stats(n, float(y @ y), float(psi0), Ay, AAT), Kuf
+        Ay, AAT, Kuf, A = fused.rbf_stats(
+            Zs, Xs, y, float(params.log_variance), L, Kuf=Kuf, out=out, a_out=a_out, keep_a=keep_a
+        )
+        return Stats(n, float(y @ y), float(psi0), Ay, AAT), Kuf, A
     Kuf, _ = _kuf(xp, kernel, params, Zs, Xs, with_grad=False, Kuf=Kuf)  # [m, n]
     if method in ("sgpr", "dtc"):
-        return Stats(n, float(y @ y), float(psi0), *_whitened(xp, _tri_solve(xp, L, Kuf), y)), Kuf
+        return Stats(n, float(y @ y), float(psi0), *_plain_or_whitened_stats(xp, L, Kuf, y)), Kuf, None
     V, lam = _fitc_lambda(xp, params, L, Kuf)
     st = FITCStats(n, float(y @ (y / lam)), float(xp.sum(xp.log(lam))), *_whitened(xp, V, y, lam))
-    return st, Kuf
+    return st, Kuf, None
 
 
 # ------------------------------------------------------------------------------------------------
@@ -382,9 +428,11 @@ def chunk_stats_and_kuf(
 # ------------------------------------------------------------------------------------------------
 
 
-def chunk_grad(method: str, kernel: str, params: GPParams, Z, X_chunk, y_chunk, adjoints, Kuf=None) -> Grad:
+def chunk_grad(method: str, kernel: str, params: GPParams, Z, X_chunk, y_chunk, adjoints, Kuf=None, A=None) -> Grad:
     """One chunk's gradient contribution, given the driver's ``adjoints`` (a
-    ``pgmflow.tasks.gp.bounds.Adjoints`` of the same ``method``); ``Kuf`` as in :func:`chunk_stats`.
+    ``pgmflow.tasks.gp.bounds.Adjoints`` of the same ``method``); ``Kuf`` as in :func:`chunk_stats`; ``A``: None,
+    or the ``L^-1 Kuf`` that :func:`chunk_stats_kuf_and_a` kept with the same ``L`` (read by the cache-blocked
+    path only; the same bits as solving for it again).
 
     SGPR / DTC: ``dF/dKuf = L^-T (2 W A) + a y'`` with ``A = L^-1 Kuf``, ``W = adjoints.dAAT``,
     ``a = adjoints.dpsi1y``, ``L = adjoints.L``, plus ``adjoints.dpsi0`` on ``diag Kff``. FITC adds, per row,
@@ -411,7 +459,7 @@ def chunk_grad(method: str, kernel: str, params: GPParams, Z, X_chunk, y_chunk, 
             Kuf = fused.rbf_kuf(Zs, Xs, float(params.log_variance))
         else:
             _check_kuf(kernel, Kuf, Zs, Xs)
-        GX, g1, sq, g_sum = fused.rbf_grad(adjoints.dAAT, a, Kuf, Xs, y, L)  # G x~, G 1, 1' G x~^2, sum G
+        GX, g1, sq, g_sum = fused.rbf_grad(adjoints.dAAT, a, Kuf, Xs, y, L, A=A)  # G x~, G 1, 1' G x~^2, sum G
         dlog_ls, dZ = kern._vjp_sums(np, ls, Zs, GX, g1, sq, True)
         d_diag = float(adjoints.dpsi0) * n  # through psi0 = n s
         return Grad(dlog_ls, -2.0 * g_sum + d_diag * s, 0.0, dZ, 0.0)
@@ -421,7 +469,7 @@ def chunk_grad(method: str, kernel: str, params: GPParams, Z, X_chunk, y_chunk, 
         dlog_noise = 0.0
         dKuu = 0.0  # (no Kuu path here: a scalar, not an m x m block of zeros to ship and add per chunk)
         d_diag = float(adjoints.dpsi0) * n  # through psi0 = n s
-        R, _ = _whitened_adjoint(xp, L, adjoints.dAAT, Kuf)  # [m, n]  L^-T W L^-1 Kuf
+        R = _plain_or_whitened_adjoint(xp, L, adjoints.dAAT, Kuf)  # [m, n]  L^-T W L^-1 Kuf
         if kernel == "rbf":
             # G = dF/dKuf * dK/du = -(1/2) K * (2 R + a y'), formed in place
             G = xp.ascontiguousarray(-R)  # [m, n]
@@ -500,7 +548,7 @@ def _object_stats(xp, method, kernel, params, Z, X_chunk, y_chunk, L, Kuf):
         Kuf = kern.K(kernel, params, Z, X)  # [m, n]
     diag = kern.K_diag(kernel, params, X)  # [n]
     if method in ("sgpr", "dtc"):
-        return Stats(n, float(y @ y), float(xp.sum(diag)), *_whitened(xp, _tri_solve(xp, L, Kuf), y)), Kuf
+        return Stats(n, float(y @ y), float(xp.sum(diag)), *_plain_or_whitened_stats(xp, L, Kuf, y)), Kuf
     V, lam = _fitc_lambda(xp, params, L, Kuf, diag)
     st = FITCStats(n, float(y @ (y / lam)), float(xp.sum(xp.log(lam))), *_whitened(xp, V, y, lam))
     return st, Kuf
@@ -517,7 +565,7 @@ def _object_grad(xp, method, kernel, params, Z, X_chunk, y_chunk, adjoints, Kuf)
         Kuf = kern.K(kernel, params, Z, X)  # [m, n]
     dlog_noise, dKuu = 0.0, 0.0
     if method in ("sgpr", "dtc"):
-        R, _ = _whitened_adjoint(xp, L, adjoints.dAAT, Kuf)  # [m, n]
+        R = _plain_or_whitened_adjoint(xp, L, adjoints.dAAT, Kuf)  # [m, n]
         B = xp.ascontiguousarray(2.0 * R)  # [m, n]  dF/dKuf
         _rank1_update(xp, B, a, y)
         ddiag = float(adjoints.dpsi0)

@@ -18,14 +18,23 @@ def _problem(n, m=7):
     return make_problem(n, m=m, seed=3)
 
 
+@pytest.fixture(params=["plain", "whitened"])
+def form(request, monkeypatch):
+    """Each pass in both of its forms (``fused.plain_inverse``): the plain one (``Kuf Kfu`` whitened once per
+    chunk) and the whitened one (a triangular solve per block), whatever the problem's conditioning."""
+    monkeypatch.setattr(fused, "PLAIN_MAX_COND", math.inf if request.param == "plain" else 0.0)
+    return request.param
+
+
 @pytest.mark.parametrize("n", [5, fused.BLOCK, 2 * fused.BLOCK + 333])
-def test_blocked_passes_equal_the_whole_chunk_formulas(n):
+def test_blocked_passes_equal_the_whole_chunk_formulas(n, form):
     X, y, Z, p = _problem(n)
     ls = np.exp(p.log_lengthscale)
     Zs, Xs = Z / ls, X / ls
     K = kern.K("rbf", p, Z, X)  # [m, n], kernels' own path
     L, _ = kern.inducing_cholesky("rbf", p, Z)
-    Ay, AAT, Kb = fused.rbf_stats(Zs, Xs, y, float(p.log_variance), L)
+    Ay, AAT, Kb, A_kept = fused.rbf_stats(Zs, Xs, y, float(p.log_variance), L, keep_a=True)
+    assert (A_kept is None) == (form == "plain")
     assert Kb.shape == K.shape and Kb.flags.f_contiguous
     np.testing.assert_allclose(Kb, K, rtol=1e-14, atol=1e-300)
     A = np.linalg.solve(L, K)  # [m, n]  L^-1 Kuf
@@ -37,6 +46,10 @@ def test_blocked_passes_equal_the_whole_chunk_formulas(n):
     W = W + W.T
     a = rng.standard_normal(Z.shape[0])
     GX, g1, sq, g_sum = fused.rbf_grad(W, a, Kb, Xs, y, L)
+    if A_kept is not None:  # the kept A gives the bits of solving for it again, and is what it says
+        np.testing.assert_allclose(A_kept, A, rtol=1e-10, atol=1e-12 * np.abs(A).max())
+        for got, want in zip(fused.rbf_grad(W, a, Kb, Xs, y, L, A=A_kept), (GX, g1, sq, g_sum)):
+            assert np.array_equal(got, want)
     P = np.linalg.solve(L.T, W @ np.linalg.solve(L, K))  # L^-T W L^-1 Kuf
     G = -(P + 0.5 * np.outer(a, y)) * K
     T = G @ kern._augment(np, Xs)  # [G x~, G x~^2, G 1]
@@ -49,7 +62,7 @@ def test_blocked_passes_equal_the_whole_chunk_formulas(n):
 
 
 @pytest.mark.parametrize("method", ["sgpr", "dtc"])
-def test_blocked_gradient_matches_finite_differences_across_blocks(method):
+def test_blocked_gradient_matches_finite_differences_across_blocks(method, form):
     X, y, Z, p = _problem(fused.BLOCK + 150, m=5)
     theta = kern.pack(p, Z)
     d, m = X.shape[1], Z.shape[0]
