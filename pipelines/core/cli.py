@@ -9,6 +9,12 @@
     pgmflow -m model.L=16,32 seed=0,1         # a sweep: every job on the Dask cluster, one MLflow parent run
     pgmflow reproduce <mlflow run id>         # re-run a logged run from its config; compare the metrics
     pgmflow cluster start|status|stop         # a local cluster kept between runs (cluster.profile=address)
+    pgmflow warm start|status|stop            # a server that has imported everything: single runs start at once
+
+With a warm server running (``pgmflow warm start``), a single run is run by a child forked from it (its
+imports and numba kernels already loaded); sweeps and the subcommands run here. A server whose fingerprint
+(Python, pgmflow's files, the environment read at import time) differs is not used: one line says why
+(pgmflow.core.warm, docs/clusters.md).
 
 Bad input exits with code 2 and one line naming the field, the value and the fix. A sweep exits
 with the number of jobs that failed (0: all finished).
@@ -148,8 +154,13 @@ def _multirun(app) -> None:
 
 
 def main():
+    from pgmflow.core import warm
+
+    warm.run_warm(sys.argv[1:])  # exits with the run's status when a warm server ran it (docs/clusters.md)
     os.environ.setdefault("PGMFLOW_ORIG_CWD", os.getcwd())
     argv = sys.argv[1:]
+    if argv and argv[0] == "warm":
+        sys.exit(warm.main(argv))
     if argv and argv[0] == "reproduce":
         from pgmflow.core.reproduce import main as reproduce_main
 
