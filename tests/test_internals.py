@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import ast
 import importlib.metadata
+import os
 from pathlib import Path
 
 import pytest
@@ -196,3 +197,50 @@ def test_the_quarantined_internals_still_work():
         assert env.warn_dependency_requirement_mismatches is not check
         assert env.warn_dependency_requirement_mismatches(["numpy==0.0.1"]) is None
     assert env.warn_dependency_requirement_mismatches is check
+
+
+def test_the_warm_servers_internals_still_work(tmp_path):
+    """The warm server's quarantined calls (pgmflow.core.warm): Hydra's plugin scan runs; a numba kernel cached on
+    disk by one process is loaded into a new process's dispatcher without a call, and then runs without
+    compiling; numba's threading layer is reported as not started; ``interpreter_exit`` runs the atexit
+    handlers and waits for a non-daemon thread before an ``os._exit``."""
+    import subprocess
+    import sys
+
+    from pgmflow.core import internals
+
+    internals.hydra_plugins_scanned()
+    env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path / "numba")}
+    make = (
+        "import numpy as np\n"
+        "from pgmflow.tasks.gp import fused\n"
+        "k = fused._kernels()['_adjoint_block']\n"
+        "k(np.ones((2, 3)), np.ones((2, 3)), np.ones(3), np.ones(2))\n"
+    )
+    subprocess.run([sys.executable, "-c", make], check=True, env=env, timeout=300)
+    load = (
+        "import numpy as np\n"
+        "from pgmflow.core import internals\n"
+        "from pgmflow.tasks.gp import fused\n"
+        "k = fused._kernels()['_adjoint_block']\n"
+        "assert not k.overloads\n"
+        "n = internals.numba_load_cached_overloads(k)\n"
+        "assert n >= 1 and len(k.overloads) == n, n\n"
+        "k.disable_compile()\n"
+        "R = np.ones((2, 3)); k(R, np.ones((2, 3)), np.ones(3), np.ones(2))\n"
+        "assert (R == -2.0).all(), R  # -(1 + 1 * 1) * 1\n"
+        "assert internals.numba_threading_started() is False\n"
+        "print('loaded', n)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", load], env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0 and "loaded" in out.stdout, out.stderr[-2000:]
+    leave = (
+        "import atexit, os, threading, time\n"
+        "from pgmflow.core import internals\n"
+        "atexit.register(lambda: print('atexit ran', flush=True))\n"
+        "threading.Thread(target=lambda: (time.sleep(0.3), print('thread done', flush=True))).start()\n"
+        "internals.interpreter_exit()\n"
+        "os._exit(0)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", leave], capture_output=True, text=True, timeout=60)
+    assert out.stdout.split() == ["thread", "done", "atexit", "ran"], out.stdout + out.stderr

@@ -466,10 +466,10 @@ def _preload() -> list[str]:
             importlib.import_module(name)
         except Exception as exc:  # an optional extra not installed, say: that run imports it itself
             notes.append(f"import {name}: {type(exc).__name__}: {exc}")
-    try:
-        from hydra.core.plugins import Plugins
+    from pgmflow.core import internals
 
-        Plugins.instance()  # Hydra's plugin scan (the same in every run of these files)
+    try:
+        internals.hydra_plugins_scanned()  # Hydra's plugin scan (the same in every run of these files)
     except Exception as exc:
         notes.append(f"hydra plugins: {type(exc).__name__}: {exc}")
     notes += _load_kernels()
@@ -479,14 +479,14 @@ def _preload() -> list[str]:
 def _load_kernels() -> list[str]:
     """Make the workloads' numba dispatchers (each module's cached ``compile_kernels`` accessor) and load every
     specialisation numba's on-disk cache holds for them, as a first call would, without calling a kernel."""
-    import functools
+    from pgmflow.core import internals
 
     notes = []
     tasks = [m for name, m in sorted(sys.modules.items()) if name.startswith("pgmflow.tasks.") and m is not None]
     for mod in tasks:
         for attr, obj in list(vars(mod).items()):
             fn = getattr(obj, "__wrapped__", None)
-            if not isinstance(obj, functools._lru_cache_wrapper) or getattr(fn, "__module__", None) != mod.__name__:
+            if not (callable(obj) and hasattr(obj, "cache_info")) or getattr(fn, "__module__", None) != mod.__name__:
                 continue
             code = getattr(fn, "__code__", None)
             if code is None or code.co_argcount or "compile_kernels" not in code.co_names:
@@ -497,7 +497,6 @@ def _load_kernels() -> list[str]:
                 notes.append(f"{mod.__name__}.{attr}(): {type(exc).__name__}: {exc}")
     if "numba" not in sys.modules:
         return notes
-    from numba.core.compiler_lock import global_compiler_lock
     from numba.core.dispatcher import Dispatcher
 
     seen = set()
@@ -510,29 +509,11 @@ def _load_kernels() -> list[str]:
                 # loading one starts numba's threading layer, and GNU OpenMP's then refuses to run in a fork
                 # (numba checks the pid it started in): a run loads its parallel kernels itself
                 continue
-            cache = obj._cache
-            cache_file = getattr(cache, "_cache_file", None)
-            if cache_file is None:
-                continue
             try:
-                sigs = {key[0] for key in cache_file._load_index()}
+                internals.numba_load_cached_overloads(obj)
             except Exception as exc:
-                notes.append(f"{obj.py_func.__qualname__}: index: {exc}")
-                continue
-            for sig in sigs:
-                with global_compiler_lock:
-                    if tuple(sig) in obj.overloads:
-                        continue
-                    cres = cache.load_overload(sig, obj.targetctx)
-                    if cres is None:
-                        continue
-                    obj._cache_hits[sig] += 1
-                    if not cres.objectmode:
-                        obj.targetctx.insert_user_function(cres.entry_point, cres.fndesc, [cres.library])
-                    obj.add_overload(cres)
-    from numba.np.ufunc import parallel
-
-    if parallel._is_initialized:
+                notes.append(f"{obj.py_func.__qualname__}: {type(exc).__name__}: {exc}")
+    if internals.numba_threading_started():
         notes.append("numba's threading layer was started: parallel kernels in a child may refuse to run")
     return notes
 
@@ -633,14 +614,9 @@ def _child(req: dict, fds: list[int], close: list) -> None:
     finally:
         # what the interpreter does at exit: wait for non-daemon threads, run atexit, flush
         try:
-            import threading
+            from pgmflow.core import internals
 
-            shutdown = getattr(threading, "_shutdown", None)
-            if shutdown:
-                shutdown()
-            import atexit
-
-            atexit._run_exitfuncs()
+            internals.interpreter_exit()
         except BaseException:
             pass
         for stream in (sys.stdout, sys.stderr):
