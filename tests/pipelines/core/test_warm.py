@@ -204,13 +204,13 @@ def test_interrupt_is_forwarded_and_a_lost_client_stops_its_run(server, env, tmp
 
 
 def test_stop_and_a_stale_socket(env, tmp_path):
-    from pgmflow.core import warm
+    from pgmflow.core import warm_base
 
     e = {**env, "XDG_RUNTIME_DIR": str(tmp_path / "xdg")}
     (tmp_path / "xdg").mkdir(mode=0o700)
     folder = tmp_path / "xdg" / "pgmflow"
     folder.mkdir(mode=0o700)
-    name = warm._name()
+    name = warm_base._name()
     dead = subprocess.Popen(["true"])
     dead.wait()
     (folder / f"{name}.json").write_text(json.dumps({"pid": dead.pid, "fingerprint": {}}))
