@@ -27,6 +27,7 @@ import time
 from pathlib import Path
 
 from pgmflow.core.errors import EXIT_BAD_INPUT
+from pgmflow.core.warm_base import _alive  # (one check of a background process, shared with the warm server)
 
 USAGE = "usage: pgmflow cluster start [--workers N] | pgmflow cluster status | pgmflow cluster stop"
 START_TIMEOUT_S = 120.0
@@ -34,16 +35,6 @@ START_TIMEOUT_S = 120.0
 
 def state_path() -> Path:
     return Path(os.environ.get("PGMFLOW_ORIG_CWD", os.getcwd())) / ".pgmflow" / "cluster.json"
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def read_state() -> dict | None:

@@ -201,6 +201,7 @@ def read_state() -> dict | None:
 
 
 def _alive(pid: int) -> bool:
+    """Whether process ``pid`` exists (another user's counts: it is not ours to reuse the record of)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
