@@ -39,16 +39,16 @@ compute the same thresholds bit for bit.
 
 How the CPU kernel computes it
 ------------------------------
-Replicas are independent, so the numba kernel sweeps them in blocks (``_sweep_block``, at most
-``BLOCK_MAX`` replicas, the replicas shared evenly between the threads) with the block's spins transposed
-to ``[n, lanes]``: every step of a node update (the Philox blocks, the local field's neighbour sum, the
-decision, the update) is a loop over the block's replicas as vector lanes, without a branch that depends on
-data. A node's neighbours are added four per loop, in CSR order (``Jn[k] * x`` as the select ``Jn[k]`` or
-``-Jn[k]``, the same value for a spin of +-1; the spins are checked to be +-1); the last one to four, padded
-with zero couplings on a spare row of ``+1``, in the loop that also decides the spins (adding ``+-0`` changes
-no field but the sign of a zero, and no threshold depends on that sign: ``z >= 0``, ``|z|``, ``min(0, .)``).
-Each lane's field and ``z`` are the spec's, in the spec's order, so a replica's bits do not depend on the
-block it is swept in.
+Replicas are independent, so the numba kernel (:mod:`~pgmflow.tasks.tempering.mrf_lanes`) sweeps them in blocks
+of at most ``BLOCK_MAX`` replicas (shared evenly between the threads), the replicas as vector lanes: the
+block's spins are held as bits (one uint64 word per node, bit ``q`` for lane ``q``), and each Philox group of
+four nodes is one branch-free loop over the lanes that draws the group's Philox block once and decides its
+four nodes, storing nothing but the new spins' bits. A node's neighbours are added four at a time in CSR
+order (``Jn[k] * x`` as the select ``Jn[k]`` or ``-Jn[k]``, the same value for a spin of +-1; the spins are
+checked to be +-1), the last one to four, padded with zero couplings on a spare node of spin ``+1``, in the
+loop that decides (adding ``+-0`` changes no field but the sign of a zero, and no threshold depends on that
+sign: ``z >= 0``, ``|z|``, ``min(0, .)``). Each lane's field and ``z`` are the spec's, in the spec's order,
+so a replica's bits do not depend on the block it is swept in.
 
 The certified fast path
 -----------------------
@@ -81,9 +81,9 @@ so ``|e_fast - e| <= 1.687e-7`` (both are 0 where ``arg < -40`` or NaN: the same
 
 A lane with ``|D_fast| > MARGIN = 1024`` (``>= ERR_BOUND + 1 + 2**-19``, a factor 1.4 of headroom) therefore
 takes ``+1`` iff ``D_fast < 0``, which is the spec's ``u < thr``. The others (``u`` within ``MARGIN + ERR_BOUND`` of
-``P``: at most a fraction ``2 (MARGIN + ERR_BOUND) / 2**32 = 8e-7`` of the updates) are counted in the loop; a node with
-any redoes all its lanes in a scalar loop by the spec itself (``_exact_fixup``: the field in CSR order and
-``_threshold``), correcting the spin and the change count where they differ. Any margin of at least
+``P``: at most a fraction ``2 (MARGIN + ERR_BOUND) / 2**32 = 8e-7`` of the updates) are marked in the loop (a bit
+per lane) and redone after it, each in a scalar loop by the spec itself (``mrf_lanes._fixup``: the field in CSR
+order and ``_threshold``), and counted. Any margin of at least
 ``ERR_BOUND + 1`` gives the same bits (``_sweep_cpu(..., margin)``; ``inf`` is the exact path: every lane by
 ``_threshold``). The fast path is the CPU kernel's way to the spec's bits, not a change of the spec: the CUDA
 kernel computes ``thr`` as written.
@@ -100,6 +100,7 @@ import sys
 import numpy as np
 
 from pgmflow.tasks import backend, philox
+from pgmflow.tasks.tempering import mrf_lanes
 from pgmflow.tasks.tempering.mrf_target import reference_rows
 
 __all__ = ["METHODS", "mrf_sweep", "mrf_statistics", "numpy_colour_sweep", "reference_rows"]
@@ -108,7 +109,7 @@ METHODS = ("heatbath", "metropolis")
 _MASK32 = 0xFFFFFFFF
 _TWO32 = 4294967296.0
 PARALLEL_MIN_WORK = 1 << 20  # node and neighbour visits of one call above which threads run over replicas
-BLOCK_MAX = 64  # replicas swept together as vector lanes (see _sweep_block); more lanes hide more latency
+BLOCK_MAX = 64  # replicas swept together as vector lanes (mrf_lanes; at most 64: a node's spins are one uint64)
 BLOCK_MIN = 8  # ... and at least this many (the lanes come in groups of 8): fewer threads rather than idle lanes
 
 # dexp's constants (see pgmflow.tasks.fastexp); module globals, frozen into the compiled code
@@ -148,10 +149,6 @@ _A = (
 _A0, _A1, _A2, _A3, _A4, _A5, _A6 = _A
 ERR_BOUND = 725.0  # proven bound on |D_fast - D| (module docstring, "The certified fast path")
 MARGIN = 1024.0  # a lane with |D_fast| > MARGIN (>= ERR_BOUND + 1 + 2**-19) is decided by the fast path
-
-# numba kernels: plain module-level functions; _kernels() compiles them and binds these names
-prange = range
-_philox = philox._philox4x32
 
 
 @backend.kernel(cache=True, nogil=True, inline="always")
@@ -234,274 +231,6 @@ def _threshold(z, s, b, metropolis):
     return np.int64(np.rint(p * 4294967296.0))
 
 
-@backend.kernel(cache=True, nogil=True, inline="always")
-def _exact_fixup(xt, i, q, uq, s, bq, legq, a, h, indptr, nbr, Jn, metro, cnt):
-    """Lane q of node i decided by the spec itself (the lane's local field summed in CSR order, ``_threshold``):
-    the fast path's spin in xt[i, q] replaced if it differs, cnt[q] corrected. s: the spin before the update."""
-    f = h[i]
-    for e in range(indptr[i], indptr[i + 1]):
-        f += Jn[e] * np.float64(xt[nbr[e], q])
-    zq = bq * f + (1.0 - bq) * a[legq, i]
-    ns = np.int8(1) if uq < _threshold(zq, np.float64(s), bq, metro) else np.int8(-1)
-    old = xt[i, q]
-    if ns != old:
-        cnt[q] += np.int64(ns != s) - np.int64(old != s)
-        xt[i, q] = ns
-
-
-@backend.kernel(cache=True, nogil=True, inline="always", error_model="numpy")
-def _sweep_block(
-    x,
-    r0,
-    r1,
-    b,
-    h,
-    a,
-    leg,
-    indptr,
-    nbr,
-    Jn,
-    colptr,
-    sites,
-    key0,
-    key1,
-    rid,
-    chain32,
-    sweep0,
-    n_sweeps,
-    metro,
-    margin,
-    out,
-    nfb,
-):
-    """n_sweeps per-colour sweeps of replicas r0 .. r1 - 1 of x, in place; out[r] += spins changed, nfb[r0] +=
-    lane updates that the fast path left to the exact threshold (padding lanes included).
-
-    The block's spins are transposed into xt [n + 1, lanes] (replicas contiguous; row n: +1, the padding
-    neighbour), so that every per-node step (the
-    Philox blocks, the local field's sum over neighbours, the decision and the update) is a loop over the
-    block's replicas without branches that depend on data: independent lanes the compiler vectorises and the
-    CPU overlaps. A node's neighbours are taken four at a time, each group's four terms added to the lanes'
-    fields in one loop (in CSR order); the last group (1 to 4 neighbours, padded with zero couplings) is
-    added in the loop that also decides the spins by the certified fast path (``_fast_decision``); a lane it
-    cannot certify (|D| <= margin) is decided again, exactly, in a scalar loop that runs only for such nodes.
-    Each replica's arithmetic is the spec's, in the spec's order, so the bits are those of one replica swept
-    alone. a: reference fields [G, n] (G = 1 or 2); leg: each replica's row of a (int64 [R])."""
-    n = x.shape[1]
-    Rb = r1 - r0
-    Rp = (Rb + 7) // 8 * 8  # lanes: the block padded to whole groups of 8 (padding lanes are swept, never read)
-    C = colptr.shape[0] - 1
-    xt = np.ones((n + 1, Rp), dtype=np.int8)  # row n: the padding neighbour (never written)
-    for q in range(Rb):
-        for i in range(n):
-            xt[i, q] = x[r0 + q, i]
-    bb = np.ones(Rp)
-    ridb = np.zeros(Rp, dtype=np.uint64)
-    legb = np.zeros(Rp, dtype=np.int64)
-    for q in range(Rb):
-        bb[q] = b[r0 + q]
-        ridb[q] = rid[r0 + q]
-        legb[q] = leg[r0 + q]
-    G1 = a.shape[0] - 1
-    cb = 1.0 - bb
-    f = np.empty(Rp)
-    sp = np.empty(Rp, dtype=np.int8)
-    u = np.empty((4, Rp))
-    cnt = np.zeros(Rp, dtype=np.int64)
-    unc_total = 0
-    for t in range(sweep0, sweep0 + n_sweeps):
-        for c in range(C):
-            ctr1 = np.uint64((t * C + c) & 0xFFFFFFFF)
-            lo = colptr[c]
-            hi = colptr[c + 1]
-            for g in range((hi - lo + 3) // 4):
-                for q in range(Rp):
-                    w0, w1, w2, w3 = _philox(np.uint64(g), ctr1, ridb[q], chain32, key0, key1)
-                    u[0, q] = np.float64(w0)  # exact: < 2**32
-                    u[1, q] = np.float64(w1)
-                    u[2, q] = np.float64(w2)
-                    u[3, q] = np.float64(w3)
-                for w in range(min(4, hi - lo - 4 * g)):
-                    i = sites[lo + 4 * g + w]
-                    hi_ = h[i]
-                    e0 = indptr[i]
-                    e1 = indptr[i + 1]
-                    full = e0 + (e1 - e0 - 1) // 4 * 4 if e1 > e0 else e0  # groups of 4 before the last one
-                    for e in range(e0, full, 4):  # the fields, four neighbours a loop, in CSR order
-                        j0 = nbr[e]
-                        j1 = nbr[e + 1]
-                        j2 = nbr[e + 2]
-                        j3 = nbr[e + 3]
-                        J0 = Jn[e]
-                        J1 = Jn[e + 1]
-                        J2 = Jn[e + 2]
-                        J3 = Jn[e + 3]
-                        first = e == e0
-                        for q in range(Rp):
-                            f0 = hi_ if first else f[q]
-                            f[q] = (
-                                f0
-                                + (J0 if xt[j0, q] > 0 else -J0)
-                                + (J1 if xt[j1, q] > 0 else -J1)
-                                + (J2 if xt[j2, q] > 0 else -J2)
-                                + (J3 if xt[j3, q] > 0 else -J3)
-                            )
-                    # the last 1 to 4 neighbours (none: an isolated node), padded with J = 0 on row n (not row i:
-                    # that would alias the store below and stop the loop from vectorising): adding +-0 changes
-                    # no field but a zero's sign, which no threshold depends on (z >= 0, |z|)
-                    m = e1 - full
-                    j0 = nbr[full] if m > 0 else n
-                    j1 = nbr[full + 1] if m > 1 else n
-                    j2 = nbr[full + 2] if m > 2 else n
-                    j3 = nbr[full + 3] if m > 3 else n
-                    J0 = Jn[full] if m > 0 else 0.0
-                    J1 = Jn[full + 1] if m > 1 else 0.0
-                    J2 = Jn[full + 2] if m > 2 else 0.0
-                    J3 = Jn[full + 3] if m > 3 else 0.0
-                    onlylast = full == e0
-                    a0 = a[0, i]
-                    a1 = a[G1, i]
-                    unc = 0
-                    for q in range(Rp):
-                        f0 = hi_ if onlylast else f[q]
-                        fq = (
-                            f0
-                            + (J0 if xt[j0, q] > 0 else -J0)
-                            + (J1 if xt[j1, q] > 0 else -J1)
-                            + (J2 if xt[j2, q] > 0 else -J2)
-                            + (J3 if xt[j3, q] > 0 else -J3)
-                        )
-                        ai = a1 if legb[q] != 0 else a0  # the replica's reference (a select: vectorises)
-                        zq = bb[q] * fq + cb[q] * ai
-                        s = xt[i, q]
-                        D = _fast_decision(zq, np.float64(s), bb[q], metro, u[w, q])
-                        ns = np.int8(1) if D < 0.0 else np.int8(-1)
-                        unc += np.int64(abs(D) <= margin)
-                        cnt[q] += ns != s
-                        sp[q] = s
-                        xt[i, q] = ns
-                    if unc > 0:  # rare (at most 8e-7 of the lanes): decide the node's lanes exactly
-                        unc_total += unc
-                        for q in range(Rp):  # every lane: a certified one is left as it is
-                            _exact_fixup(
-                                xt, i, q, np.int64(u[w, q]), sp[q], bb[q], legb[q], a, h, indptr, nbr, Jn, metro, cnt
-                            )
-    nfb[r0] += unc_total
-    for q in range(Rb):
-        out[r0 + q] += cnt[q]
-        for i in range(n):
-            x[r0 + q, i] = xt[i, q]
-
-
-@backend.kernel(cache=True, nogil=True, parallel=True, error_model="numpy")
-def _sweeps(
-    x,
-    b,
-    h,
-    a,
-    leg,
-    indptr,
-    nbr,
-    Jn,
-    colptr,
-    sites,
-    key0,
-    key1,
-    rid32,
-    chain32,
-    sweep0,
-    n_sweeps,
-    metro,
-    margin,
-    out,
-    nfb,
-    block,
-):
-    """_sweep_block over blocks of ``block`` replicas, threads over blocks; out[r] += spins changed."""
-    R = x.shape[0]
-    nb = (R + block - 1) // block
-    for ib in prange(nb):
-        r0 = ib * block
-        r1 = min(R, r0 + block)
-        _sweep_block(
-            x,
-            r0,
-            r1,
-            b,
-            h,
-            a,
-            leg,
-            indptr,
-            nbr,
-            Jn,
-            colptr,
-            sites,
-            key0,
-            key1,
-            rid32,
-            chain32,
-            sweep0,
-            n_sweeps,
-            metro,
-            margin,
-            out,
-            nfb,
-        )
-
-
-@backend.kernel(cache=True, nogil=True, error_model="numpy")
-def _sweeps_serial(
-    x,
-    b,
-    h,
-    a,
-    leg,
-    indptr,
-    nbr,
-    Jn,
-    colptr,
-    sites,
-    key0,
-    key1,
-    rid32,
-    chain32,
-    sweep0,
-    n_sweeps,
-    metro,
-    margin,
-    out,
-    nfb,
-    block,
-):
-    """_sweeps on the calling thread (small problems: no thread wake-ups)."""
-    R = x.shape[0]
-    for r0 in range(0, R, block):
-        _sweep_block(
-            x,
-            r0,
-            min(R, r0 + block),
-            b,
-            h,
-            a,
-            leg,
-            indptr,
-            nbr,
-            Jn,
-            colptr,
-            sites,
-            key0,
-            key1,
-            rid32,
-            chain32,
-            sweep0,
-            n_sweeps,
-            metro,
-            margin,
-            out,
-            nfb,
-        )
-
-
 @backend.kernel(cache=True, nogil=True)
 def _not_pm1(x):
     """How many entries of the int8 array x are neither +1 nor -1 (the kernel reads a spin by its sign)."""
@@ -538,9 +267,10 @@ def _statistics(x, h, a, ea, eb, J, out):
 @functools.lru_cache(maxsize=None)
 def _kernels():
     """Compile the kernels above (once per process; numba's on-disk cache serves later processes)."""
-    return backend.compile_kernels(
-        sys.modules[__name__], bind={"prange": backend.numba().prange, "_philox": philox.numba_philox4x32()}
-    )
+    own = backend.compile_kernels(sys.modules[__name__])
+    bind = {"prange": backend.numba().prange, "_philox": philox.numba_philox4x32()}
+    bind.update({name: own[name] for name in ("_fast_decision", "_threshold")})
+    return {**own, **backend.compile_kernels(mrf_lanes, bind=bind)}
 
 
 def _check(x, b, key, replica_ids, sweep0, n_sweeps, method, n):
@@ -565,7 +295,7 @@ def _check(x, b, key, replica_ids, sweep0, n_sweeps, method, n):
 
 def _block_size(R: int, threads: int) -> int:
     """Replicas per block: the replicas shared evenly between the threads, at least BLOCK_MIN (or all R) and at
-    most BLOCK_MAX per block (the block's transposed spins and buffers stay in cache). Results do not depend on
+    most BLOCK_MAX per block (the block's spin words and buffers stay in cache). Results do not depend on
     it."""
     per = -(-R // max(1, threads))
     return max(1, min(BLOCK_MAX, max(per, min(BLOCK_MIN, R))))
@@ -631,12 +361,9 @@ def _sweep_cpu(x, target, b, key, rid, chain, sweep0, n_sweeps, method, a, lg, m
         target.Jn,
         target.colptr,
         target.sites,
-        np.uint64(int(key[0])),
-        np.uint64(int(key[1])),
+        (np.uint64(int(key[0])), np.uint64(int(key[1]))),
         rid,
-        np.uint64(int(chain) & _MASK32),
-        np.int64(sweep0),
-        np.int64(n_sweeps),
+        (np.uint64(int(chain) & _MASK32), np.int64(sweep0), np.int64(n_sweeps)),
         method == "metropolis",
         float(margin),
         out,
