@@ -20,11 +20,15 @@ import contextlib
 import functools
 import inspect
 import os
+import threading
 from pathlib import Path
 
 import numpy as np
 
 KERNEL_MARK = "__pgmflow_kernel__"
+# compile_kernels runs one module at a time: a study's stages call the workloads' accessors from several driver
+# threads, and functools.lru_cache does not stop two threads from running one accessor at once
+_COMPILE_LOCK = threading.RLock()
 
 BACKENDS = ("numpy", "cupy")
 
@@ -55,7 +59,9 @@ def compile_kernels(module, bind: dict | None = None) -> dict:
     through the caller's globals; binding them to module globals rather than closure cells also keeps
     numba's on-disk cache key free of pickled closures). Returns ``{name: dispatcher}``. Compilation
     itself happens at each kernel's first call (or is loaded from the on-disk cache); call this once
-    per module, behind the module's cached accessor (``functools.lru_cache``).
+    per module, behind the module's cached accessor (``functools.lru_cache``). A second call, or one from another
+    thread at the same time (a study's stages), returns the same dispatchers: calls hold one lock, and a kernel
+    compiled already is kept.
 
     ``bind`` (``{global name: object}``) sets further module globals before anything compiles: what
     the kernels call or use from elsewhere, namely kernels of *other* modules (their compiled
@@ -83,13 +89,24 @@ def compile_kernels(module, bind: dict | None = None) -> dict:
     could not call it, and compiling a second copy here would split the on-disk cache. Kernels whose
     name is in ``bind`` raise too (a kernel of this module is compiled here, not bound).
     """
+    with _COMPILE_LOCK:
+        return _compile_kernels(module, dict(bind or {}))
+
+
+def _own_kernels(module) -> dict:
+    """``{name: function or dispatcher}``: the module's marked kernels, compiled already or not (a dispatcher's
+    ``py_func`` carries the mark)."""
+    own = {}
+    for name, obj in vars(module).items():
+        fn = getattr(obj, "py_func", obj)
+        if inspect.isfunction(fn) and getattr(fn, KERNEL_MARK, None) is not None and fn.__module__ == module.__name__:
+            own[name] = obj
+    return own
+
+
+def _compile_kernels(module, bind: dict) -> dict:
     nb = numba()
-    bind = dict(bind or {})
-    own = {
-        name: fn
-        for name, fn in vars(module).items()
-        if inspect.isfunction(fn) and getattr(fn, KERNEL_MARK, None) is not None and fn.__module__ == module.__name__
-    }
+    own = _own_kernels(module)
     clash = sorted(set(own) & set(bind))
     if clash:
         raise ValueError(f"compile_kernels({module.__name__}): bind names kernels of the module itself: {clash}")
@@ -105,7 +122,9 @@ def compile_kernels(module, bind: dict | None = None) -> dict:
             f"compile_kernels({module.__name__}): {foreign} name kernels of other modules, not their "
             "compiled dispatchers; pass bind={name: that module's dispatcher}"
         )
-    compiled = {name: nb.njit(**getattr(fn, KERNEL_MARK))(fn) for name, fn in own.items()}
+    compiled = {
+        name: fn if not inspect.isfunction(fn) else nb.njit(**getattr(fn, KERNEL_MARK))(fn) for name, fn in own.items()
+    }
     for name, dispatcher in compiled.items():
         setattr(module, name, dispatcher)
     return compiled

@@ -193,3 +193,35 @@ def test_bind_cannot_replace_an_own_kernel(toy_modules):
     other, main = toy_modules
     with pytest.raises(ValueError, match="_inc"):
         backend.compile_kernels(main, bind={"_inc": backend.compile_kernels(other)["twice"]})
+
+
+def test_a_second_call_returns_the_same_dispatchers(toy_modules):
+    other, _ = toy_modules
+    first = backend.compile_kernels(other)
+    assert backend.compile_kernels(other) == first and other.twice is first["twice"]
+
+
+def test_accessors_called_from_threads_at_once_agree(toy_modules):
+    """A study's stages call an accessor from several driver threads; lru_cache lets them all run its body. Before
+    the lock, a thread that found its module compiled by another got no dispatchers (KeyError in mrf_kernels)."""
+    import threading
+
+    other, main = toy_modules
+    barrier, out, errors = threading.Barrier(8), [], []
+
+    def accessor():
+        try:
+            barrier.wait()
+            twice = backend.compile_kernels(other)["twice"]
+            out.append(backend.compile_kernels(main, bind={"prange": backend.numba().prange, "_twice": twice}))
+        except Exception as exc:  # noqa: BLE001  (collected and asserted below)
+            errors.append(exc)
+
+    threads = [threading.Thread(target=accessor) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == [] and len(out) == 8
+    assert all(k == out[0] and set(k) == {"_inc", "total"} for k in out)
+    assert out[0]["total"](np.array([1.0, 2.0, 3.0])) == 18.0
