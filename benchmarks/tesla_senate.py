@@ -1,7 +1,11 @@
 """TESLA on the 109th US Senate at one time point per roll call (issue 36): T=645, p=100, the 5 x 5 grid,
-TESLA alone, on a LocalCluster of 2 workers, through the pipeline's own graph (``build_fits``).
+TESLA alone, on a LocalCluster of 2 workers, through the pipeline's own path tasks (``path_tasks.fit_node``).
 
-    .venv/bin/python benchmarks/tesla_senate.py [--before SECONDS] [--nodes K] [--out FILE.md]
+    .venv/bin/python benchmarks/tesla_senate.py [--nodes K] [--only auto|fista] [--out FILE.md]
+
+Runs the fit twice in one run on one machine: with ``solver=fista`` (FISTA alone: the solver before SSNAL) and
+with ``solver=auto`` (the default: SSNAL certified by FISTA's test), then compares what each selects by BIC per node
+(the grid point and the neighbour set). ``--only`` runs one of them.
 
 Needs Debian's r-cran-pscl and the Python package rdata (the data are read where the package installs them).
 Reports the wall time against the issue's target (2 minutes on 2 cores) and the time before (``--before``,
@@ -41,17 +45,17 @@ def _warm():
     return True
 
 
-def fit_timed(design, node, lam1s, lam2):
+def fit_timed(design, node, lam1s, lam2, algorithm="auto"):
     """``path_tasks.fit_node`` and the CPU seconds it took on its worker (``time.process_time``: the time
     the task ran, not the time it waited for a core on a shared machine)."""
     from pgmflow.tasks.tesla import path_tasks
 
     t0 = time.process_time()
-    fit = path_tasks.fit_node(design, node, lam1s, lam2)
+    fit = path_tasks.fit_node(design, node, lam1s, lam2, algorithm=algorithm)
     return fit, time.process_time() - t0
 
 
-def fit_graph(series, nodes, n_workers=2):
+def fit_graph(series, nodes, algorithm, n_workers=2):
     """Seconds, and (fit, CPU seconds) of every (node, lambda2): the fit tasks of the pipeline's graph, each
     timed on its worker."""
     import dask
@@ -71,7 +75,9 @@ def fit_graph(series, nodes, n_workers=2):
         t0 = time.perf_counter()
         h = ex.scatter(solver.tesla_design(series.X, series.tix, series.T))
         tasks = [
-            dask.delayed(fit_timed, pure=True)(h, i, np.asarray(LAM1), l2, dask_key_name=f"senate-{i}-{a}")
+            dask.delayed(fit_timed, pure=True)(
+                h, i, np.asarray(LAM1), l2, algorithm, dask_key_name=f"senate-{algorithm}-{i}-{a}"
+            )
             for i in nodes
             for a, l2 in enumerate(LAM2)
         ]
@@ -112,10 +118,42 @@ def solver_path():
     return solver.__file__
 
 
+def choices(fits, nodes):
+    """Per node: the BIC choice over its 5 x 5 grid (``path_tasks.select_node``) as ((i_lam2, i_lam1), neighbours)."""
+    from pgmflow.tasks.tesla import path_tasks
+
+    by = {}
+    for f in fits:
+        by.setdefault(f.node, []).append(f)
+    out = {}
+    for i in nodes:
+        c = path_tasks.select_node(sorted(by[i], key=lambda f: -f.lam2))
+        nb = np.flatnonzero(np.any(np.delete(c.theta, i, axis=1) != 0.0, axis=0))
+        out[i] = ((c.i_lam2, c.i_lam1), set(np.where(nb >= i, nb + 1, nb).tolist()))
+    return out
+
+
+def run(series, nodes, algorithm):
+    secs, timed = fit_graph(series, nodes, algorithm)
+    fits = [f for f, _ in timed]
+    cpu = np.array([c for _, c in timed])
+    return {
+        "secs": secs,
+        "fits": fits,
+        "cpu": cpu,
+        "iters": int(sum(int(f.n_iter.sum()) for f in fits)),
+        "newton": int(sum(int(f.n_newton.sum()) for f in fits if f.n_newton is not None)),
+        "flops": float(sum(int(f.flops.sum()) for f in fits)),
+        "per_task": np.array([f.seconds for f in fits]),
+        "conv": all(bool(f.converged.all()) for f in fits),
+        "choices": choices(fits, nodes),
+    }
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--before", type=float, default=465.0, help="seconds before (the issue's figure by default)")
     ap.add_argument("--nodes", type=int, default=0, help="only K nodes spread over 0..p-1 (0: all)")
+    ap.add_argument("--only", choices=("auto", "fista"), default=None, help="run one solver only")
     ap.add_argument("--out", type=Path, default=None)
     a = ap.parse_args()
     from pgmflow.tasks.tesla import rollcall
@@ -125,37 +163,55 @@ def main():
     nodes = list(range(p)) if not a.nodes else sorted({int(v) for v in np.linspace(0, p - 1, a.nodes).round()})
     rates = blas_rates_1core()
     load0 = os.getloadavg()[0]
-    secs, timed = fit_graph(series, nodes)
-    fits = [f for f, _ in timed]
-    cpu = np.array([c for _, c in timed])
-    iters = np.array([f.n_iter.sum() for f in fits])
-    flops = float(sum(int(f.flops.sum()) for f in fits))
-    per_task = np.array([f.seconds for f in fits])
+    algos = ("fista", "auto") if a.only is None else (a.only,)
+    res = {}
+    loads = {}
+    for algo in algos:
+        l0 = os.getloadavg()[0]
+        res[algo] = run(series, nodes, algo)
+        loads[algo] = (l0, os.getloadavg()[0])
     tg, tp = kernel_split(series)
-    per_core = flops / secs / 2 / 1e9
     scope = "all 100 nodes" if not a.nodes else f"{len(nodes)} of the {p} nodes: {nodes}"
     lines = [
         f"# TESLA on the 109th Senate, one time point per roll call: T={series.T}, p={p}, 5 x 5 grid, TESLA alone",
         "",
         f"Machine: {cpu_name()}, {os.cpu_count()} cores, Python {platform.python_version()}; command: "
-        f"`.venv/bin/python benchmarks/tesla_senate.py{f' --nodes {a.nodes}' if a.nodes else ''}`; load average "
-        f"{load0:.1f} before, {os.getloadavg()[0]:.1f} after (the machine is shared). Data: {'; '.join(notes)}.",
+        f"`.venv/bin/python benchmarks/tesla_senate.py{f' --nodes {a.nodes}' if a.nodes else ''}"
+        f"{f' --only {a.only}' if a.only else ''}`; load average {load0:.1f} at the start, "
+        f"{os.getloadavg()[0]:.1f} at the end (the machine is shared). Data: {'; '.join(notes)}.",
+        f"Scope: {scope}; {len(nodes) * len(LAM2)} path tasks per solver (one per node and lambda2, each the lambda1 "
+        f"path warm-started) on a LocalCluster of 2 single-threaded workers; solver: {solver_path()}.",
         "",
-        f"- Scope: {scope}; {len(fits)} path tasks (one per node and lambda2, each the lambda1 path warm-started).",
-        f"- Wall time on 2 workers: **{secs:.1f} s**; target {TARGET:.0f} s for all 100 nodes; before "
-        f"{a.before:.0f} s (`--before`); ratio {a.before / secs if not a.nodes else float('nan'):.2f}x.",
-        f"- Seconds per task: median {np.median(per_task):.2f}, max {per_task.max():.2f}, sum {per_task.sum():.0f} "
-        f"(core-seconds; wall x 2 = {2 * secs:.0f}: the rest is scheduling and transfer).",
-        f"- CPU seconds in the tasks (process_time): sum {cpu.sum():.0f}, median {np.median(cpu):.2f} per task; "
-        f"{1e6 * cpu.sum() / iters.sum():.0f} us per FISTA iteration; solver: {solver_path()}.",
-        f"- FISTA iterations per task (5 solves): median {np.median(iters):.0f}, max {iters.max()}, total {iters.sum()}; "
-        f"all converged: {all(bool(f.converged.all()) for f in fits)}.",
-        f"- Per iteration on one node's full problem: gradient pass {1e6 * tg:.0f} us, fused prox {1e6 * tp:.0f} us "
-        f"(the prox is {100 * tp / (tg + tp):.0f} % of the two).",
-        f"- Limit: {flops / 1e9:.1f} GFLOP of mat-vec work (4 R k per iteration) in {secs:.1f} s on 2 workers = "
-        f"{per_core:.2f} GFLOP/s per core, {100 * per_core / rates['dgemv']:.0f} % of this machine's 1-core dgemv "
-        f"({rates['dgemv']:.1f} GFLOP/s) measured in the same run: at the dgemv rate the same work takes "
-        f"{flops / 2 / rates['dgemv'] / 1e9:.1f} s on 2 cores.",
+        "| solver | wall s on 2 workers | target | CPU s in the tasks (sum) | median CPU s per task | FISTA iterations "
+        "| SSNAL Newton steps | GFLOP (mat-vec) | all converged | load average before, after |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for algo, r in res.items():
+        lines.append(
+            f"| {algo} | **{r['secs']:.1f}** | {TARGET:.0f} s (all 100 nodes) | {r['cpu'].sum():.0f} | "
+            f"{np.median(r['cpu']):.2f} | {r['iters']} | {r['newton']} | {r['flops'] / 1e9:.1f} | {r['conv']} | "
+            f"{loads[algo][0]:.1f}, {loads[algo][1]:.1f} |"
+        )
+    lines.append("")
+    if len(res) == 2:
+        f, s = res["fista"], res["auto"]
+        same_point = sum(f["choices"][i][0] == s["choices"][i][0] for i in nodes)
+        diff_nodes = [i for i in nodes if f["choices"][i][1] != s["choices"][i][1]]
+        n_diff = sum(len(f["choices"][i][1] ^ s["choices"][i][1]) for i in nodes)
+        n_edges = sum(len(f["choices"][i][1]) for i in nodes)
+        lines += [
+            f"- Speed-up of `auto` over `fista` in this run: wall {f['secs'] / s['secs']:.2f}x, CPU "
+            f"{f['cpu'].sum() / s['cpu'].sum():.2f}x.",
+            f"- BIC choices: the same grid point at {same_point} of {len(nodes)} nodes; neighbour sets differ at "
+            f"{len(diff_nodes)} nodes {diff_nodes[:20]}, {n_diff} (node, neighbour) pairs in all against {n_edges} "
+            "selected under `fista`.",
+        ]
+    lines += [
+        f"- FISTA's kernels on one node's full problem (every column active): gradient pass {1e6 * tg:.0f} us, fused "
+        f"prox {1e6 * tp:.0f} us per iteration (the prox is {100 * tp / (tg + tp):.0f} % of the two); the machine's "
+        f"1-core dgemv {rates['dgemv']:.1f} GFLOP/s, at which each solver's mat-vec work takes "
+        + ", ".join(f"{algo} {r['flops'] / 2 / rates['dgemv'] / 1e9:.1f} s" for algo, r in res.items())
+        + " on 2 cores (the limit a FLOP count sets).",
     ]
     emit("\n".join(lines) + "\n", a.out)
 

@@ -38,19 +38,19 @@ is 1e-7, tighter than FISTA's 1e-6: at 1e-6 SSNAL's objectives lie up to 2e-9 re
 on its neighbour set (BIC as ``benchmarks/tesla_senate_newton.py``). CPU seconds are ``time.process_time`` of each
 solve, both solvers in one process, alternating per grid point; each solver warm-starts each lambda1 path downwards
 from its own previous solution. ``--hard NODE`` solves the five grid points that are slow at node 44 from FISTA's
-solution at the previous lambda1 (the warm start of the path) and from zero. ``SSNAL_TRACE=1`` prints every outer step.
+solution at the previous lambda1 (the warm start of the path) and from zero.
 
 Measured (``benchmarks/results/tesla-senate109-cpu-2core-epyc-issue36-ssnal.md``, 2-core EPYC): node 44's five slow
 points 5.5x (warm) and 5.7x (cold) FISTA's speed in CPU time; nodes 0, 44, 99 x 25 grid points 3.09x (2.6x, 3.5x, 3.1x)
 with objectives within 1.1e-10 relative of FISTA's (below at 45 of 75), the same BIC choices and neighbour sets there.
 The gain is 5.2x where FISTA needs >= 1,000 iterations and 1.7x where it needs < 300: SSNAL needs ~100 prox
-evaluations per solve wherever it is on the grid. Not wired into ``solve_path``.
+evaluations per solve wherever it is on the grid. The solver now lives in ``pgmflow.tasks.tesla.ssnal`` (the first stage of
+``solver.solve_path``, ``algorithm="auto"``); this script times it alone, without FISTA's continuation.
 """
 
 from __future__ import annotations
 
 import argparse
-import functools
 import math
 import os
 import sys
@@ -62,497 +62,30 @@ sys.path.insert(0, str(REPO))
 
 import numpy as np  # noqa: E402
 
-from pgmflow.tasks import backend  # noqa: E402
-from pgmflow.tasks.tesla import prox as _prox  # noqa: E402
-from pgmflow.tasks.tesla import solver  # noqa: E402
-
-_tv = _prox._tv1d  # bound to its dispatcher by _kernels()
-_fz = _prox._fused_zero
-_tvw = _prox._tv1d_warm
+from pgmflow.tasks.tesla import solver, ssnal  # noqa: E402
 
 LAM1 = (0.32, 0.16, 0.08, 0.04, 0.02)
 LAM2 = (2.0, 1.0, 0.5, 0.25, 0.125)
-KEEP = 0.05  # a step keeps at least this fraction of each r_t's distance to 0 and to 1
 HARD = ((0.16, 0.5), (0.16, 0.25), (0.08, 0.25), (0.08, 0.125), (0.04, 0.125))  # node 44's slow points
 
 
-@backend.kernel(cache=True, nogil=True)
-def _prox_cols(V, s1, s2, pen, Q, state, xcol):
-    """Q[j] = soft(tv(V[j], s2), s1 if pen[j]) per row j of V, Q [p, T] (the fused-lasso prox by column).
-
-    ``state`` [p, T] int8 as ``solver._prox_step``'s: the last jump signs of column j in ``state[j, :T-1]``, whether
-    its last output was non-zero in ``state[j, T-1]``; a zero column takes the one-pass zero test first, else the
-    TV from the last jump set (verified), else Condat's algorithm."""
-    p, T = V.shape
-    for j in range(p):
-        y = V[j]
-        x = Q[j]
-        sj = state[j]
-        pn = pen[j] and s1 > 0.0
-        if pn and sj[T - 1] == 0 and _fz(y, s1, s2):
-            for t in range(T):
-                x[t] = 0.0
-            continue
-        if not _tvw(y, s2, sj, xcol):
-            _tv(y, s2, xcol)
-            for t in range(T - 1):
-                dx = xcol[t + 1] - xcol[t]
-                sj[t] = 1 if dx > 0.0 else (-1 if dx < 0.0 else 0)
-        nz = False
-        for t in range(T):
-            v = xcol[t]
-            if pn:
-                v = v - s1 if v > s1 else (v + s1 if v < -s1 else 0.0)
-            x[t] = v
-            nz |= v != 0.0
-        sj[T - 1] = 1 if nz else 0
-
-
-@backend.kernel(cache=True, nogil=True)
-def _phi(ZT, y, w, pen, lam1, lam2, sigma, th, u, V, Q, state, xcol):
-    """V = th - sigma A'u, Q = prox(V); returns phi(u) = h*(u) - <u, A Q> - P(Q) - |Q - th|^2 / (2 sigma) (the form
-    without the cancellation of sigma |A'u|^2 terms)."""
-    p, T = ZT.shape
-    hs = 0.0
-    for t in range(T):
-        if w[t] > 0.0:
-            r = -u[t] * y[t] / (2.0 * w[t])
-            hs += w[t] * (r * math.log(r) + (1.0 - r) * math.log1p(-r))
-    for j in range(p):
-        for t in range(T):
-            V[j, t] = th[j, t] - sigma * ZT[j, t] * u[t]
-    _prox_cols(V, sigma * lam1, sigma * lam2, pen, Q, state, xcol)
-    uaq = 0.0
-    dd = 0.0
-    l1 = 0.0
-    tv = 0.0
-    for j in range(p):
-        for t in range(T):
-            q = Q[j, t]
-            uaq += u[t] * ZT[j, t] * q
-            e = q - th[j, t]
-            dd += e * e
-            if pen[j]:
-                l1 += abs(q)
-            if t > 0:
-                tv += abs(q - Q[j, t - 1])
-    return hs - uaq - lam1 * l1 - lam2 * tv - dd / (2.0 * sigma)
-
-
-@backend.kernel(cache=True, nogil=True)
-def _grad(ZT, y, w, Q, u, g, dg):
-    """g = grad h*(u) - A Q (0 where w = 0), dg = h*''(u) (1 where w = 0); returns |g|."""
-    p, T = ZT.shape
-    for t in range(T):
-        g[t] = 0.0
-    for j in range(p):
-        for t in range(T):
-            g[t] -= ZT[j, t] * Q[j, t]
-    gn = 0.0
-    for t in range(T):
-        if w[t] > 0.0:
-            r = -u[t] * y[t] / (2.0 * w[t])
-            g[t] += -0.5 * y[t] * (math.log(r) - math.log1p(-r))
-            dg[t] = 1.0 / (4.0 * w[t] * r * (1.0 - r))
-            gn += g[t] * g[t]
-        else:
-            g[t] = 0.0
-            dg[t] = 1.0
-    return math.sqrt(gn)
-
-
-@backend.kernel(cache=True, nogil=True)
-def _segments(Q, pen, sc, sa, sb):
-    """The non-zero segments of Q [p, T] (maximal runs of one value; every run of an unpenalised column):
-    column, first and last time point; returns their count."""
-    p, T = Q.shape
-    k = 0
-    for j in range(p):
-        a = 0
-        for t in range(1, T + 1):
-            if t == T or Q[j, t] != Q[j, t - 1]:
-                if not (pen[j] and Q[j, a] == 0.0):
-                    sc[k] = j
-                    sa[k] = a
-                    sb[k] = t - 1
-                    k += 1
-                a = t
-    return k
-
-
-@backend.kernel(cache=True, nogil=True)
-def _matvec(ZT, dg, sigma, sc, sa, sb, nseg, v, out):
-    """out = (diag(dg) + sigma A J A') v, J the prox's generalized Jacobian (segment averages)."""
-    T = v.shape[0]
-    for t in range(T):
-        out[t] = dg[t] * v[t]
-    for k in range(nseg):
-        zj = ZT[sc[k]]
-        a, b = sa[k], sb[k]
-        s = 0.0
-        for t in range(a, b + 1):
-            s += zj[t] * v[t]
-        c = sigma * s / (b - a + 1)
-        for t in range(a, b + 1):
-            out[t] += c * zj[t]
-
-
-@backend.kernel(cache=True, nogil=True)
-def _cg(ZT, dg, sigma, sc, sa, sb, nseg, g, d, rtol, max_cg):
-    """d = -(diag(dg) + sigma A J A')^{-1} g by Jacobi-preconditioned CG to |r| <= rtol |g|; returns iterations."""
-    T = g.shape[0]
-    pre = np.empty(T)
-    for t in range(T):
-        pre[t] = dg[t]
-    for k in range(nseg):
-        zj = ZT[sc[k]]
-        a, b = sa[k], sb[k]
-        c = sigma / (b - a + 1)
-        for t in range(a, b + 1):
-            pre[t] += c * zj[t] * zj[t]
-    r = np.empty(T)
-    z = np.empty(T)
-    pv = np.empty(T)
-    Ap = np.empty(T)
-    rz = 0.0
-    r0 = 0.0
-    for t in range(T):
-        d[t] = 0.0
-        r[t] = -g[t]
-        z[t] = r[t] / pre[t]
-        pv[t] = z[t]
-        rz += r[t] * z[t]
-        r0 += r[t] * r[t]
-    it = 0
-    while it < max_cg and r0 > 0.0:
-        it += 1
-        _matvec(ZT, dg, sigma, sc, sa, sb, nseg, pv, Ap)
-        pAp = 0.0
-        for t in range(T):
-            pAp += pv[t] * Ap[t]
-        if pAp <= 0.0:
-            break
-        al = rz / pAp
-        rr = 0.0
-        for t in range(T):
-            d[t] += al * pv[t]
-            r[t] -= al * Ap[t]
-            rr += r[t] * r[t]
-        if rr <= rtol * rtol * r0:
-            break
-        rzn = 0.0
-        for t in range(T):
-            z[t] = r[t] / pre[t]
-            rzn += r[t] * z[t]
-        be = rzn / rz
-        rz = rzn
-        for t in range(T):
-            pv[t] = z[t] + be * pv[t]
-    return it
-
-
-@backend.kernel(cache=True, nogil=True)
-def _direct(ZT, dg, sigma, sc, sa, sb, nseg, g, d):
-    """d = -(diag(dg) + sigma B diag(1/|S|) B')^{-1} g exactly, by the Woodbury identity: with ``Dg = diag(dg)``,
-    ``K = diag(|S| / sigma) + B' Dg^{-1} B`` [nseg, nseg] (entries where two segments overlap in time; cost the sum over
-    t of the squared number of segments covering t) and its Cholesky factor (nseg^3 / 3),
-    ``d = -Dg^{-1} (g - B K^{-1} B' Dg^{-1} g)``. For few segments (a smooth path) it beats CG."""
-    T = g.shape[0]
-    cnt = np.zeros(T + 1, np.int64)
-    for k in range(nseg):
-        for t in range(sa[k], sb[k] + 1):
-            cnt[t + 1] += 1
-    for t in range(T):
-        cnt[t + 1] += cnt[t]
-    cov = np.empty(cnt[T], np.int64)
-    fill = cnt[:T].copy()
-    for k in range(nseg):
-        for t in range(sa[k], sb[k] + 1):
-            cov[fill[t]] = k
-            fill[t] += 1
-    K = np.zeros((nseg, nseg))
-    for k in range(nseg):
-        K[k, k] = (sb[k] - sa[k] + 1) / sigma
-    for t in range(T):
-        it = 1.0 / dg[t]
-        for i0 in range(cnt[t], cnt[t + 1]):
-            a = cov[i0]
-            za = ZT[sc[a], t] * it
-            for i1 in range(cnt[t], i0 + 1):
-                b = cov[i1]
-                K[a, b] += za * ZT[sc[b], t]  # lower triangle (a >= b: segments are listed in order)
-    # Cholesky K = C C' in place (lower triangle)
-    for j in range(nseg):
-        s = K[j, j]
-        for k in range(j):
-            s -= K[j, k] * K[j, k]
-        if s <= 0.0:
-            return False
-        cj = math.sqrt(s)
-        K[j, j] = cj
-        for i in range(j + 1, nseg):
-            s = K[i, j]
-            for k in range(j):
-                s -= K[i, k] * K[j, k]
-            K[i, j] = s / cj
-    # rhs = B' Dg^{-1} g; solve K x = rhs
-    x = np.zeros(nseg)
-    for k in range(nseg):
-        zj = ZT[sc[k]]
-        s = 0.0
-        for t in range(sa[k], sb[k] + 1):
-            s += zj[t] * g[t] / dg[t]
-        x[k] = s
-    for i in range(nseg):
-        s = x[i]
-        for k in range(i):
-            s -= K[i, k] * x[k]
-        x[i] = s / K[i, i]
-    for i in range(nseg - 1, -1, -1):
-        s = x[i]
-        for k in range(i + 1, nseg):
-            s -= K[k, i] * x[k]
-        x[i] = s / K[i, i]
-    for t in range(T):
-        d[t] = g[t]
-    for k in range(nseg):
-        zj = ZT[sc[k]]
-        for t in range(sa[k], sb[k] + 1):
-            d[t] -= zj[t] * x[k]
-    for t in range(T):
-        d[t] = -d[t] / dg[t]
-    return True
-
-
-@backend.kernel(cache=True, nogil=True)
-def _ssn(
-    ZT,
-    y,
-    w,
-    pen,
-    lam1,
-    lam2,
-    sigma,
-    th,
-    u,
-    Q,
-    state,
-    eps,
-    max_it,
-    max_cg,
-    cg_rtol,
-    max_direct,
-    mu,
-    gcut,
-    max_back,
-    stats,
-):
-    """Semismooth Newton on phi from u (overwritten) until |grad phi| <= eps; Q receives prox(th - sigma A'u).
-    ``stats`` [5] += (Newton steps, CG iterations, prox evaluations, line-search backtracks, failed line searches);
-    returns |grad phi|. A line search that finds no step within ``max_back`` halvings ends the inner solve."""
-    p, T = ZT.shape
-    V = np.empty((p, T))
-    Vn = np.empty((p, T))
-    Qn = np.empty((p, T))
-    xcol = np.empty(T)
-    g = np.empty(T)
-    dg = np.empty(T)
-    g2 = np.empty(T)
-    dg2 = np.empty(T)
-    d = np.empty(T)
-    un = np.empty(T)
-    sc = np.empty(p * T, np.int64)
-    sa = np.empty(p * T, np.int64)
-    sb = np.empty(p * T, np.int64)
-    f = _phi(ZT, y, w, pen, lam1, lam2, sigma, th, u, V, Q, state, xcol)
-    stats[2] += 1
-    gn = _grad(ZT, y, w, Q, u, g, dg)
-    it = 0
-    while gn > eps and it < max_it:
-        it += 1
-        nseg = _segments(Q, pen, sc, sa, sb)
-        if nseg > max_direct or not _direct(ZT, dg, sigma, sc, sa, sb, nseg, g, d):
-            rtol = min(cg_rtol, gn**0.2)
-            stats[1] += _cg(ZT, dg, sigma, sc, sa, sb, nseg, g, d, rtol, max_cg)
-        gd = 0.0
-        for t in range(T):
-            gd += g[t] * d[t]
-        if not gd < 0.0:  # not a descent direction (CG breakdown): the scaled steepest descent
-            gd = 0.0
-            for t in range(T):
-                d[t] = -g[t] / dg[t]
-                gd += g[t] * d[t]
-        al = 1.0
-        fn = f
-        gnn = gn
-        ok = False
-        for _ in range(max_back + 1):
-            # the step, each r_t = -u_t y_t / (2 w_t) kept within (KEEP r_t, 1 - KEEP (1 - r_t)): a step that
-            # would leave the domain is clipped component-wise (a curved search); gs its first-order decrease
-            gs = 0.0
-            for t in range(T):
-                ut = u[t] + al * d[t]
-                if w[t] > 0.0:
-                    c = -y[t] / (2.0 * w[t])  # r = c u
-                    r = c * u[t]
-                    rn = c * ut
-                    if rn < KEEP * r:
-                        ut = KEEP * r / c
-                    elif rn > 1.0 - KEEP * (1.0 - r):
-                        ut = (1.0 - KEEP * (1.0 - r)) / c
-                un[t] = ut
-                gs += g[t] * (ut - u[t])
-            fn = _phi(ZT, y, w, pen, lam1, lam2, sigma, th, un, Vn, Qn, state, xcol)
-            stats[2] += 1
-            gnn = _grad(ZT, y, w, Qn, un, g2, dg2)
-            # Armijo, or (where phi's decrease is below its rounding) phi not above its rounding and the gradient
-            # cut by the factor gcut
-            if fn <= f + mu * gs or (fn <= f + 1e-13 * abs(f) and gnn <= gcut * gn):
-                ok = True
-                break
-            stats[3] += 1
-            # the minimiser of the quadratic through f, its slope gs / al and fn, kept within [al / 10, al / 2]
-            den = 2.0 * (fn - f - gs)
-            aq = -gs * al / den if den > 0.0 else 0.5 * al
-            al = min(max(aq, 0.1 * al), 0.5 * al)
-            if -al * gd < 1e-15 * abs(f):  # the predicted decrease is below phi's rounding
-                break
-        if not ok:
-            # no acceptable step (rounding or a bad model): leave u, and prox(th - sigma A'u) in Q, as they are;
-            # the outer step goes on from here (state holds the last trial's jump sets: only a guess)
-            _phi(ZT, y, w, pen, lam1, lam2, sigma, th, u, V, Q, state, xcol)
-            stats[2] += 1
-            stats[4] += 1
-            gn = _grad(ZT, y, w, Q, u, g, dg)
-            break
-        for t in range(T):
-            u[t] = un[t]
-            g[t] = g2[t]
-            dg[t] = dg2[t]
-        for j in range(p):
-            for t in range(T):
-                Q[j, t] = Qn[j, t]
-        f = fn
-        gn = gnn
-    stats[0] += it
-    return gn
-
-
-@functools.lru_cache(maxsize=None)
-def _kernels():
-    k = _prox._kernels()
-    bind = {"_tv": k.tv1d, "_fz": k.fused_zero, "_tvw": k.tv1d_warm}
-    return backend.compile_kernels(sys.modules[__name__], bind=bind)
-
-
 class Result:
-    """A solve: the path, outer steps, certificates taken, whether certified, F, the last certificate, and the
-    inner work (Newton steps, CG iterations, prox evaluations, line-search backtracks, failed line searches)."""
+    """A solve: the path, whether certified, F, the last certificate and SSNAL's work (``ssnal.Solve``)."""
 
-    def __init__(self, theta, n_outer, n_cert, stats, converged, objective, gap):
-        self.theta, self.n_outer, self.n_cert, self.converged = theta, n_outer, n_cert, converged
-        self.objective, self.gap = objective, gap
-        self.n_newton, self.n_cg, self.n_prox, self.n_back, self.n_fail = (int(s) for s in stats)
+    def __init__(self, theta, s, objective):
+        self.theta, self.converged, self.objective, self.gap = theta, s.converged, objective, s.gap
+        self.n_outer, self.n_newton, self.n_cg, self.n_prox = s.n_outer, s.n_newton, s.n_cg, s.n_prox
+        self.n_back, self.n_fail = s.n_back, s.n_fail
 
 
-def solve_ssnal(
-    design,
-    node,
-    lam1,
-    lam2,
-    theta0=None,
-    tol=1e-7,
-    sigma0=10.0,
-    rho=2.0,
-    sigma_max=3e3,
-    eps0=10.0,
-    eps_rate=0.2,
-    max_outer=60,
-    max_newton=200,
-    max_cg=500,
-    cg_rtol=0.01,
-    max_direct=150,
-    mu=0.3,
-    gcut=0.7,
-    max_back=30,
-    skip=3.0,
-):
-    """SSNAL from ``theta0`` (zeros if None) until ``solver._certify``'s gap <= tol (one sample per time point,
-    lam2 > 0), at most ``max_outer`` outer steps.
-
-    Outer step k: the inner problem to ``|grad phi| <= max(eps0 eps_rate^k, 1e-13)`` (at most ``max_newton`` Newton
-    steps, CG to ``cg_rtol`` or the direct solve up to ``max_direct`` segments, Armijo parameter ``mu``, the gradient
-    test ``gcut``, ``max_back`` backtracks), then ``theta <- q``, the certificate if ``|theta_new - theta| / sigma <=
-    skip tol``, ``sigma <- min(rho sigma, sigma_max)``."""
-    k = _kernels()
+def solve_ssnal(design, node, lam1, lam2, theta0=None, tol=1e-7, **opts):
+    """The pipeline's SSNAL (``pgmflow.tasks.tesla.ssnal.solve``) from ``theta0`` (zeros if None) to ``tol`` alone,
+    without FISTA's continuation, with ``opts`` its ``Options``."""
     solver._kernels()
     d = solver.node_design(design, node)
-    T, p = d.T, d.p
-    if not np.all(d.hi - d.lo == 1) or lam2 <= 0:
-        raise ValueError("the prototype needs one sample per time point and lambda2 > 0")
-    w = d.w[d.woff].copy()
-    Z = d.X[d.lo].astype(np.float64)
-    y = Z[:, node].copy()
-    Z[:, node] = 1.0
-    Z[w == 0.0] = 0.0  # a sample without weight has no dual variable (u_t = 0) and no margin
-    ZT = np.ascontiguousarray(Z.T)
-    pen = np.ones(p, np.bool_)
-    pen[node] = False
-    L = float(d.L.max())
-    theta = np.zeros((T, p)) if theta0 is None else np.array(theta0, dtype=np.float64, order="C", copy=True)
-    # u = grad h(A theta0): r_t = sigmoid(-2 y_t m_t), u_t = -2 w_t y_t r_t
-    m = np.einsum("tj,tj->t", Z, theta)
-    r = 0.5 * (1.0 - np.tanh(y * m))  # sigmoid(-2 y m)
-    r = np.clip(r, 1e-300, 1.0 - 1e-16)
-    u = np.where(w > 0, -2.0 * w * y * r, 0.0)
-    thT = np.ascontiguousarray(theta.T)
-    Q = np.empty_like(thT)
-    state = np.zeros((p, T), np.int8)
-    stats = np.zeros(5)
-    allc, viol = np.ones(p, np.bool_), np.zeros(p, np.bool_)
-    sigma, sigma_max = float(sigma0), float(sigma_max)
-    lam1, lam2, mu, gcut, cg_rtol = float(lam1), float(lam2), float(mu), float(gcut), float(cg_rtol)
-    n_outer = 0
-    n_cert = 1
-    gap = solver._certify(d.X, node, d.lo, d.hi, d.woff, d.w, lam1, lam2, 1, L, pen, theta, allc, viol)
-    while gap > tol and n_outer < max_outer:
-        eps = max(eps0 * eps_rate**n_outer, 1e-13)
-        k["_ssn"](
-            ZT,
-            y,
-            w,
-            pen,
-            lam1,
-            lam2,
-            sigma,
-            thT,
-            u,
-            Q,
-            state,
-            eps,
-            max_newton,
-            max_cg,
-            cg_rtol,
-            max_direct,
-            mu,
-            gcut,
-            max_back,
-            stats,
-        )
-        n_outer += 1
-        move = float(np.abs(Q - thT).max()) / sigma  # the proximal term's part of the new point's optimality residual
-        thT[:] = Q
-        theta = np.ascontiguousarray(thT.T)
-        if move <= skip * tol or n_outer == max_outer:
-            gap = solver._certify(d.X, node, d.lo, d.hi, d.woff, d.w, lam1, lam2, 1, L, pen, theta, allc, viol)
-            n_cert += 1
-        if os.environ.get("SSNAL_TRACE"):
-            print(
-                f"  outer {n_outer} sigma {sigma:.3g} eps {eps:.1e} move {move:.2e} gap {gap:.2e} {stats}", flush=True
-            )
-        sigma = min(sigma * rho, sigma_max)
-    obj = solver.objective(d, node, theta, lam1, lam2)
-    return Result(theta, n_outer, n_cert, stats, gap <= tol, obj, gap)
+    theta = np.zeros((d.T, d.p)) if theta0 is None else np.array(theta0, dtype=np.float64, order="C", copy=True)
+    s = ssnal.solve(d, node, lam1, lam2, theta, tol, solver._certify, ssnal.Options(**opts))
+    return Result(theta, s, solver.objective(d, node, theta, lam1, lam2))
 
 
 def bic(loglik, df, T):
@@ -608,7 +141,7 @@ def compare(design, nodes, T, **opts):
 
     solver.solve_path(design, 0, 0.3, 0.1)
     solve_ssnal(design, 0, 0.3, 0.1, **opts)
-    tot = {"f_cpu": 0.0, "s_cpu": 0.0, "f_it": 0, "outer": 0, "newton": 0, "cg": 0, "prox": 0, "fail": 0, "cert": 0}
+    tot = {"f_cpu": 0.0, "s_cpu": 0.0, "f_it": 0, "outer": 0, "newton": 0, "cg": 0, "prox": 0, "fail": 0}
     rels = []
     print(
         "node lam2   lam1 | FISTA it  CPU s | SSNAL outer newton   cg prox  CPU s | (F_S - F_F)/|F_F| | nbrs F S diff"
@@ -637,7 +170,6 @@ def compare(design, nodes, T, **opts):
                 tot["cg"] += rS.n_cg
                 tot["prox"] += rS.n_prox
                 tot["fail"] += rS.n_fail
-                tot["cert"] += rS.n_cert
                 rel = (rS.objective - rF.objective) / abs(rF.objective)
                 rels.append(rel)
                 eF = np.any(np.delete(rF.theta, node, axis=1) != 0, axis=0)
@@ -666,7 +198,7 @@ def compare(design, nodes, T, **opts):
     print(
         f"all: FISTA {tot['f_it']} iterations, {tot['f_cpu']:.2f} CPU s; SSNAL {tot['outer']} outer steps, "
         f"{tot['newton']} Newton steps, {tot['cg']} CG iterations, {tot['prox']} prox evaluations, "
-        f"{tot['cert']} certificates, {tot['fail']} failed line searches, "
+        f"{tot['fail']} failed line searches, "
         f"{tot['s_cpu']:.2f} CPU s ({tot['f_cpu'] / tot['s_cpu']:.2f}x); (F_S - F_F)/|F_F| max {rels.max():+.2e}, "
         f"min {rels.min():+.2e}, > 0 at {int((rels > 0).sum())} of {rels.size}"
     )

@@ -54,13 +54,15 @@ class SolverSettings:
 
     q: the smoothing norm ``||theta^t - theta^{t-1}||_q^q``, 1 (fused) or 2 (ridge-like). max_iter: FISTA
     iterations per solve at most. tol: the stopping test on the gradient-mapping norm. active_sets: the
-    active-set solver with a KKT certificate (True) or the full-update reference solver (False).
+    active-set solver with a KKT certificate (True) or the full-update reference solver (False). algorithm:
+    ``auto`` (SSNAL where it applies, certified by FISTA's test; ``solver.solve_path``) or ``fista``.
     """
 
     q: int
     max_iter: int
     tol: float
     active_sets: bool
+    algorithm: str = "auto"
 
 
 @dataclass(frozen=True, eq=False)

@@ -78,6 +78,7 @@ def build_fits(ex, tok: str, data: NetworkData, est: Estimation, skip=frozenset(
                         max_iter=sv.max_iter,
                         tol=sv.tol,
                         screen=sv.active_sets,
+                        algorithm=sv.algorithm,
                         dask_key_name=f"tesla-fit-{tok}-{m}-n{i}-a{a}",
                     )
                 )
@@ -92,6 +93,7 @@ def build_fits(ex, tok: str, data: NetworkData, est: Estimation, skip=frozenset(
                     tol=sv.tol,
                     gamma=sel.ebic_gamma,
                     screen=sv.active_sets,
+                    algorithm=sv.algorithm,
                     dask_key_name=f"tesla-select-{tok}-{m}-n{i}",
                 )
             )

@@ -29,6 +29,7 @@ TESLA_KEYS = {
     "max_iter",
     "tol",
     "active_sets",
+    "solver",
     "snapshot_times",
     "figures",
     "checkpoint_seconds",
@@ -40,6 +41,7 @@ TESLA = {
     "max_iter": integer(lo=1),
     "tol": real(gt=0),
     "active_sets": boolean,
+    "solver": choice("auto", "fista"),
     "figures": boolean,
     "checkpoint_seconds": real(ge=0),
 }
@@ -155,7 +157,11 @@ def check_tesla(cfg: dict) -> TeslaPlan:
         static_lambda1=None if t.get("static_lambda1") is None else _floats(t["static_lambda1"]),
     )
     solver = SolverSettings(
-        q=int(cfg["model"]["q"]), max_iter=int(t["max_iter"]), tol=float(t["tol"]), active_sets=bool(t["active_sets"])
+        q=int(cfg["model"]["q"]),
+        max_iter=int(t["max_iter"]),
+        tol=float(t["tol"]),
+        active_sets=bool(t["active_sets"]),
+        algorithm=str(t.get("solver", "auto")),
     )
     selection = Selection(
         criterion=str(t["criterion"]), ebic_gamma=float(t["ebic_gamma"]), heldout_fraction=float(f), heldout=held

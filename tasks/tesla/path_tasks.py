@@ -40,6 +40,7 @@ class NodeFit(NamedTuple):
     n_train: int  # training samples (the BIC's sample size)
     seconds: float  # wall time (a timing: recorded, never compared)
     flops: np.ndarray  # int64 [L1] mat-vec FLOPs of the solves (solver.PathResult.flops)
+    n_newton: np.ndarray | None = None  # int64 [L1] SSNAL's Newton steps (solver.PathResult.n_newton)
 
 
 class NodeChoice(NamedTuple):
@@ -83,12 +84,14 @@ def fit_node(
     max_iter: int = 5000,
     tol: float = 1e-6,
     screen: bool = True,
+    algorithm: str = "auto",
 ) -> NodeFit:
     """Solve node ``node``'s path for every lambda1 in ``lam1s`` at one lambda2, warm-starting downwards.
 
     ``train`` (bool [N]) marks the samples the design was built from; the others are scored as
     held-out. ``isolated`` skips the solve (a node that never changes value has no finite fit).
-    ``screen``: active sets predicted from the previous lambda1's solution (``solver.solve_path``).
+    ``screen``: active sets predicted from the previous lambda1's solution; ``algorithm``: ``auto`` (SSNAL
+    where it applies), ``fista`` or ``ssnal`` (``solver.solve_path``).
     """
     t0 = time.perf_counter()
     lam1s = np.asarray(lam1s, dtype=np.float64)
@@ -99,6 +102,7 @@ def fit_node(
     held = np.full(n1, np.nan)
     df = np.zeros(n1, np.int64)
     n_iter = np.zeros(n1, np.int64)
+    n_newton = np.zeros(n1, np.int64)
     converged = np.ones(n1, bool)
     flops = np.zeros(n1, np.int64)
     if not 0 <= node < p:
@@ -110,7 +114,16 @@ def fit_node(
         theta = None
         for k in np.argsort(-lam1s, kind="stable"):  # largest lambda1 first: a warm-started path
             res = _solver.solve_path(
-                design, node, float(lam1s[k]), float(lam2), q, theta0=theta, max_iter=max_iter, tol=tol, screen=screen
+                design,
+                node,
+                float(lam1s[k]),
+                float(lam2),
+                q,
+                theta0=theta,
+                max_iter=max_iter,
+                tol=tol,
+                screen=screen,
+                algorithm=algorithm,
             )
             theta = res.theta
             thetas[k] = theta
@@ -120,6 +133,7 @@ def fit_node(
                 held[k] = float(ll[scored].sum())
             df[k] = _evaluate.path_df(theta, node)
             n_iter[k] = res.n_iter
+            n_newton[k] = res.n_newton
             converged[k] = res.converged
             flops[k] = res.flops
     return NodeFit(
@@ -138,6 +152,7 @@ def fit_node(
         int(train.sum()),
         time.perf_counter() - t0,
         flops,
+        n_newton,
     )
 
 
@@ -151,6 +166,7 @@ def select_node(
     tol: float = 1e-6,
     gamma: float = 0.5,
     screen: bool = True,
+    algorithm: str = "auto",
 ) -> NodeChoice:
     """Choose one grid point for a node from its fits (one per lambda2 / bandwidth, in grid order).
 
@@ -215,6 +231,7 @@ def select_node(
             max_iter=max_iter,
             tol=tol,
             screen=screen,
+            algorithm=algorithm,
         )
         theta = res.theta
         n_iter += res.n_iter

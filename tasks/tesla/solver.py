@@ -49,7 +49,9 @@ import numpy as np
 from pgmflow.tasks import backend
 from pgmflow.tasks import fastexp as _fastexp
 from pgmflow.tasks.tesla import prox as _prox
+from pgmflow.tasks.tesla import ssnal as _ssnal
 
+ALGORITHMS = ("auto", "fista", "ssnal")
 FIELD_CAP = 10.0  # |field| reported where its optimum is infinite (P(x_i = observed) = 1 - 2e-9)
 
 
@@ -88,6 +90,7 @@ class PathResult(NamedTuple):
     objective: float  # F(theta), penalties included
     flops: int  # mat-vec floating-point operations spent (see ``solve_path``: 4 per weighted row and column)
     n_solves: int  # FISTA runs: 1 without screening, more when the KKT check added columns
+    n_newton: int = 0  # SSNAL's semismooth Newton steps (0 where FISTA alone solved it)
 
 
 def _time_rows(tix: np.ndarray, T: int) -> tuple[np.ndarray, np.ndarray]:
@@ -847,6 +850,8 @@ def solve_path(
     max_iter: int = 5000,
     tol: float = 1e-6,
     screen: bool = True,
+    algorithm: str = "auto",
+    ssnal_opts: _ssnal.Options | None = None,
 ) -> PathResult:
     """Solve node ``node``'s whole path over time for one (lambda1, lambda2) (one task of the TESLA
     workload).
@@ -857,9 +862,17 @@ def solve_path(
     on the rest and re-solves (:func:`_solve_block`); ``screen=False`` is the full
     solver, which updates every coefficient at every iteration. Both stop on the same test and
     reach the same optimum; ``PathResult.flops`` counts the mat-vec work of either.
+
+    ``algorithm``: ``"fista"``; ``"ssnal"``, the semismooth Newton augmented Lagrangian solver
+    (:mod:`pgmflow.tasks.tesla.ssnal`) for the fused penalty at one sample per time point (a ``ValueError``
+    elsewhere), certified by the same test at ``tol / 10`` and continued by FISTA where it is not certified
+    within its outer steps; ``"auto"``, SSNAL where it applies and FISTA elsewhere. ``ssnal_opts``: SSNAL's
+    constants (:class:`pgmflow.tasks.tesla.ssnal.Options`; its defaults if None).
     """
     if q not in (1, 2):
         raise ValueError(f"q must be 1 or 2, got {q}")
+    if algorithm not in ALGORITHMS:
+        raise ValueError(f"algorithm must be one of {ALGORITHMS}, got {algorithm!r}")
     if lam1 < 0 or lam2 < 0:
         raise ValueError(f"lambdas must be >= 0, got lambda1={lam1}, lambda2={lam2}")
     T, p = design.T, design.p
@@ -871,7 +884,7 @@ def solve_path(
     if theta.shape != (T, p):
         raise ValueError(f"theta0 must be [{T}, {p}], got {theta.shape}")
     opts = (int(max_iter), float(tol), bool(screen))
-    n_iter, converged, flops, n_solves = 0, True, 0, 0
+    n_iter, converged, flops, n_solves, n_newton = 0, True, 0, 0, 0
     if lam2 == 0.0:
         # no coupling across time: T independent problems, each with its own step 1/L_t and its own
         # stopping test (the slowest time point no longer sets the pace of the others)
@@ -901,13 +914,20 @@ def solve_path(
             L += 8.0 * lam2
         if L <= 0.0:  # no data anywhere: the penalties alone are minimised by zero
             return PathResult(np.zeros((T, p)), 0, True, 0.0, 0.0, 0, 0)
-        n_iter, converged, flops, n_solves = _solve_block(
-            design, slice(0, T), int(node), float(lam1), float(lam2), int(q), L, theta, *opts
-        )
+        use_ssnal = algorithm != "fista" and _ssnal.applicable(design, q, lam2)
+        if algorithm == "ssnal" and not use_ssnal:
+            raise ValueError("algorithm 'ssnal' needs q = 1, lambda2 > 0 and at most one sample per time point")
+        if use_ssnal:
+            s = _ssnal.solve(design, int(node), float(lam1), float(lam2), theta, 0.1 * float(tol), _certify, ssnal_opts)
+            n_newton, flops = s.n_newton, s.flops
+        if not use_ssnal or not s.converged:  # FISTA alone, or on from SSNAL's last iterate
+            n_iter, converged, f, n_solves = _solve_block(
+                design, slice(0, T), int(node), float(lam1), float(lam2), int(q), L, theta, *opts
+            )
+            flops += f
     loss = float(_loss_value(design.X, int(node), design.lo, design.hi, design.woff, design.w, theta))
-    return PathResult(
-        theta, int(n_iter), bool(converged), loss, loss + penalty(theta, node, lam1, lam2, q), int(flops), int(n_solves)
-    )
+    objective = loss + penalty(theta, node, lam1, lam2, q)
+    return PathResult(theta, int(n_iter), bool(converged), loss, objective, int(flops), int(n_solves), int(n_newton))
 
 
 def objective(design: Design, node: int, theta, lam1: float, lam2: float = 0.0, q: int = 1) -> float:

@@ -70,6 +70,7 @@ ACCESSORS = [
     ("pgmflow.tasks.philox", "numba_philox4x32"),
     ("pgmflow.tasks.tesla.prox", "_kernels"),
     ("pgmflow.tasks.tesla.solver", "_kernels"),
+    ("pgmflow.tasks.tesla.ssnal", "_kernels"),
     ("pgmflow.tasks.tesla.gibbs", "_kernels"),
     ("pgmflow.tasks.bounds.messages", "_kernels"),
     ("pgmflow.tasks.bounds.lattice_kernel", "_kernels"),

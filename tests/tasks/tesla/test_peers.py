@@ -78,17 +78,23 @@ def _cvxpy_tesla(design, node, lam1, lam2):
 
 
 @pytest.mark.parametrize(
-    "seed,T,n,p,node,lam1,lam2",
-    [(0, 20, 2, 6, 0, 0.05, 0.2), (1, 30, 1, 8, 1, 0.02, 0.5), (2, 15, 3, 10, 4, 0.03, 0.1)],
+    "seed,T,n,p,node,lam1,lam2,algorithm",
+    [
+        (0, 20, 2, 6, 0, 0.05, 0.2, "fista"),
+        (1, 30, 1, 8, 1, 0.02, 0.5, "fista"),
+        (1, 30, 1, 8, 1, 0.02, 0.5, "ssnal"),  # one sample per time point: SSNAL's problem (the Senate's shape)
+        (3, 40, 1, 6, 2, 0.01, 0.15, "ssnal"),
+        (2, 15, 3, 10, 4, 0.03, 0.1, "fista"),
+    ],
 )
-def test_tesla_matches_cvxpy_clarabel(seed, T, n, p, node, lam1, lam2):
+def test_tesla_matches_cvxpy_clarabel(seed, T, n, p, node, lam1, lam2, algorithm):
     """TESLA's per-node problem (fused L1 + TV, the field unpenalised): the same objective as an
-    independent conic solve, within 1e-6 relative, and ours is not above it by more."""
+    independent conic solve, within 1e-6 relative, and ours is not above it by more; by FISTA and by SSNAL."""
     pytest.importorskip("cvxpy")
     X, tix = _samples(seed, T, n, p)
     design = solver.tesla_design(X, tix, T)
-    res = solver.solve_path(design, node, lam1, lam2, tol=1e-10, max_iter=200_000)
-    assert res.converged
+    res = solver.solve_path(design, node, lam1, lam2, tol=1e-10, max_iter=200_000, algorithm=algorithm)
+    assert res.converged and (res.n_newton > 0) == (algorithm == "ssnal")
     theirs = _cvxpy_tesla(design, node, lam1, lam2)
     f_theirs = solver.objective(design, node, theirs, lam1, lam2)
     assert abs(res.objective - f_theirs) <= 1e-6 * abs(f_theirs), (res.objective, f_theirs)
