@@ -62,26 +62,26 @@ rounding, and ``D = u - 2**32 acc`` (or ``2**32 acc - v``) in Metropolis. The co
 puts ``u`` and ``thr`` on the same side of ``P``: then ``u < thr`` iff ``D < 0``.
 
 Each lane computes ``D_fast`` (``_fast_decision``) from ``e_fast = _fexp(arg)``, the same argument as the spec's
-``dexp``: ``2**k`` (exact) times the degree-6 Taylor polynomial of ``2**f = exp(f ln 2)``, ``k`` the nearest
+``dexp``: ``2**k`` (exact) times the degree-4 Taylor polynomial of ``2**f = exp(f ln 2)``, ``k`` the nearest
 integer to ``y = arg * log2(e)`` and ``f = y - k`` (exact, ``|f| <= 1/2``), in float64, without ``1 + e``,
 the division or ``rint``. Its error against ``dexp``, with ``E = exp(arg)``:
 
-* truncation: ``|t|**7 / 7! * exp(|t|)`` relative, ``|t| = |f| ln 2 <= 0.3466``: at most 1.686e-7 ``E``;
-* Horner's rounding: ``gamma_13 * sum_k a_k |f|**k / 2**f <= 13 * 2**-53 * 2 = 2.9e-15`` relative (coefficients
+* truncation: ``|t|**5 / 5! * exp(|t|)`` relative, ``|t| = |f| ln 2 <= 0.3466``: at most 5.89266e-5 ``E``;
+* Horner's rounding: ``gamma_9 * sum_k a_k |f|**k / 2**f <= 9 * 2**-53 * 2 = 2e-15`` relative (coefficients
   positive, their sum at ``|f|`` at most ``sqrt 2``, the value at least ``1/sqrt 2``);
 * ``y``'s rounding: ``|y - arg log2 e| <= |arg| log2(e) 2**-52``, so at most ``E |arg| 2**-52 <= 2**-52 / e``
   absolute (``x exp(-x) <= 1/e``);
 * ``dexp`` itself: within ``1e-14 E`` of ``E`` (Horner's rounding ``27 * 2**-53 * 2 = 6e-15`` relative with
   ``|r| <= 0.347``, a reduction error below ``4e-17``, truncation below ``1e-17``; the tests measure 4e-16);
 
-so ``|e_fast - e| <= 1.687e-7`` (both are 0 where ``arg < -40`` or NaN: the same clamp and select). ``|u|,
+so ``|e_fast - e| <= 5.8927e-5`` (both are 0 where ``arg < -40`` or NaN: the same clamp and select). ``|u|,
 |v| <= 2**32`` are exact in float64, and the product and difference add at most ``2**-19``, so
 
-    |D_fast - D| <= 2**32 * 1.687e-7 + 2**-19 < 725 = ERR_BOUND.
+    |D_fast - D| <= 2**32 * 5.8927e-5 + 2**-19 < 253,100 = ERR_BOUND.
 
-A lane with ``|D_fast| > MARGIN = 1024`` (``>= ERR_BOUND + 1 + 2**-19``, a factor 1.4 of headroom) therefore
+A lane with ``|D_fast| > MARGIN = 2**19`` (``>= ERR_BOUND + 1 + 2**-19``, a factor 2.07 of headroom) therefore
 takes ``+1`` iff ``D_fast < 0``, which is the spec's ``u < thr``. The others (``u`` within ``MARGIN + ERR_BOUND`` of
-``P``: at most a fraction ``2 (MARGIN + ERR_BOUND) / 2**32 = 8e-7`` of the updates) are marked in the loop (a bit
+``P``: at most a fraction ``2 (MARGIN + ERR_BOUND) / 2**32 = 3.6e-4`` of the updates) are marked in the loop (a bit
 per lane) and redone after it, each in a scalar loop by the spec itself (``mrf_lanes._fixup``: the field in CSR
 order and ``_threshold``), and counted. Any margin of at least
 ``ERR_BOUND + 1`` gives the same bits (``_sweep_cpu(..., margin)``; ``inf`` is the exact path: every lane by
@@ -136,19 +136,20 @@ _C = (
 _C0, _C1, _C2, _C3, _C4, _C5, _C6, _C7, _C8, _C9, _C10, _C11, _C12, _C13 = _C
 
 # The fast path's exp (see "The certified fast path" in the module docstring): 2**f for |f| <= 1/2 by the
-# degree-6 Taylor polynomial of exp(f ln 2), coefficients (ln 2)**k / k! rounded to doubles.
+# degree-4 Taylor polynomial of exp(f ln 2), coefficients (ln 2)**k / k! rounded to doubles. Degree 4 rather than
+# 6 (issue 34): two multiply-adds fewer per update, about 0.9x the sweep's time on the 4-regular graph at 64 replicas
+# (Zen 4), for at most 3.6e-4 of the lanes left to the fallback instead of 8e-7 (its cost is inside that figure;
+# benchmarks/results/tempering_mrf-cpu-2core-epyc-issue34-fexp4.md).
 _A = (
     1.0,
     0.6931471805599453,
     0.24022650695910072,
     0.05550410866482158,
     0.009618129107628477,
-    0.0013333558146428443,
-    0.0001540353039338161,
 )
-_A0, _A1, _A2, _A3, _A4, _A5, _A6 = _A
-ERR_BOUND = 725.0  # proven bound on |D_fast - D| (module docstring, "The certified fast path")
-MARGIN = 1024.0  # a lane with |D_fast| > MARGIN (>= ERR_BOUND + 1 + 2**-19) is decided by the fast path
+_A0, _A1, _A2, _A3, _A4 = _A
+ERR_BOUND = 253100.0  # proven bound on |D_fast - D| (module docstring, "The certified fast path")
+MARGIN = 524288.0  # 2**19: a lane with |D_fast| > MARGIN (>= ERR_BOUND + 1 + 2**-19) is decided by the fast path
 
 
 @backend.kernel(cache=True, nogil=True, inline="always")
@@ -180,17 +181,15 @@ def _dexp(x):
 
 @backend.kernel(cache=True, nogil=True, inline="always")
 def _fexp(x):
-    """exp(x) for -40 <= x <= 0 within 1.687e-7 of ``_dexp(x)`` (module docstring), and 0 where ``_dexp`` is 0
-    (below -40, and NaN): 2**k times a degree-6 polynomial in f = x log2(e) - k, k the nearest integer (then f
+    """exp(x) for -40 <= x <= 0 within 5.8927e-5 of ``_dexp(x)`` (module docstring), and 0 where ``_dexp`` is 0
+    (below -40, and NaN): 2**k times a degree-4 polynomial in f = x log2(e) - k, k the nearest integer (then f
     is exact and |f| <= 1/2). Branch-free like ``_dexp``."""
     xc = x if x >= -40.0 else -40.0
     y = xc * _LOG2E
     kf = y + _SHIFT
     k = kf - _SHIFT
     f = y - k  # exact: |f| <= 1/2
-    p = _A6
-    p = p * f + _A5
-    p = p * f + _A4
+    p = _A4
     p = p * f + _A3
     p = p * f + _A2
     p = p * f + _A1

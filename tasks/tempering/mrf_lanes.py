@@ -170,7 +170,7 @@ def _settle(xw, p0, k, nw, Rp, sites, ctx, res, chg, bb, ridb, legb, h, a, indpt
     for w in range(nw):
         i = sites[p0 + 4 * k + w]
         new = res[w]
-        if res[4 + w] != _ZERO:  # rare (at most 8e-7 of the lanes): those lanes by the spec itself
+        if res[4 + w] != _ZERO:  # rare (at most 3.6e-4 of the lanes): those lanes by the spec itself
             for q in range(Rp):
                 if (res[4 + w] >> np.uint64(q)) & _ONE:
                     nfb += 1
