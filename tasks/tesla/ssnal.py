@@ -530,11 +530,12 @@ def solve(design, node: int, lam1: float, lam2: float, theta, tol: float, certif
         n_outer += 1
         move = float(np.abs(Q - thT).max()) / sigma  # the proximal term's part of the new point's residual
         thT[:] = Q
-        theta[:] = thT.T
         if move <= opts.skip * tol or n_outer == opts.max_outer:
+            theta[:] = thT.T  # the [T, p] layout only where the certificate reads it
             gap = float(certify(*args, theta, allc, viol))
             flops += 4 * n_rows * p
         sigma = min(sigma * opts.rho, opts.sigma_max)
+    theta[:] = thT.T
     n_newton, n_cg, n_prox, n_back, n_fail, f_newton = (int(s) for s in stats)
     flops += 6 * p * T * n_prox + f_newton
     return Solve(gap <= tol, gap, n_outer, n_newton, n_cg, n_prox, n_back, n_fail, int(flops))
