@@ -63,7 +63,22 @@ def run_from_hydra(cfg):
         if verbose or os.environ.get("PGMFLOW_SWEEP_JOB"):
             raise  # in a sweep job the launcher records the error in the job's child run
         msg = " ".join(str(exc).split())
-        _report(f"{type(exc).__name__}: {msg} (run with verbose=true for the traceback)", EXIT_FAILED)
+        _report(
+            f"{type(exc).__name__}: {msg} {where_raised(exc)}(run with verbose=true for the traceback)", EXIT_FAILED
+        )
+
+
+def where_raised(exc: BaseException) -> str:
+    """``"at pgmflow/svi/run.py:231 in run "``: the innermost frame of ``exc`` (a task's own frame when Dask
+    re-raised it from a worker), so a one-line report of an unexpected error says where it came from."""
+    import traceback
+
+    frames = traceback.extract_tb(exc.__traceback__)
+    if not frames:
+        return ""
+    f = frames[-1]
+    parts = f.filename.replace(os.sep, "/").split("/")
+    return f"at {'/'.join(parts[-3:])}:{f.lineno} in {f.name} "
 
 
 def override_error(argv, exc):

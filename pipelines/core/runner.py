@@ -311,14 +311,22 @@ def _execute(cfg: dict, stream, sweep_run: str | None, given, record: RunRecord,
                 status, message = "FAILED", exc.message
             else:
                 status, message = "FAILED", f"{type(exc).__name__}: {exc}"
+            detail = None if isinstance(exc, (KeyboardInterrupt, ConfigError)) else _traceback(exc)
             with contextlib.suppress(Exception):
-                tracker.end(status, message)
+                tracker.end(status, message, detail)
             record.ended = True
             raise
         tracker.end("FINISHED")
         result["run_id"] = tracker.run_id
         print(f"pgmflow: finished. {tracker.ui_hint}", file=stream, flush=True)
         return result
+
+
+def _traceback(exc: BaseException) -> str:
+    """The traceback of an unexpected error, kept in the failed run's ``error.txt`` below its message."""
+    import traceback
+
+    return "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
 
 
 MAX_RECONNECTS = 20  # a run that lost its scheduler this often is not on a network that works: it fails

@@ -375,7 +375,9 @@ class Tracker:
         self._load_seen()
         return cfg
 
-    def end(self, status: str = "FINISHED", message: str | None = None):
+    def end(self, status: str = "FINISHED", message: str | None = None, detail: str | None = None):
+        """End the run with ``status``; a ``message`` becomes the tag ``pgmflow.error`` and the artifact
+        ``error.txt``, followed there by ``detail`` (the traceback of an unexpected error)."""
         if self.run_id is None:
             return
         self.fence()  # an attempt that lost its run does not end it: the run is the newer attempt's
@@ -386,7 +388,7 @@ class Tracker:
                 status, message = "FAILED", f"metrics could not be delivered: {exc}"
         if message:
             self.set_tags({"pgmflow.error": message[:5000]})
-            self.log_text(message, "error.txt")
+            self.log_text(message + (f"\n\n{detail}" if detail else ""), "error.txt")
         self.client.set_terminated(self.run_id, status=status)
 
     @property

@@ -62,6 +62,18 @@ def _groups(n_shards: int, workers: list[str]) -> list[list[int]]:
     return [[j for j in range(n_shards) if j % W == g] for g in range(min(W, n_shards))]
 
 
+def _workers(ex) -> list:
+    """The workers' addresses, sorted ([None] without a cluster); waits for one to join when none is there
+    (a cluster whose every worker is restarting)."""
+    if not ex.distributed:
+        return [None]
+    workers = sorted(ex.client.scheduler_info(n_workers=-1)["workers"])
+    if not workers:
+        ex.client.wait_for_workers(1, timeout=300)
+        workers = sorted(ex.client.scheduler_info(n_workers=-1)["workers"])
+    return workers
+
+
 def _annotate(ex, worker):
     if ex.distributed and worker is not None:
         return dask.annotate(workers=[worker], allow_other_workers=True)
@@ -228,7 +240,7 @@ def run(ctx, plan: Plan) -> dict:
     """The SVI run of ``plan`` (the minibatch algorithm of Hoffman et al. 2013, Fig. 6, with the
     E-step farmed out by shard); returns the results (``report.finish``)."""
     ex = ctx.executor
-    workers = sorted(ex.client.scheduler_info()["workers"]) if ex.distributed else [None]
+    workers = _workers(ex)
     groups = _groups(len(plan.corpus.shard_docs), workers)
     _announce(ctx, plan, len(groups))
     lda_model.log_corpus(ctx, plan.source, plan.corpus)  # MLflow dataset tracking: the corpus, with a digest

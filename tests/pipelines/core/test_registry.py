@@ -101,6 +101,28 @@ def test_toy_workload_runs_end_to_end_from_the_command_line(tmp_path):
     assert gone.returncode == 2 and "pipeline='toy'" in gone.stderr
 
 
+def test_an_unexpected_error_says_where_it_was_raised_and_the_run_keeps_its_traceback(tmp_path):
+    """An error that is not bad input (a task's IndexError): one line that names the file, line and function
+    it came from, exit 1; the failed MLflow run's error.txt holds the message and the whole traceback."""
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    env = {"PGMFLOW_WORKLOADS": TOY, "PGMFLOW_TOY_FAIL_CHUNK": "3"}
+    args = ["pipeline=toy", "debug=default", "progress=false", "cluster.profile=synchronous", f"tracking.uri={uri}"]
+    r = _cli(args, tmp_path, env)
+    assert r.returncode == 1, r.stderr[-3000:]
+    (line,) = r.stderr.strip().splitlines()
+    assert line.startswith("pgmflow: error: IndexError: chunk 3 fails on purpose at ")
+    assert "toy_workload/run.py:" in line and " in chunk_sums (run with verbose=true for the traceback)" in line
+    from pgmflow.core.tracking import Tracker
+
+    tr = Tracker(uri, "pgmflow")
+    run = tr.client.search_runs([tr.client.get_experiment_by_name("pgmflow").experiment_id])[0]
+    tr.run_id = run.info.run_id
+    assert run.info.status == "FAILED" and run.data.tags["pgmflow.error"] == "IndexError: chunk 3 fails on purpose"
+    kept = tr.read_text("error.txt")
+    assert kept.startswith("IndexError: chunk 3 fails on purpose\n\nTraceback (most recent call last):")
+    assert 'in chunk_sums\n    raise IndexError(f"chunk {chunk} fails on purpose")' in kept
+
+
 def _contract_cases():
     from pgmflow.core import registry
 

@@ -16,6 +16,12 @@ from tests.pipelines.tempering.test_resume import _wait_for
 REPO = Path(__file__).resolve().parents[3]
 
 
+def _failure_text(tmp_path) -> str:
+    """What the run printed, and the traceback its MLflow run kept (``error.txt``) when it failed."""
+    kept = [p.read_text() for p in sorted(tmp_path.rglob("error.txt"))]
+    return "\n".join([(tmp_path / "out.txt").read_text(), *kept])
+
+
 @pytest.mark.slow
 def test_killed_svi_run_resumes_to_identical_lambda(tmp_path):
     from pgmflow.tasks.lda import synthetic
@@ -46,7 +52,7 @@ def test_killed_svi_run_resumes_to_identical_lambda(tmp_path):
         return d.exists() and any(p.name == f"step_{n:07d}.npz" for p in d.rglob("step_*.npz"))
 
     try:
-        assert _wait_for(lambda: checkpoint(20), 240, proc), (tmp_path / "out.txt").read_text()
+        assert _wait_for(lambda: checkpoint(20), 240, proc), _failure_text(tmp_path)
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(30)
     finally:
