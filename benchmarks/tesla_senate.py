@@ -55,18 +55,42 @@ def fit_timed(design, node, lam1s, lam2, algorithm="auto"):
     return fit, time.process_time() - t0
 
 
+def select_summary(node, timed):
+    """The node's BIC choice by ``path_tasks.select_node`` on the worker, as the pipeline's select task makes it,
+    and the counts of its fits: what the driver gathers (never the paths themselves, as in the pipeline)."""
+    from pgmflow.tasks.tesla import path_tasks
+
+    fits = sorted((f for f, _ in timed), key=lambda f: -f.lam2)
+    c = path_tasks.select_node(fits)
+    nb = np.flatnonzero(np.any(np.delete(c.theta, node, axis=1) != 0.0, axis=0))
+    counts = [
+        {
+            "cpu": cpu,
+            "iters": int(f.n_iter.sum()),
+            "newton": int(f.n_newton.sum()) if f.n_newton is not None else 0,
+            "flops": float(f.flops.sum()),
+            "converged": bool(f.converged.all()),
+        }
+        for f, cpu in timed
+    ]
+    return ((c.i_lam2, c.i_lam1), set(np.where(nb >= node, nb + 1, nb).tolist())), counts
+
+
 def fit_graph(series, nodes, algorithm, n_workers=2):
-    """Seconds, and (fit, CPU seconds) of every (node, lambda2): the fit tasks of the pipeline's graph, each
-    timed on its worker."""
+    """Seconds, the BIC choice per node and the counts of every (node, lambda2) fit: the pipeline's graph (a fit
+    task per node and lambda2, a select task per node; the driver gathers the choices), each fit timed on its
+    worker."""
     import dask
     from distributed import Client, LocalCluster
 
+    from pgmflow.core.cluster import local_start
     from pgmflow.core.graph import Executor
     from pgmflow.tasks.tesla import solver
 
     for k in ("NUMBA_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
         os.environ[k] = "1"
     with (
+        local_start(),  # as the pipeline's local clusters start: its malloc settings and Dask housekeeping intervals
         LocalCluster(n_workers=n_workers, threads_per_worker=1, dashboard_address=None, silence_logs=40) as cl,
         Client(cl) as client,
     ):
@@ -75,14 +99,20 @@ def fit_graph(series, nodes, algorithm, n_workers=2):
         t0 = time.perf_counter()
         h = ex.scatter(solver.tesla_design(series.X, series.tix, series.T))
         tasks = [
-            dask.delayed(fit_timed, pure=True)(
-                h, i, np.asarray(LAM1), l2, algorithm, dask_key_name=f"senate-{algorithm}-{i}-{a}"
+            dask.delayed(select_summary, pure=True)(
+                i,
+                [
+                    dask.delayed(fit_timed, pure=True)(
+                        h, i, np.asarray(LAM1), l2, algorithm, dask_key_name=f"senate-{algorithm}-{i}-{a}"
+                    )
+                    for a, l2 in enumerate(LAM2)
+                ],
+                dask_key_name=f"senate-select-{algorithm}-{i}",
             )
             for i in nodes
-            for a, l2 in enumerate(LAM2)
         ]
-        fits = ex.gather(ex.compute(tasks))
-        return time.perf_counter() - t0, fits
+        out = ex.gather(ex.compute(tasks))
+        return time.perf_counter() - t0, dict(zip(nodes, out))
 
 
 def kernel_split(series, node=0, lam1=0.04, lam2=0.5, reps=50):
@@ -118,35 +148,17 @@ def solver_path():
     return solver.__file__
 
 
-def choices(fits, nodes):
-    """Per node: the BIC choice over its 5 x 5 grid (``path_tasks.select_node``) as ((i_lam2, i_lam1), neighbours)."""
-    from pgmflow.tasks.tesla import path_tasks
-
-    by = {}
-    for f in fits:
-        by.setdefault(f.node, []).append(f)
-    out = {}
-    for i in nodes:
-        c = path_tasks.select_node(sorted(by[i], key=lambda f: -f.lam2))
-        nb = np.flatnonzero(np.any(np.delete(c.theta, i, axis=1) != 0.0, axis=0))
-        out[i] = ((c.i_lam2, c.i_lam1), set(np.where(nb >= i, nb + 1, nb).tolist()))
-    return out
-
-
 def run(series, nodes, algorithm):
-    secs, timed = fit_graph(series, nodes, algorithm)
-    fits = [f for f, _ in timed]
-    cpu = np.array([c for _, c in timed])
+    secs, per_node = fit_graph(series, nodes, algorithm)
+    counts = [c for i in nodes for c in per_node[i][1]]
     return {
         "secs": secs,
-        "fits": fits,
-        "cpu": cpu,
-        "iters": int(sum(int(f.n_iter.sum()) for f in fits)),
-        "newton": int(sum(int(f.n_newton.sum()) for f in fits if f.n_newton is not None)),
-        "flops": float(sum(int(f.flops.sum()) for f in fits)),
-        "per_task": np.array([f.seconds for f in fits]),
-        "conv": all(bool(f.converged.all()) for f in fits),
-        "choices": choices(fits, nodes),
+        "cpu": np.array([c["cpu"] for c in counts]),
+        "iters": sum(c["iters"] for c in counts),
+        "newton": sum(c["newton"] for c in counts),
+        "flops": sum(c["flops"] for c in counts),
+        "conv": all(c["converged"] for c in counts),
+        "choices": {i: per_node[i][0] for i in nodes},
     }
 
 

@@ -70,6 +70,7 @@ class Design(NamedTuple):
     w: np.ndarray  # float64 [sum_t (hi - lo)] row weights per window
     L: np.ndarray  # float64 [T] Lipschitz bound of time t's loss gradient (any node)
     kind: str  # "tesla" (own time point, weights 1/N^t) or "keller" (kernel window)
+    node_of: int = -1  # the node whose missing values the weights leave out (node_design); -1: none
 
     @property
     def T(self) -> int:
@@ -174,6 +175,10 @@ def node_design(design: Design, node: int) -> Design:
     each window are re-weighted to sum as before, so TESLA's ``l_avg`` averages the observed samples), and
     ``L[t]`` grows by the same factor (a bound still: dropping rows lowers the curvature). A missing value
     of another node contributes nothing to the node's margins (``x = 0``)."""
+    if design.node_of == node:  # prepared for this node already (fit_node prepares once per path)
+        return design
+    if design.node_of >= 0:
+        raise ValueError(f"a design prepared for node {design.node_of} cannot serve node {node}")
     y = design.X[:, node]
     if y.all():
         return design
@@ -190,7 +195,7 @@ def node_design(design: Design, node: int) -> Design:
             L[t] *= total / kept
         else:
             L[t] = 0.0
-    return design._replace(w=w, L=L)
+    return design._replace(w=w, L=L, node_of=int(node))
 
 
 # --- numba kernels ----------------------------------------------------------------------------------
