@@ -110,3 +110,21 @@ def test_ssnal_is_a_pure_function_of_its_inputs():
     b = solver.solve_path(design, 2, 0.01, 0.2)
     assert a.n_newton > 0
     assert np.array_equal(a.theta, b.theta) and a.objective == b.objective and a.flops == b.flops
+
+
+def test_a_node_design_is_prepared_once_and_serves_only_its_node():
+    """``solver.node_design`` (the node's missing votes out of its weights) records the node: preparing again is
+    the same object, the path solves from the prepared design give the same bits as from the shared one (what
+    ``path_tasks.fit_node`` relies on, preparing once per path), and another node is refused."""
+    X, tix = _one_per_time(2, 50, 7, missing=6)
+    design = solver.tesla_design(X, tix, 50)
+    d = solver.node_design(design, 2)
+    assert d.node_of == 2 and solver.node_design(d, 2) is d
+    assert not np.array_equal(d.w, design.w)  # the missing votes' weights are 0 in the prepared design
+    for lam1 in (0.04, 0.015):
+        a = solver.solve_path(design, 2, lam1, 0.5)
+        b = solver.solve_path(d, 2, lam1, 0.5)
+        assert np.array_equal(a.theta, b.theta) and a.objective == b.objective
+    with pytest.raises(ValueError, match="prepared for node 2 cannot serve node 3"):
+        solver.node_design(d, 3)
+    assert solver.node_design(design, 0) is design  # a node without missing values: the shared design itself
