@@ -111,6 +111,8 @@ _TWO32 = 4294967296.0
 PARALLEL_MIN_WORK = 1 << 20  # node and neighbour visits of one call above which threads run over replicas
 BLOCK_MAX = 64  # replicas swept together as vector lanes (mrf_lanes; at most 64: a node's spins are one uint64)
 BLOCK_MIN = 8  # ... and at least this many (the lanes come in groups of 8): fewer threads rather than idle lanes
+NODE_SPLIT_LANES = 64  # threads share a colour's nodes rather than the replicas when a thread would get fewer lanes
+NODE_SPLIT_GROUPS = 32  # ... and the colours have at least this many Philox groups per thread
 
 # dexp's constants (see pgmflow.tasks.fastexp); module globals, frozen into the compiled code
 _LOG2E = 1.4426950408889634
@@ -292,12 +294,18 @@ def _check(x, b, key, replica_ids, sweep0, n_sweeps, method, n):
     return b, key, (rid.astype(np.int64) & _MASK32).astype(np.uint64)
 
 
-def _block_size(R: int, threads: int) -> int:
-    """Replicas per block: the replicas shared evenly between the threads, at least BLOCK_MIN (or all R) and at
-    most BLOCK_MAX per block (the block's spin words and buffers stay in cache). Results do not depend on
-    it."""
+def _plan(R: int, threads: int, n: int, n_colours: int) -> tuple[str, int]:
+    """How the kernel shares one call between threads: ``("replicas", block)``, blocks of ``block`` replicas and
+    threads over blocks, or ``("nodes", block)``, blocks of ``block`` replicas one after another, each colour's
+    groups shared between the threads. Replicas while they give every thread a block of at least
+    ``NODE_SPLIT_LANES`` lanes (or the colours are too small to share); else nodes, so that each block keeps all
+    its lanes. Results do not depend on it."""
+    nb = -(-R // BLOCK_MAX)  # the fewest blocks
     per = -(-R // max(1, threads))
-    return max(1, min(BLOCK_MAX, max(per, min(BLOCK_MIN, R))))
+    groups = n // max(1, n_colours) // 4  # Philox groups in a typical colour
+    if threads > 1 and per < NODE_SPLIT_LANES and nb < threads and groups >= NODE_SPLIT_GROUPS * threads:
+        return "nodes", -(-R // nb)
+    return "replicas", max(1, min(BLOCK_MAX, max(per, min(BLOCK_MIN, R))))
 
 
 def mrf_sweep(
@@ -335,9 +343,10 @@ def mrf_sweep(
     return _sweep_cpu(x, target, b, key, rid, chain, sweep0, n_sweeps, method, a, lg, MARGIN)[0]
 
 
-def _sweep_cpu(x, target, b, key, rid, chain, sweep0, n_sweeps, method, a, lg, margin):
+def _sweep_cpu(x, target, b, key, rid, chain, sweep0, n_sweeps, method, a, lg, margin, plan=None):
     """The numba kernel with the fast path's ``margin`` (MARGIN, or any larger value: the same bits; ``inf``:
-    every lane by the exact threshold). Returns (spins changed per replica, lane updates left to the exact
+    every lane by the exact threshold); ``plan``: None (``_plan``'s) or ``(how, block, threads)`` (tests: the
+    same bits whatever the plan). Returns (spins changed per replica, lane updates left to the exact
     threshold)."""
     if not isinstance(x, np.ndarray) or not x.flags.c_contiguous or not x.flags.writeable:
         raise ValueError("spins must be a writeable C-contiguous numpy (or cupy) array")
@@ -347,11 +356,11 @@ def _sweep_cpu(x, target, b, key, rid, chain, sweep0, n_sweeps, method, a, lg, m
     out = np.zeros(R, dtype=np.int64)
     nfb = np.zeros(R, dtype=np.int64)
     work = R * int(n_sweeps) * (target.n_sites + target.nbr.shape[0])
-    threaded = R > 1 and work > PARALLEL_MIN_WORK
-    block = _block_size(R, backend.numba().get_num_threads() if threaded else 1)
-    _kernels()["_sweeps" if threaded else "_sweeps_serial"](
-        x,
-        b,
+    threads = backend.numba().get_num_threads() if R > 0 and work > PARALLEL_MIN_WORK else 1
+    how, block = _plan(R, threads, target.n_sites, target.n_colours) if plan is None else plan[:2]
+    threads = threads if plan is None else plan[2]
+    k = _kernels()
+    args = (
         target.h,
         a,
         lg,
@@ -367,8 +376,12 @@ def _sweep_cpu(x, target, b, key, rid, chain, sweep0, n_sweeps, method, a, lg, m
         float(margin),
         out,
         nfb,
-        np.int64(block),
     )
+    if how == "nodes":
+        for r0 in range(0, R, block):
+            k["_sweep_nodes"](x, r0, min(R, r0 + block), b, *args, np.int64(threads))
+    else:
+        k["_sweeps" if threads > 1 and R > 1 else "_sweeps_serial"](x, b, *args, np.int64(block))
     return out, int(nfb.sum())
 
 

@@ -575,3 +575,48 @@ def test_single_reference_bits_are_the_saved_ones():
                         x.tobytes() + c.tobytes() + st.tobytes()
                     ).hexdigest()[:16]
     assert got == SAVED_BITS
+
+
+@pytest.mark.parametrize("method", K.METHODS)
+def test_threads_sharing_a_colour_give_the_same_bits_as_one_thread(method):
+    """The node-sharing plan (each colour's Philox groups split between threads, ``_sweep_nodes``) against one
+    block on one thread and against blocks of replicas: spins, change counts and fallback counts identical, with
+    two references, padding lanes (13 replicas), colours whose last group is partial, 2 and 3 shares, the
+    shipped margin and a wide one (the fallback inside the shares)."""
+    import networkx as nx
+
+    rng = np.random.default_rng(11 if method == "heatbath" else 12)
+    g = nx.random_regular_graph(3, 1002, seed=5)
+    edges = np.array(sorted(tuple(sorted(e)) for e in g.edges()), dtype=np.int64)
+    t = T.make_mrf_target(M.make_mrf(rng.normal(0.0, 0.3, 1002), edges, rng.normal(0.0, 0.8, len(edges))))
+    assert any((t.colptr[c + 1] - t.colptr[c]) % 4 for c in range(t.n_colours))  # a partial group somewhere
+    R, n = 13, t.n_sites
+    x0 = np.where(rng.random((R, n)) < 0.5, 1, -1).astype(np.int8)
+    b = np.concatenate([[0.0, 1.0], rng.random(R - 2)])
+    rid = np.arange(R, dtype=np.uint64) * 7 + 1
+    rows, leg = np.stack([np.zeros(n), rng.normal(0.0, 1.0, n)]), np.arange(R) % 2
+    for margin in (K.MARGIN, 2.0**24):
+        got = []
+        for plan in (("replicas", R, 1), ("nodes", R, 2), ("nodes", R, 3), ("replicas", 8, 2), ("nodes", 7, 2)):
+            x = x0.copy()
+            c, nfb = K._sweep_cpu(x, t, b, KEY, rid, 4, 17, 5, method, rows, leg, margin, plan=plan)
+            got.append((x, c, nfb))
+        for x, c, nfb in got[1:]:
+            np.testing.assert_array_equal(x, got[0][0])
+            np.testing.assert_array_equal(c, got[0][1])
+            assert nfb == got[0][2]
+        assert (got[0][0] != x0).any()
+        if margin > K.MARGIN:
+            assert got[0][2] > 0
+
+
+def test_the_plan_shares_nodes_only_where_replicas_would_leave_lanes_idle():
+    """Threads over blocks of replicas while every thread gets 64 lanes or the colours are too small to share;
+    else one block at a time (at most 64 replicas each) with the colours' groups shared."""
+    assert K._plan(64, 2, 10_000, 5) == ("nodes", 64)
+    assert K._plan(16, 2, 10_000, 5) == ("nodes", 16)
+    assert K._plan(100, 2, 10_000, 5) == ("replicas", 50)  # two blocks: one per thread
+    assert K._plan(80, 4, 10_000, 5) == ("nodes", 40)  # two blocks of 40, four threads on each
+    assert K._plan(64, 1, 10_000, 5) == ("replicas", 64)
+    assert K._plan(64, 2, 100, 100) == ("replicas", 32)  # one node per colour: nothing to share
+    assert K._plan(256, 2, 10_000, 5) == ("replicas", 64)
