@@ -14,8 +14,11 @@ best of several repeats, on
   beta = 1), 64 replicas;
 
 peer: ``numpy_colour_sweep`` (per colour one sparse product for the local fields of all replicas, one
-``rng.random`` per node, a logistic, ``np.where``); ours: ``mrf_sweep`` at 4 sweeps per call (what the pipeline
-does between swaps) and in one long call. The kernel draws one Philox4x32-10 block per 4 node updates, so it
+``rng.random`` per node, a logistic, ``np.where``; one thread, as NumPy and SciPy run it); ours: ``mrf_sweep`` at 4
+sweeps per call (what the pipeline does between swaps) and in one long call, on all ``numba.get_num_threads()``
+threads, as ``benchmarks/tempering.py`` runs the lattice kernel (threads over blocks of replicas, or sharing each
+colour's nodes when the replicas would give a thread fewer than 64 lanes; ``--cpu-time`` with
+``NUMBA_NUM_THREADS=1`` gives the figure per core). The kernel draws one Philox4x32-10 block per 4 node updates, so it
 can never update faster than 4 x (Philox blocks per ns); the script times the Ising benchmark's counter loop
 (``benchmarks/tempering.py:philox_blocks_per_ns``, the same generator on the same threads) and prints that
 ceiling and the fraction of it each figure reaches. Target (issue 34): >= 20x the peer.

@@ -5,8 +5,9 @@ Replicas are independent, so the kernel sweeps them in blocks of at most 64 repl
 (``_sweeps``: the replicas shared evenly between the threads) when every thread gets a block of 64 lanes, else
 one block after another with each colour's Philox groups shared between the threads (``_sweep_nodes``: a colour's
 nodes do not neighbour each other, so the shares are independent; 64 lanes in one thread vectorise better than 32
-in each of two: 1.2 against 1.5 ns per update on two cores at 64 replicas). A block's spins are held as bits: ``xw[i]`` (uint64) has bit ``q``
-set iff lane ``q``'s spin at node ``i`` is +1 (row ``n``: all ones, the padding neighbour). Each Philox group
+in each of two: 1.06-1.20x faster on two cores at 64 replicas, ``benchmarks/tempering_mrf_plans.py``). A block's
+spins are held as bits: ``xw[i]`` (uint64) has bit ``q`` set iff lane ``q``'s spin at node ``i`` is +1 (row
+``n``: all ones, the padding neighbour). Each Philox group
 (the four nodes ``4 g .. 4 g + 3`` of a colour, which share one Philox block per replica) is one loop over the
 lanes (``_lanes``) that draws the block once and updates its four nodes: per node the local field's last one to
 four neighbours (from the neighbours' words, loop-invariant, tested against the lane's bit; ``J x`` as the
@@ -229,7 +230,9 @@ def _groups(xw, lo, k0, k1, Rp, sites, ctx, chg, bb, cb, ridb, legb, h, a, indpt
     res = np.empty(8, dtype=np.uint64)
     unc = 0
     for k in range(k0, k1):
-        unc += _group(xw, lo, k, Rp, sites, ctx, f, W, J, res, chg, bb, cb, ridb, legb, h, a, indptr, nbr, Jn, metro, margin)
+        unc += _group(
+            xw, lo, k, Rp, sites, ctx, f, W, J, res, chg, bb, cb, ridb, legb, h, a, indptr, nbr, Jn, metro, margin
+        )
     return unc
 
 
@@ -298,7 +301,28 @@ def _sweep_block(x, r0, r1, b, h, a, leg, indptr, nbr, Jn, colptr, sites, key, r
             )
             if m % 4:
                 unc_total += _partial(
-                    xw, lo, m // 4, Rp, sites, ctx, f, W, J, res, chg, bb, cb, ridb, legb, h, a, indptr, nbr, Jn, metro, margin
+                    xw,
+                    lo,
+                    m // 4,
+                    Rp,
+                    sites,
+                    ctx,
+                    f,
+                    W,
+                    J,
+                    res,
+                    chg,
+                    bb,
+                    cb,
+                    ridb,
+                    legb,
+                    h,
+                    a,
+                    indptr,
+                    nbr,
+                    Jn,
+                    metro,
+                    margin,
                 )
             _count(chg, m, Rp, cnt)
     nfb[r0] += unc_total
@@ -326,7 +350,27 @@ def _sweep_nodes(x, r0, r1, b, h, a, leg, indptr, nbr, Jn, colptr, sites, key, r
             ctx = (m, t * C + c, key[0], key[1], chain32)
             for ch in prange(nch):
                 unc[ch, 0] += _share(
-                    xw, lo, m, ch, nch, Rp, sites, ctx, chg, cnts[ch], bb, cb, ridb, legb, h, a, indptr, nbr, Jn, metro, margin
+                    xw,
+                    lo,
+                    m,
+                    ch,
+                    nch,
+                    Rp,
+                    sites,
+                    ctx,
+                    chg,
+                    cnts[ch],
+                    bb,
+                    cb,
+                    ridb,
+                    legb,
+                    h,
+                    a,
+                    indptr,
+                    nbr,
+                    Jn,
+                    metro,
+                    margin,
                 )
     cnt = np.zeros(Rp, dtype=np.int64)
     for ch in range(nch):
@@ -349,7 +393,9 @@ def _share(xw, lo, m, ch, nch, Rp, sites, ctx, chg, cnt, bb, cb, ridb, legb, h, 
         W = np.empty((4, 5), dtype=np.uint64)
         J = np.empty((4, 6))
         res = np.empty(8, dtype=np.uint64)
-        unc += _partial(xw, lo, ng, Rp, sites, ctx, f, W, J, res, chg, bb, cb, ridb, legb, h, a, indptr, nbr, Jn, metro, margin)
+        unc += _partial(
+            xw, lo, ng, Rp, sites, ctx, f, W, J, res, chg, bb, cb, ridb, legb, h, a, indptr, nbr, Jn, metro, margin
+        )
         e = m
     _count(chg[4 * k0 : e], e - 4 * k0, Rp, cnt)
     return unc
