@@ -236,6 +236,22 @@ def _groups(xw, lo, k0, k1, Rp, sites, ctx, chg, bb, cb, ridb, legb, h, a, indpt
     return unc
 
 
+@backend.kernel(cache=True, nogil=True, error_model="numpy")
+def _tail(xw, lo, m, Rp, sites, ctx, chg, bb, cb, ridb, legb, h, a, indptr, nbr, Jn, metro, margin):
+    """A colour of m nodes: its last group when it has one to three nodes (``_partial``, with its own scratch);
+    returns the lanes left to the fallback (0 without one). Not inlined: one compiled copy serves both sweeps
+    (and keeps the parallel one quick to compile)."""
+    if m % 4 == 0:
+        return 0
+    f = np.empty((4, Rp))
+    W = np.empty((4, 5), dtype=np.uint64)
+    J = np.empty((4, 6))
+    res = np.empty(8, dtype=np.uint64)
+    return _partial(
+        xw, lo, m // 4, Rp, sites, ctx, f, W, J, res, chg, bb, cb, ridb, legb, h, a, indptr, nbr, Jn, metro, margin
+    )
+
+
 @backend.kernel(cache=True, nogil=True, inline="always", error_model="numpy")
 def _block_start(x, r0, r1, b, rid, leg):
     """A block's state (module docstring): its spins as words ``xw`` (row n: all ones; padding lanes +1) and the
@@ -284,10 +300,6 @@ def _sweep_block(x, r0, r1, b, h, a, leg, indptr, nbr, Jn, colptr, sites, key, r
     xw, bb, cb, ridb, legb = _block_start(x, r0, r1, b, rid, leg)
     Rp = bb.shape[0]
     C = colptr.shape[0] - 1
-    f = np.empty((4, Rp))
-    W = np.empty((4, 5), dtype=np.uint64)
-    J = np.empty((4, 6))
-    res = np.empty(8, dtype=np.uint64)
     chg = np.empty(n + 4, dtype=np.uint64)
     cnt = np.zeros(Rp, dtype=np.int64)
     unc_total = 0
@@ -297,33 +309,27 @@ def _sweep_block(x, r0, r1, b, h, a, leg, indptr, nbr, Jn, colptr, sites, key, r
             m = colptr[c + 1] - lo
             ctx = (m, t * C + c, key[0], key[1], chain32)
             unc_total += _groups(
-                xw, lo, 0, m // 4, Rp, sites, ctx, chg, bb, cb, ridb, legb, h, a, indptr, nbr, Jn, metro, margin
+                xw,
+                lo,
+                np.int64(0),
+                m // 4,
+                Rp,
+                sites,
+                ctx,
+                chg,
+                bb,
+                cb,
+                ridb,
+                legb,
+                h,
+                a,
+                indptr,
+                nbr,
+                Jn,
+                metro,
+                margin,
             )
-            if m % 4:
-                unc_total += _partial(
-                    xw,
-                    lo,
-                    m // 4,
-                    Rp,
-                    sites,
-                    ctx,
-                    f,
-                    W,
-                    J,
-                    res,
-                    chg,
-                    bb,
-                    cb,
-                    ridb,
-                    legb,
-                    h,
-                    a,
-                    indptr,
-                    nbr,
-                    Jn,
-                    metro,
-                    margin,
-                )
+            unc_total += _tail(xw, lo, m, Rp, sites, ctx, chg, bb, cb, ridb, legb, h, a, indptr, nbr, Jn, metro, margin)
             _count(chg, m, Rp, cnt)
     nfb[r0] += unc_total
     _block_end(x, r0, r1, xw, cnt, out)
@@ -349,11 +355,11 @@ def _sweep_nodes(x, r0, r1, b, h, a, leg, indptr, nbr, Jn, colptr, sites, key, r
             m = colptr[c + 1] - lo
             ctx = (m, t * C + c, key[0], key[1], chain32)
             for ch in prange(nch):
-                unc[ch, 0] += _share(
+                unc[ch, 0] += _share(  # ch as int64: parfors types the index both ways, two compiles of _share
                     xw,
                     lo,
                     m,
-                    ch,
+                    np.int64(ch),
                     nch,
                     Rp,
                     sites,
@@ -388,14 +394,8 @@ def _share(xw, lo, m, ch, nch, Rp, sites, ctx, chg, cnt, bb, cb, ridb, legb, h, 
     k1 = ng * (ch + 1) // nch
     unc = _groups(xw, lo, k0, k1, Rp, sites, ctx, chg, bb, cb, ridb, legb, h, a, indptr, nbr, Jn, metro, margin)
     e = 4 * k1
-    if ch == nch - 1 and m % 4:
-        f = np.empty((4, Rp))
-        W = np.empty((4, 5), dtype=np.uint64)
-        J = np.empty((4, 6))
-        res = np.empty(8, dtype=np.uint64)
-        unc += _partial(
-            xw, lo, ng, Rp, sites, ctx, f, W, J, res, chg, bb, cb, ridb, legb, h, a, indptr, nbr, Jn, metro, margin
-        )
+    if ch == nch - 1:
+        unc += _tail(xw, lo, m, Rp, sites, ctx, chg, bb, cb, ridb, legb, h, a, indptr, nbr, Jn, metro, margin)
         e = m
     _count(chg[4 * k0 : e], e - 4 * k0, Rp, cnt)
     return unc
