@@ -5,7 +5,7 @@ Replicas are independent, so the kernel sweeps them in blocks of at most 64 repl
 (``_sweeps``: the replicas shared evenly between the threads) when every thread gets a block of 64 lanes, else
 one block after another with each colour's Philox groups shared between the threads (``_sweep_nodes``: a colour's
 nodes do not neighbour each other, so the shares are independent; 64 lanes in one thread vectorise better than 32
-in each of two: 1.06-1.20x faster on two cores at 64 replicas, ``benchmarks/tempering_mrf_plans.py``). A block's
+in each of two: up to 1.2x on two cores, not in every run, ``benchmarks/tempering_mrf_plans.py``). A block's
 spins are held as bits: ``xw[i]`` (uint64) has bit ``q`` set iff lane ``q``'s spin at node ``i`` is +1 (row
 ``n``: all ones, the padding neighbour). Each Philox group
 (the four nodes ``4 g .. 4 g + 3`` of a colour, which share one Philox block per replica) is one loop over the
