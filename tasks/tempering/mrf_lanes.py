@@ -308,15 +308,17 @@ def _sweep_block(x, r0, r1, b, h, a, leg, indptr, nbr, Jn, colptr, sites, key, r
             lo = colptr[c]
             m = colptr[c + 1] - lo
             ctx = (m, t * C + c, key[0], key[1], chain32)
-            unc_total += _groups(
+            unc_total += _share(  # the whole colour as one share (_sweep_nodes's, with one thread)
                 xw,
                 lo,
+                m,
                 np.int64(0),
-                m // 4,
+                np.int64(1),
                 Rp,
                 sites,
                 ctx,
                 chg,
+                cnt,
                 bb,
                 cb,
                 ridb,
@@ -329,8 +331,6 @@ def _sweep_block(x, r0, r1, b, h, a, leg, indptr, nbr, Jn, colptr, sites, key, r
                 metro,
                 margin,
             )
-            unc_total += _tail(xw, lo, m, Rp, sites, ctx, chg, bb, cb, ridb, legb, h, a, indptr, nbr, Jn, metro, margin)
-            _count(chg, m, Rp, cnt)
     nfb[r0] += unc_total
     _block_end(x, r0, r1, xw, cnt, out)
 
