@@ -13,10 +13,13 @@ Python runs it). Without a GPU it stops at once with one line saying so (exit 1)
 4. ``pytest -m gpu``: every GPU kernel against its CPU twin (bit for bit where the design promises
    it: tempering's Philox kernel with integer thresholds; to tolerances elsewhere);
 5. every pipeline once in debug size on the GPU: ``pgmflow pipeline=X debug=default backend=cupy``
-   for X in tempering, svi, tesla, bounds, sparse_gp;
+   for X in tempering, svi, tesla, bounds, sparse_gp; and tempering on a 16-node pairwise MRF
+   (``model=mrf``, exact log Z known);
 6. the benchmarks on the GPU, in quick sizes: ``benchmarks/tempering.py --quick`` (flips/ns of the
-   CUDA kernel), ``benchmarks/sparse_gp.py --quick --backend cupy`` (seconds per SGPR bound and
-   gradient against GPyTorch), ``benchmarks/svi_lda.py --quick --backend cupy`` (documents/s).
+   CUDA kernel) and ``--gpu-only`` (4, 16 and 64 lattices of 1024x1024),
+   ``benchmarks/tempering_mrf_gpu.py --quick`` (the MRF CUDA kernel against the NumPy peer and the
+   numba kernel, same bits), ``benchmarks/sparse_gp.py --quick --backend cupy`` (seconds per SGPR
+   bound and gradient against GPyTorch), ``benchmarks/svi_lda.py --quick --backend cupy`` (documents/s).
 
 It writes one report, ``benchmarks/results/gpu-<device>.md``: the device, driver, CUDA and CuPy
 versions and every step's result (the logs of failed steps in full). Exit status 0 when every
@@ -273,17 +276,28 @@ def main() -> int:
             60,
             summarize=lambda out: f"{own[-1].name} (the same files as the checkout)",
         )
-    else:  # a wheelhouse older than the checkout: run the checkout itself, not old code
+    else:  # a wheelhouse older than the checkout: build and install the checkout itself, not old code
         step(
             "install pgmflow",
-            [py, "-c", SOURCE_INSTALL, str(REPO), *entry_point()],
-            60,
+            [
+                py,
+                "-m",
+                "pip",
+                "install",
+                "--quiet",
+                "--disable-pip-version-check",
+                "--no-index",
+                "--no-deps",
+                "--no-build-isolation",
+                "--force-reinstall",
+                REPO,
+            ],
+            120,
             summarize=lambda out: (
-                f"the checkout itself ({out.strip()}): {own[-1].name} differs from it in "
-                f"{len(stale)} file(s), e.g. {', '.join(stale[:3])} (make gpu-wheelhouse "
-                "rebuilds it)"
+                f"the checkout itself, built here: {own[-1].name} differs from it in {len(stale)} file(s), e.g. "
+                f"{', '.join(stale[:3])} (make gpu-wheelhouse rebuilds it)"
             ),
-            display="python -c <a .pth file and a pgmflow script for the checkout>",
+            display="python -m pip install --no-index --no-deps --no-build-isolation .",
         )
 
     # 3. what CuPy finds, and the versions that matter
@@ -323,7 +337,7 @@ def main() -> int:
     s_tests, _ = step(
         "pytest -m gpu",
         [py, "-m", "pytest", "-m", "gpu", "-q", "-rA", "-p", "no:cacheprovider", f"--junitxml={junit}", *gpu_files],
-        240,
+        360,
         ok=lambda rc, out: rc == 0 or (rehearsal and rc == 5),
         summarize=lambda out: tail(out, 1),
         display=f"python -m pytest -m gpu {' '.join(gpu_files)}",
@@ -351,6 +365,36 @@ def main() -> int:
             display=f"pgmflow pipeline={name} debug=default backend={backend}",
         )
 
+    # 5b. tempering on a pairwise MRF (model=mrf): a random 16-node graph, so the exact log Z is known and
+    # the run's line reports the error in SEs; the spins live on the GPU
+    mrf_npz = work / "mrf16.npz"
+    make_mrf = (
+        "import sys, numpy as np\n"
+        "rng = np.random.default_rng(7); n = 16\n"
+        "J = np.triu(rng.normal(0.0, 0.5, (n, n)) * (rng.random((n, n)) < 0.3), 1)\n"
+        "np.savez(sys.argv[1], J=J + J.T, h=rng.normal(0.0, 0.3, n))\n"
+    )
+    s_mrf, _ = step("mrf model", [py, "-c", make_mrf, mrf_npz], 30, cwd=work, display="python -c <a 16-node MRF>")
+    if s_mrf.status == "passed":
+        steps.remove(s_mrf)
+        step(
+            "pipeline tempering model=mrf",
+            [
+                venv / "bin" / "pgmflow",
+                "pipeline=tempering",
+                "debug=default",
+                "model=mrf",
+                f"model.path={mrf_npz}",
+                f"backend={backend}",
+                "progress=false",
+                f"tracking.uri=sqlite:///{work / 'mlflow.db'}",
+            ],
+            120,
+            cwd=work,
+            summarize=key_line,
+            display=f"pgmflow pipeline=tempering debug=default model=mrf model.path=<16 nodes> backend={backend}",
+        )
+
     # 6. the benchmarks, quick sizes
     tjson = work / "tempering.json"
     s_temp, _ = step(
@@ -367,6 +411,28 @@ def main() -> int:
             s_temp.summary = f"{flips:.1f} flips/ns on the GPU ({gpu_row.get('lattice')}); " + s_temp.summary
         elif not rehearsal:
             s_temp.status, s_temp.summary = "FAILED", "no GPU figure: " + s_temp.summary
+    if not rehearsal:
+        step(
+            "benchmark tempering, GPU sizes",
+            [py, "benchmarks/tempering.py", "--gpu-only"],
+            60,
+            summarize=lambda out: " / ".join(
+                ln.split("CuPy kernel, ")[-1] for ln in out.splitlines() if ln.startswith("GPU (")
+            )
+            or tail(out),
+        )
+    mrf_md = work / "tempering_mrf_gpu.md"
+    step(
+        "benchmark tempering_mrf",
+        [py, "benchmarks/tempering_mrf_gpu.py", "--quick", "--out", mrf_md, *(["--rehearse"] if rehearsal else [])],
+        150,
+        summarize=lambda out: " / ".join(
+            f"{ln.split('|')[1].strip()[:12]} R={ln.split('|')[3].strip()}: GPU/peer {ln.split('|')[9].strip()}"
+            for ln in out.splitlines()
+            if ln.startswith("| ") and ln.count("|") >= 12 and ln.split("|")[3].strip().isdigit()
+        )
+        or tail(out, 2),
+    )
     gp_md = work / "sparse_gp.md"
     step(
         "benchmark sparse_gp",
@@ -457,6 +523,8 @@ def main() -> int:
             "| --- | --- | ---: | --- |",
         ]
         lines += [f"| `{c['id']}` | {c['outcome']} | {c['seconds']:.2f} | {md_cell(c['message'])} |" for c in cases]
+    if mrf_md.exists():
+        lines += ["", "## benchmarks/tempering_mrf_gpu.py --quick", "", *mrf_md.read_text().splitlines()]
     if gp_md.exists():
         lines += [
             "",
@@ -487,36 +555,24 @@ def main() -> int:
     return 0 if not failed else 1
 
 
-SOURCE_INSTALL = """
-import os, sys, sysconfig
-repo, module, func = sys.argv[1:4]
-site = sysconfig.get_paths()["purelib"]
-open(os.path.join(site, "pgmflow-checkout.pth"), "w").write(repo + "\\n")
-script = os.path.join(os.path.dirname(sys.executable), "pgmflow")
-open(script, "w").write(f"#!{sys.executable}\\nimport sys\\nfrom {module} import {func}\\n"
-                        f"if __name__ == '__main__':\\n    sys.exit({func}())\\n")
-os.chmod(script, 0o755)
-print(f"{repo} on sys.path through {site}/pgmflow-checkout.pth; {script} runs {module}:{func}")
-"""
-
-
-def entry_point() -> list[str]:
-    """pgmflow's console script from pyproject.toml: [module, function]."""
-    m = re.search(r'^pgmflow\s*=\s*"([\w.]+):(\w+)"', (REPO / "pyproject.toml").read_text(), flags=re.M)
-    return [m.group(1), m.group(2)] if m else ["pgmflow.core.cli", "main"]
+# pyproject's package-dir mapping: a file's name in pgmflow's wheel -> its folder in the checkout (first match)
+WHEEL_FOLDERS = (("pgmflow/tasks/", "tasks/"), ("pgmflow/conf/", "conf/"), ("pgmflow/", "pipelines/"))
 
 
 def _source_of(name: str) -> str:
-    """The checkout's file for a file in pgmflow's wheel (pyproject's package-dir mapping)."""
-    for pre, folder in (
-        ("pgmflow/pipelines/", "pipelines/"),
-        ("pgmflow/tasks/", "tasks/"),
-        ("pgmflow/conf/", "conf/"),
-        ("pgmflow/", "pipelines/_pgmflow/"),
-    ):
+    """The checkout's file for a file in pgmflow's wheel."""
+    for pre, folder in WHEEL_FOLDERS:
         if name.startswith(pre):
             return folder + name[len(pre) :]
     return name
+
+
+def _wheel_name(rel: str) -> str:
+    """The name in pgmflow's wheel of a checkout file (the inverse of :func:`_source_of`)."""
+    for pre, folder in WHEEL_FOLDERS:
+        if rel.startswith(folder):
+            return pre + rel[len(folder) :]
+    return rel
 
 
 def wheel_differences(wheel: Path) -> list[str]:
@@ -530,15 +586,11 @@ def wheel_differences(wheel: Path) -> list[str]:
         src = REPO / _source_of(name)
         if not src.is_file() or src.read_bytes() != data:
             diff.append(str(src.relative_to(REPO)))
-    tops = {n.split("/")[0] for n in inside}
-    for top in sorted(tops):
-        root = REPO / ("conf" if top == "pgmflow_conf" else top)
-        if root.is_dir():
-            for f in sorted(root.rglob("*.py")) + sorted(root.rglob("*.yaml")):
-                rel = str(f.relative_to(REPO))
-                name = "pgmflow_conf" + rel[len("conf") :] if top == "pgmflow_conf" else rel
-                if "__pycache__" not in rel and name not in inside and rel not in diff:
-                    diff.append(rel)
+    for folder in ("pipelines", "tasks", "conf", "hydra_plugins"):
+        for f in sorted((REPO / folder).rglob("*.py")) + sorted((REPO / folder).rglob("*.yaml")):
+            rel = str(f.relative_to(REPO))
+            if "__pycache__" not in rel and _wheel_name(rel) not in inside and rel not in diff:
+                diff.append(rel)
     return diff
 
 

@@ -186,7 +186,19 @@ def main(argv=None) -> int:
     ap.add_argument("--out", type=Path, help="write the table to this .md or .json file")
     ap.add_argument("--quick", action="store_true", help="fewer sweeps and repeats (a smoke run)")
     ap.add_argument("--before", metavar="REV", help="also time the CPU kernel of this git revision")
+    ap.add_argument(
+        "--gpu-only", action="store_true", help="only the CUDA kernel, on 4, 16 and 64 lattices of 1024x1024"
+    )
     args = ap.parse_args(argv)
+    if args.gpu_only:
+        ok, desc = backend.gpu_status()
+        if not ok:
+            print(f"GPU: not measured ({desc})")
+            return 1
+        for R in (4, 16, 64):
+            f = bench_gpu(R, 1024, 20, 5)
+            print(f"GPU ({desc}), CuPy kernel, {R} x 1024x1024: {f:.1f} flips/ns (target >= {TARGET_GPU_FLIPS_PER_NS:.0f})")
+        return 0
 
     import numba
 
