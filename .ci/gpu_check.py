@@ -416,22 +416,24 @@ def main() -> int:
             "benchmark tempering, GPU sizes",
             [py, "benchmarks/tempering.py", "--gpu-only"],
             60,
-            summarize=lambda out: " / ".join(
-                ln.split("CuPy kernel, ")[-1] for ln in out.splitlines() if ln.startswith("GPU (")
-            )
-            or tail(out),
+            summarize=lambda out: (
+                " / ".join(ln.split("CuPy kernel, ")[-1] for ln in out.splitlines() if ln.startswith("GPU ("))
+                or tail(out)
+            ),
         )
     mrf_md = work / "tempering_mrf_gpu.md"
     step(
         "benchmark tempering_mrf",
         [py, "benchmarks/tempering_mrf_gpu.py", "--quick", "--out", mrf_md, *(["--rehearse"] if rehearsal else [])],
         150,
-        summarize=lambda out: " / ".join(
-            f"{ln.split('|')[1].strip()[:12]} R={ln.split('|')[3].strip()}: GPU/peer {ln.split('|')[9].strip()}"
-            for ln in out.splitlines()
-            if ln.startswith("| ") and ln.count("|") >= 12 and ln.split("|")[3].strip().isdigit()
-        )
-        or tail(out, 2),
+        summarize=lambda out: (
+            " / ".join(
+                f"{ln.split('|')[1].strip()[:12]} R={ln.split('|')[3].strip()}: GPU/peer {ln.split('|')[9].strip()}"
+                for ln in out.splitlines()
+                if ln.startswith("| ") and ln.count("|") >= 12 and ln.split("|")[3].strip().isdigit()
+            )
+            or tail(out, 2)
+        ),
     )
     gp_md = work / "sparse_gp.md"
     step(

@@ -197,7 +197,9 @@ def main(argv=None) -> int:
             return 1
         for R in (4, 16, 64):
             f = bench_gpu(R, 1024, 20, 5)
-            print(f"GPU ({desc}), CuPy kernel, {R} x 1024x1024: {f:.1f} flips/ns (target >= {TARGET_GPU_FLIPS_PER_NS:.0f})")
+            print(
+                f"GPU ({desc}), CuPy kernel, {R} x 1024x1024: {f:.1f} flips/ns (target >= {TARGET_GPU_FLIPS_PER_NS:.0f})"
+            )
         return 0
 
     import numba

@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -103,9 +102,8 @@ def main(argv=None) -> int:
             results.append(r)
             print(f"  {name}, R={R}: " + ", ".join(f"{k} {v:.4g}" for k, v in r.items() if isinstance(v, float)))
     g = cp is not None
-    head = (
-        "| graph | colours | replicas | NumPy peer, 1 thread | CPU kernel, 4/call | CPU kernel, one call |"
-        + (" GPU, 4/call | GPU, one call | GPU / peer | GPU / CPU kernel | same bits |" if g else " CPU / peer |")
+    head = "| graph | colours | replicas | NumPy peer, 1 thread | CPU kernel, 4/call | CPU kernel, one call |" + (
+        " GPU, 4/call | GPU, one call | GPU / peer | GPU / CPU kernel | same bits |" if g else " CPU / peer |"
     )
     lines = [
         f"GPU: {desc}; CPU: {cpu_name()}, {numba.get_num_threads()} numba threads. Spin updates per ns (wall clock,"
