@@ -17,7 +17,7 @@ Python runs it). Without a GPU it stops at once with one line saying so (exit 1)
    (``model=mrf``, exact log Z known);
 6. the benchmarks on the GPU, in quick sizes: ``benchmarks/tempering.py --quick`` (flips/ns of the
    CUDA kernel) and ``--gpu-only`` (4, 16 and 64 lattices of 1024x1024),
-   ``benchmarks/tempering_mrf_gpu.py --quick`` (the MRF CUDA kernel against the NumPy peer and the
+   ``benchmarks/tempering_mrf_gpu.py`` (the MRF CUDA kernels against the NumPy peer and the
    numba kernel, same bits), ``benchmarks/sparse_gp.py --quick --backend cupy`` (seconds per SGPR
    bound and gradient against GPyTorch), ``benchmarks/svi_lda.py --quick --backend cupy`` (documents/s).
 
@@ -424,13 +424,13 @@ def main() -> int:
     mrf_md = work / "tempering_mrf_gpu.md"
     step(
         "benchmark tempering_mrf",
-        [py, "benchmarks/tempering_mrf_gpu.py", "--quick", "--out", mrf_md, *(["--rehearse"] if rehearsal else [])],
+        [py, "benchmarks/tempering_mrf_gpu.py", "--out", mrf_md, *(["--quick", "--rehearse"] if rehearsal else [])],
         150,
         summarize=lambda out: (
             " / ".join(
-                f"{ln.split('|')[1].strip()[:12]} R={ln.split('|')[3].strip()}: GPU/peer {ln.split('|')[9].strip()}"
+                f"{ln.split('|')[1].strip()[:12]} R={ln.split('|')[3].strip()}: GPU/peer {ln.split('|')[12].strip()}"
                 for ln in out.splitlines()
-                if ln.startswith("| ") and ln.count("|") >= 12 and ln.split("|")[3].strip().isdigit()
+                if ln.startswith("| ") and ln.count("|") >= 15 and ln.split("|")[3].strip().isdigit()
             )
             or tail(out, 2)
         ),
@@ -526,7 +526,7 @@ def main() -> int:
         ]
         lines += [f"| `{c['id']}` | {c['outcome']} | {c['seconds']:.2f} | {md_cell(c['message'])} |" for c in cases]
     if mrf_md.exists():
-        lines += ["", "## benchmarks/tempering_mrf_gpu.py --quick", "", *mrf_md.read_text().splitlines()]
+        lines += ["", "## benchmarks/tempering_mrf_gpu.py", "", *mrf_md.read_text().splitlines()]
     if gp_md.exists():
         lines += [
             "",

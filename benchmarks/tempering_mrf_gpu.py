@@ -28,12 +28,22 @@ from tempering import best_time  # noqa: E402
 from tempering_mrf import KEY, TARGET_RATIO, dense_network, regular_graph  # noqa: E402
 
 from pgmflow.tasks import backend  # noqa: E402
+from pgmflow.tasks.bounds import mrf as M  # noqa: E402
 from pgmflow.tasks.tempering import mrf_kernels as K  # noqa: E402
 from pgmflow.tasks.tempering import mrf_target as T  # noqa: E402
 
 
+def erdos_renyi(n=1000, degree=20):
+    """G(n, degree / n), couplings N(0, 1/degree), fields N(0, 0.1^2): colours of tens of nodes."""
+    rng = np.random.default_rng(3)
+    iu = np.triu_indices(n, 1)
+    keep = rng.random(iu[0].size) < degree / n
+    edges = np.stack([iu[0][keep], iu[1][keep]], axis=1).astype(np.int64)
+    return M.make_mrf(rng.normal(0.0, 0.1, n), edges, rng.normal(0.0, 1.0 / np.sqrt(degree), len(edges)))
+
+
 def case(name, model, R, sweeps, reps, cp, peer_sweeps=1):
-    """One row: peer, CPU kernel and (``cp`` not None) GPU kernel on the same start, in the same run."""
+    """One row: peer, CPU kernel and (``cp`` not None) both GPU kernels on the same start, in the same run."""
     t = T.make_mrf_target(model)
     n = t.n_sites
     rng = np.random.default_rng(2)
@@ -47,31 +57,39 @@ def case(name, model, R, sweeps, reps, cp, peer_sweeps=1):
     K.numpy_colour_sweep(xp_, t, 1.0, rng, 1, rows)
     peer = per_ns(peer_sweeps, best_time(lambda: K.numpy_colour_sweep(xp_, t, 1.0, rng, peer_sweeps, rows), 2))
 
-    def timed(x, sync):
+    def timed(x, sync, sweep):
         state = {"s": 1}
 
         def calls(per_call):
             def go():
                 for _ in range(sweeps // per_call):
-                    K.mrf_sweep(x, t, b, KEY, rid, 0, state["s"], per_call, "heatbath")
+                    sweep(x, t, b, KEY, rid, 0, state["s"], per_call, "heatbath")
                     state["s"] += per_call
                 sync()
 
             return go
 
-        K.mrf_sweep(x, t, b, KEY, rid, 0, 0, 1, "heatbath")  # warm-up: compile
+        sweep(x, t, b, KEY, rid, 0, 0, 1, "heatbath")  # warm-up: compile
         sync()
         return per_ns(sweeps, best_time(calls(4), reps)), per_ns(sweeps, best_time(calls(sweeps), reps)), state
 
     xc = x0.copy()
-    cpu4, cpu_long, sc = timed(xc, lambda: None)
+    cpu4, cpu_long, sc = timed(xc, lambda: None, K.mrf_sweep)
     row = {"graph": name, "n": n, "colours": t.n_colours, "R": R, "peer": peer, "cpu4": cpu4, "cpu_long": cpu_long}
     if cp is not None:
-        xg = cp.asarray(x0)
-        gpu4, gpu_long, sg = timed(xg, cp.cuda.Device().synchronize)
-        # the same sweeps on both: the GPU's spins must equal the CPU's
-        assert sg["s"] == sc["s"], (sg, sc)
-        row.update(gpu4=gpu4, gpu_long=gpu_long, same=bool(np.array_equal(cp.asnumpy(xg), xc)))
+        from pgmflow.tasks.tempering import mrf_cuda
+
+        row["block"] = mrf_cuda.sweeps_block(t)
+        same = []
+        for kernel in ("colour", "sweeps"):
+            xg = cp.asarray(x0)
+            g4, g_long, sg = timed(
+                xg, cp.cuda.Device().synchronize, lambda *a, k=kernel: mrf_cuda.sweep_cupy(*a, kernel=k)
+            )
+            assert sg["s"] == sc["s"], (sg, sc)  # the same sweeps on both: the GPU's spins must equal the CPU's
+            row[f"{kernel}4"], row[f"{kernel}_long"] = g4, g_long
+            same.append(bool(np.array_equal(cp.asnumpy(xg), xc)))
+        row["same"] = all(same)
     return row
 
 
@@ -91,6 +109,7 @@ def main(argv=None) -> int:
     reps = 3
     cases = [
         ("random 4-regular, 10,000 nodes", regular_graph(), (16, 64, 256) if a.quick else (16, 64, 256, 2048), 20),
+        ("G(1000, 0.02), 1,000 nodes", erdos_renyi(), (64, 1024), 20),
         ("dense (all pairs), 100 nodes", dense_network(), (64, 1024) if a.quick else (64, 1024, 8192), 20),
     ]
     print(f"GPU: {desc}", flush=True)
@@ -103,23 +122,28 @@ def main(argv=None) -> int:
             print(f"  {name}, R={R}: " + ", ".join(f"{k} {v:.4g}" for k, v in r.items() if isinstance(v, float)))
     g = cp is not None
     head = "| graph | colours | replicas | NumPy peer, 1 thread | CPU kernel, 4/call | CPU kernel, one call |" + (
-        " GPU, 4/call | GPU, one call | GPU / peer | GPU / CPU kernel | same bits |" if g else " CPU / peer |"
+        " GPU per colour, 4/call | one call | GPU one launch per call, 4/call | one call | threads per replica |"
+        " GPU best / peer | GPU best / CPU best | same bits |"
+        if g
+        else " CPU / peer |"
     )
     lines = [
         f"GPU: {desc}; CPU: {cpu_name()}, {numba.get_num_threads()} numba threads. Spin updates per ns (wall clock,"
-        " best of 3), heat bath at b = 1, 20 sweeps per timing.",
+        " best of 3), heat bath at b = 1, 20 sweeps per timing. GPU kernels: `pgm_mrf_colour` (one launch per"
+        " colour of each sweep) and `pgm_mrf_sweeps` (one launch per call, a block of threads per replica).",
         "",
         head,
-        "|---|---:|---:|---:|---:|---:|" + ("---:|---:|---:|---:|---|" if g else "---:|"),
+        "|---|---:|---:|---:|---:|---:|" + ("---:|" * 7 + "---|" if g else "---:|"),
     ]
     for r in results:
         cpu_best = max(r["cpu4"], r["cpu_long"])
         cells = [r["graph"], str(r["colours"]), str(r["R"]), f"{r['peer']:.4f}", f"{r['cpu4']:.3f}"]
         cells.append(f"{r['cpu_long']:.3f}")
         if g:
-            gpu_best = max(r["gpu4"], r["gpu_long"])
-            cells += [f"{r['gpu4']:.3f}", f"{r['gpu_long']:.3f}", f"{gpu_best / r['peer']:.1f}x"]
-            cells += [f"{gpu_best / cpu_best:.2f}x", "yes" if r["same"] else "**NO**"]
+            gpu_best = max(r["colour4"], r["colour_long"], r["sweeps4"], r["sweeps_long"])
+            cells += [f"{r[k]:.3f}" for k in ("colour4", "colour_long", "sweeps4", "sweeps_long")]
+            cells += [str(r["block"]), f"{gpu_best / r['peer']:.1f}x", f"{gpu_best / cpu_best:.2f}x"]
+            cells.append("yes" if r["same"] else "**NO**")
         else:
             cells.append(f"{cpu_best / r['peer']:.1f}x")
         lines.append("| " + " | ".join(cells) + " |")

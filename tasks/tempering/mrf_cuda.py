@@ -1,9 +1,13 @@
 """The GPU (CuPy ``RawKernel``) path of the MRF per-colour sweep: the CUDA source, which implements the spec
 of :mod:`pgmflow.tasks.tempering.mrf_kernels` bit for bit, and its host side.
 
-One thread per (replica, group of four nodes of the colour being updated); one launch per colour of each
-sweep. Compiled with ``--fmad=false`` (no fused multiply-add), so the thresholds are the numba kernel's.
-The tests compile the same source as C++ for the host CPU and drive :func:`sweep_cuda` with NumPy arrays.
+Two kernels, the same bits. ``pgm_mrf_colour``: one thread per (replica, group of four nodes of the colour being
+updated), one launch per colour of each sweep. ``pgm_mrf_sweeps``: one launch per call, a block of threads per
+replica that share each colour's groups and meet at a barrier between colours; it saves the launches (a call of 4
+sweeps of a 100-colour graph is 400 of the first kind), and ``backend=cupy`` uses it (``AUTO_SWEEPS``;
+``benchmarks/tempering_mrf_gpu.py`` times both). Compiled with ``--fmad=false`` (no fused multiply-add), so the
+thresholds are the numba kernel's. The tests compile the same source as C++ for the host CPU (a block's threads as
+POSIX threads meeting at a barrier) and drive :func:`sweep_cuda` with NumPy arrays.
 """
 
 from __future__ import annotations
@@ -79,8 +83,32 @@ __device__ __forceinline__ pgm_i64 pgm_mrf_threshold(double z, double s, double 
     return (pgm_i64)rint(p * 4294967296.0);
 }
 
-/* One colour of one sweep: thread (blockIdx.y + r0, g) updates the nodes at positions 4g .. 4g+3 of the
-   colour, sites[lo + 4g + w] with Philox word w of counter (g, ctr1, rid32[r], chain32).
+/* The nodes at positions 4g .. 4g+3 of the colour [lo, hi) of replica row X: node sites[lo + 4g + w] with Philox
+   word w of counter (g, ctr1, rid, chain32). Returns the number of spins it changed. */
+__device__ __forceinline__ pgm_u64 pgm_mrf_group(
+    signed char* X, const double br, const double* ar, const double* h, const pgm_i64* indptr, const pgm_i64* nbr,
+    const double* Jn, const pgm_i64* sites, const int lo, const int hi, const int g, const pgm_u32 ctr1,
+    const pgm_u32 rid, const pgm_u32 chain32, const pgm_u32 key0, const pgm_u32 key1, const int metropolis)
+{
+    pgm_u32 u[4];
+    u[0] = (pgm_u32)g; u[1] = ctr1; u[2] = rid; u[3] = chain32;
+    pgm_mrf_philox(u, key0, key1);
+    pgm_u64 cnt = 0;
+    for (int w = 0; w < 4; ++w) {
+        const int k = lo + 4 * g + w;
+        if (k >= hi) break;
+        const pgm_i64 i = sites[k];
+        double f = h[i];
+        for (pgm_i64 e = indptr[i]; e < indptr[i + 1]; ++e) f += Jn[e] * (double)X[nbr[e]];
+        const double z = br * f + (1.0 - br) * ar[i];
+        const int s = X[i];
+        const int ns = ((pgm_i64)u[w] < pgm_mrf_threshold(z, (double)s, br, metropolis)) ? 1 : -1;
+        if (ns != s) { X[i] = (signed char)ns; ++cnt; }
+    }
+    return cnt;
+}
+
+/* One colour of one sweep: thread (blockIdx.y + r0, g) updates group g of the colour (pgm_mrf_group).
    x int8 [R, n] (in place); b float64 [R]; h float64 [n]; a float64 [G, n], the reference fields of G <= 2
    references, and leg int32 [R], each replica's row of a (its leg of a two-leg path; 0 with one reference);
    indptr int64 [n+1]; nbr int64 [2E]; Jn float64 [2E]; sites int64 [n]; counts uint64 [R] (changed spins,
@@ -103,47 +131,109 @@ extern "C" __global__ void pgm_mrf_colour(
     const int g = (int)(blockIdx.x * blockDim.x + threadIdx.x);
     if (lo + 4 * g >= hi) return;
     const int r = r0 + (int)blockIdx.y;
-    pgm_u32 u[4];
-    u[0] = (pgm_u32)g; u[1] = ctr1; u[2] = rid32[r]; u[3] = chain32;
-    pgm_mrf_philox(u, key0, key1);
+    const pgm_u64 cnt = pgm_mrf_group(x + (pgm_i64)r * n, b[r], a + (pgm_i64)leg[r] * n, h, indptr, nbr, Jn, sites,
+                                      lo, hi, g, ctr1, rid32[r], chain32, key0, key1, metropolis);
+    if (cnt) atomicAdd(&counts[r], cnt);
+}
+
+/* Sweeps t0 .. t0 + n_sweeps - 1, every colour, in one launch: block blockIdx.x + r0 is replica r, its threads
+   take the colour's groups in turn (thread k: groups k, k + blockDim.x, ...) and wait for each other between
+   colours. The nodes of a colour do not neighbour each other, so the bits are pgm_mrf_colour's, for any
+   blockDim.x. colptr int64 [C+1]: colour c is sites[colptr[c] .. colptr[c+1]); its counter word ctr1 is
+   (t C + c) mod 2**32 in sweep t. Other arguments as pgm_mrf_colour's. */
+extern "C" __global__ void pgm_mrf_sweeps(
+    signed char* __restrict__ x,
+    const double* __restrict__ b,
+    const double* __restrict__ h,
+    const double* __restrict__ a,
+    const int* __restrict__ leg,
+    const pgm_i64* __restrict__ indptr,
+    const pgm_i64* __restrict__ nbr,
+    const double* __restrict__ Jn,
+    const pgm_i64* __restrict__ sites,
+    const pgm_i64* __restrict__ colptr,
+    const pgm_u32* __restrict__ rid32,
+    pgm_u64* __restrict__ counts,
+    const int r0, const int n, const int C, const pgm_u64 t0, const int n_sweeps,
+    const pgm_u32 chain32, const pgm_u32 key0, const pgm_u32 key1, const int metropolis)
+{
+    const int r = r0 + (int)blockIdx.x;
     signed char* X = x + (pgm_i64)r * n;
     const double br = b[r];
     const double* ar = a + (pgm_i64)leg[r] * n;
+    const pgm_u32 rid = rid32[r];
     pgm_u64 cnt = 0;
-    for (int w = 0; w < 4; ++w) {
-        const int k = lo + 4 * g + w;
-        if (k >= hi) break;
-        const pgm_i64 i = sites[k];
-        double f = h[i];
-        for (pgm_i64 e = indptr[i]; e < indptr[i + 1]; ++e) f += Jn[e] * (double)X[nbr[e]];
-        const double z = br * f + (1.0 - br) * ar[i];
-        const int s = X[i];
-        const int ns = ((pgm_i64)u[w] < pgm_mrf_threshold(z, (double)s, br, metropolis)) ? 1 : -1;
-        if (ns != s) { X[i] = (signed char)ns; ++cnt; }
+    for (int s = 0; s < n_sweeps; ++s) {
+        for (int c = 0; c < C; ++c) {
+            const pgm_u32 ctr1 = (pgm_u32)((t0 + (pgm_u64)s) * (pgm_u64)C + (pgm_u64)c);
+            const int lo = (int)colptr[c];
+            const int hi = (int)colptr[c + 1];
+            for (int g = (int)threadIdx.x; lo + 4 * g < hi; g += (int)blockDim.x)
+                cnt += pgm_mrf_group(X, br, ar, h, indptr, nbr, Jn, sites, lo, hi, g, ctr1, rid, chain32, key0, key1,
+                                     metropolis);
+            __syncthreads();
+        }
     }
     if (cnt) atomicAdd(&counts[r], cnt);
 }
 """
 
 _CUDA_KERNEL_NAME = "pgm_mrf_colour"
-_CUDA_BLOCK = 128
+_CUDA_SWEEPS_NAME = "pgm_mrf_sweeps"
+_CUDA_BLOCK = 128  # threads per block of pgm_mrf_colour
+_CUDA_SWEEPS_MAX_BLOCK = 256  # threads per replica of pgm_mrf_sweeps, at most (fewer when the colours are small)
 _CUDA_MAX_GRID_Y = 65535  # replicas per launch (CUDA's limit on gridDim.y)
+_OPTIONS = ("-std=c++11", "--fmad=false")
+KERNELS = ("auto", "colour", "sweeps")
+AUTO_SWEEPS = True  # backend=cupy runs pgm_mrf_sweeps (benchmarks/tempering_mrf_gpu.py times both)
 
 
 @functools.lru_cache(maxsize=None)
 def _cupy_kernel():
-    """Compile (lazily, once per process; CuPy caches the binary on disk) the GPU kernel."""
+    """Compile (lazily, once per process; CuPy caches the binary on disk) the per-colour kernel."""
     cp = backend.cupy()
-    return cp.RawKernel(_CUDA_SOURCE, _CUDA_KERNEL_NAME, options=("-std=c++11", "--fmad=false"))
+    return cp.RawKernel(_CUDA_SOURCE, _CUDA_KERNEL_NAME, options=_OPTIONS)
 
 
-def sweep_cuda(x, target, b, key, rid, chain, sweep0, n_sweeps, method, xp, launch, ref_fields=None, leg=None):
-    """Host side of the GPU path: the target's arrays on the device, one launch of ``pgm_mrf_colour`` per
-    colour of each sweep, the change counts back. ``xp`` is the array module of ``x`` and
-    ``launch(grid, block, args)`` runs the kernel (a CuPy ``RawKernel``; the tests pass NumPy and the same
-    source compiled for the host CPU). ``ref_fields`` [G, n] and ``leg`` [R]: the reference of each replica
-    (None: the target's own, :func:`pgmflow.tasks.tempering.mrf_target.reference_rows`). Returns int64 [R]
-    on the host."""
+@functools.lru_cache(maxsize=None)
+def _cupy_sweeps_kernel():
+    """Compile (lazily, once per process) the kernel that runs a call's sweeps in one launch."""
+    cp = backend.cupy()
+    return cp.RawKernel(_CUDA_SOURCE, _CUDA_SWEEPS_NAME, options=_OPTIONS)
+
+
+def sweeps_block(target) -> int:
+    """Threads per replica of ``pgm_mrf_sweeps``: enough for the largest colour's groups of four nodes, in whole
+    warps, at most ``_CUDA_SWEEPS_MAX_BLOCK``."""
+    colptr = np.asarray(target.colptr, dtype=np.int64)
+    groups = int(((np.diff(colptr) + 3) // 4).max(initial=1))
+    return int(min(_CUDA_SWEEPS_MAX_BLOCK, 32 * ((max(groups, 1) + 31) // 32)))
+
+
+def sweep_cuda(
+    x,
+    target,
+    b,
+    key,
+    rid,
+    chain,
+    sweep0,
+    n_sweeps,
+    method,
+    xp,
+    launch,
+    ref_fields=None,
+    leg=None,
+    launch_sweeps=None,
+    block_threads=None,
+):
+    """Host side of the GPU path: the target's arrays on the device, then either one launch of
+    ``pgm_mrf_colour`` per colour of each sweep (``launch``), or, when ``launch_sweeps`` is given, one launch of
+    ``pgm_mrf_sweeps`` for all of the call's sweeps (``block_threads`` threads per replica; default
+    :func:`sweeps_block`). Both give the same bits. ``xp`` is the array module of ``x`` and
+    ``launch(grid, block, args)`` runs a kernel (a CuPy ``RawKernel``; the tests pass NumPy and the same source
+    compiled for the host CPU). ``ref_fields`` [G, n] and ``leg`` [R]: the reference of each replica (None: the
+    target's own, :func:`pgmflow.tasks.tempering.mrf_target.reference_rows`). Returns int64 [R] on the host."""
     from pgmflow.tasks.tempering.mrf_target import reference_rows
 
     R, n = x.shape
@@ -167,6 +257,41 @@ def sweep_cuda(x, target, b, key, rid, chain, sweep0, n_sweeps, method, xp, laun
     chain32 = np.uint32(int(chain) & _MASK32)
     metro = np.int32(1 if method == "metropolis" else 0)
     batches = [(r0, min(R - r0, _CUDA_MAX_GRID_Y)) for r0 in range(0, R, _CUDA_MAX_GRID_Y)]
+    if launch_sweeps is not None:
+        colptr_d = xp.asarray(colptr, dtype=xp.int64)
+        bt = int(block_threads or sweeps_block(target))
+        t0 = np.uint64(int(sweep0) & 0xFFFFFFFFFFFFFFFF)
+        for r0, nr in batches:
+            launch_sweeps(
+                (nr, 1),
+                (bt, 1),
+                (
+                    work,
+                    b_d,
+                    h,
+                    a,
+                    leg_d,
+                    indptr,
+                    nbr,
+                    Jn,
+                    sites,
+                    colptr_d,
+                    rid32,
+                    counts,
+                    np.int32(r0),
+                    np.int32(n),
+                    np.int32(C),
+                    t0,
+                    np.int32(n_sweeps),
+                    chain32,
+                    k0,
+                    k1,
+                    metro,
+                ),
+            )
+        if work is not x:
+            x[...] = work
+        return backend.to_numpy(counts).astype(np.int64)
     block = (_CUDA_BLOCK, 1)
     for t in range(int(sweep0), int(sweep0) + int(n_sweeps)):
         for c in range(C):
@@ -205,8 +330,29 @@ def sweep_cuda(x, target, b, key, rid, chain, sweep0, n_sweeps, method, xp, laun
     return backend.to_numpy(counts).astype(np.int64)
 
 
-def sweep_cupy(x, target, b, key, rid, chain, sweep0, n_sweeps, method, ref_fields=None, leg=None):
-    """GPU path of :func:`pgmflow.tasks.tempering.mrf_kernels.mrf_sweep` (``x`` a CuPy array)."""
+def sweep_cupy(x, target, b, key, rid, chain, sweep0, n_sweeps, method, ref_fields=None, leg=None, kernel="auto"):
+    """GPU path of :func:`pgmflow.tasks.tempering.mrf_kernels.mrf_sweep` (``x`` a CuPy array). ``kernel``:
+    ``colour`` (one launch per colour of each sweep), ``sweeps`` (one launch per call) or ``auto``."""
+    if kernel not in KERNELS:
+        raise ValueError(f"kernel must be one of {KERNELS}, not {kernel!r}")
     cp = backend.cupy()
+    use_sweeps = kernel == "sweeps" or (kernel == "auto" and AUTO_SWEEPS)
     with cp.cuda.Device(x.device.id):
+        if use_sweeps:
+            return sweep_cuda(
+                x,
+                target,
+                b,
+                key,
+                rid,
+                chain,
+                sweep0,
+                n_sweeps,
+                method,
+                cp,
+                _cupy_kernel(),
+                ref_fields,
+                leg,
+                _cupy_sweeps_kernel(),
+            )
         return sweep_cuda(x, target, b, key, rid, chain, sweep0, n_sweeps, method, cp, _cupy_kernel(), ref_fields, leg)

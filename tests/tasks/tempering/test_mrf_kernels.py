@@ -340,8 +340,12 @@ _HOST_PRELUDE = r"""
 #include <cmath>
 #include <cstdint>
 using std::ldexp; using std::rint;
+#include <pthread.h>
 struct pgm_dim3 { unsigned int x, y, z; };
-static pgm_dim3 blockIdx, blockDim, threadIdx;
+static pgm_dim3 blockIdx, blockDim;
+static thread_local pgm_dim3 threadIdx;
+static pthread_barrier_t pgm_barrier;  /* a block's threads: __syncthreads() */
+#define __syncthreads() pthread_barrier_wait(&pgm_barrier)
 #define __global__
 #define __device__
 #define __forceinline__ inline
@@ -349,7 +353,7 @@ static pgm_dim3 blockIdx, blockDim, threadIdx;
 static inline unsigned int __umulhi(unsigned int a, unsigned int b)
 { return (unsigned int)(((unsigned long long)a * (unsigned long long)b) >> 32); }
 static inline unsigned long long atomicAdd(unsigned long long* p, unsigned long long v)
-{ unsigned long long o = *p; *p = o + v; return o; }
+{ return __atomic_fetch_add(p, v, __ATOMIC_SEQ_CST); }
 """
 
 _HOST_DRIVER = r"""
@@ -372,6 +376,42 @@ extern "C" void pgm_launch(unsigned int gx, unsigned int gy, unsigned int bx,
         }
     }
 }
+/* pgm_mrf_sweeps: the blocks one after another, each block's threads as POSIX threads that meet at
+   __syncthreads() (a barrier), as a GPU runs them. */
+struct pgm_sweeps_args {
+    unsigned int t; signed char* x; const double *b, *h, *a; const int* leg; const long long *indptr, *nbr;
+    const double* Jn; const long long *sites, *colptr; const unsigned int* rid32; unsigned long long* counts;
+    int r0, n, C; unsigned long long t0; int n_sweeps; unsigned int chain32, key0, key1; int metropolis;
+};
+static void* pgm_sweeps_thread(void* p)
+{
+    const pgm_sweeps_args* q = (const pgm_sweeps_args*)p;
+    threadIdx.x = q->t; threadIdx.y = 0; threadIdx.z = 0;
+    pgm_mrf_sweeps(q->x, q->b, q->h, q->a, q->leg, q->indptr, q->nbr, q->Jn, q->sites, q->colptr, q->rid32, q->counts,
+                   q->r0, q->n, q->C, q->t0, q->n_sweeps, q->chain32, q->key0, q->key1, q->metropolis);
+    return 0;
+}
+extern "C" void pgm_launch_sweeps(unsigned int gx, unsigned int bx,
+    signed char* x, const double* b, const double* h, const double* a, const int* leg, const long long* indptr,
+    const long long* nbr, const double* Jn, const long long* sites, const long long* colptr,
+    const unsigned int* rid32, unsigned long long* counts, int r0, int n, int C, unsigned long long t0, int n_sweeps,
+    unsigned int chain32, unsigned int key0, unsigned int key1, int metropolis)
+{
+    blockDim.x = bx; blockDim.y = 1; blockDim.z = 1;
+    pthread_t th[1024];
+    pgm_sweeps_args q[1024];
+    for (unsigned int bb = 0; bb < gx; ++bb) {
+        blockIdx.x = bb; blockIdx.y = 0;
+        pthread_barrier_init(&pgm_barrier, 0, bx);
+        for (unsigned int t = 0; t < bx; ++t) {
+            q[t] = pgm_sweeps_args{t, x, b, h, a, leg, indptr, nbr, Jn, sites, colptr, rid32, counts, r0, n, C, t0,
+                                   n_sweeps, chain32, key0, key1, metropolis};
+            pthread_create(&th[t], 0, pgm_sweeps_thread, &q[t]);
+        }
+        for (unsigned int t = 0; t < bx; ++t) pthread_join(th[t], 0);
+        pthread_barrier_destroy(&pgm_barrier);
+    }
+}
 """
 
 
@@ -386,22 +426,34 @@ def cuda_source_on_cpu(tmp_path_factory):
     src = d / "kernel.cpp"
     src.write_text(_HOST_PRELUDE + mrf_cuda._CUDA_SOURCE + _HOST_DRIVER)
     lib = d / "kernel.so"
-    flags = ["-O1", "-std=c++11", "-ffp-contract=off", "-shared", "-fPIC", "-w"]
+    flags = ["-O1", "-std=c++11", "-ffp-contract=off", "-shared", "-fPIC", "-pthread", "-w"]
     subprocess.run([cxx, *flags, str(src), "-o", str(lib)], check=True)
-    fn = ctypes.CDLL(str(lib)).pgm_launch
-    P, U, I = ctypes.c_void_p, ctypes.c_uint, ctypes.c_int
+    lib = ctypes.CDLL(str(lib))
+    fn, fs = lib.pgm_launch, lib.pgm_launch_sweeps
+    P, U, I, U64 = ctypes.c_void_p, ctypes.c_uint, ctypes.c_int, ctypes.c_ulonglong
     fn.argtypes = [U, U, U] + [P] * 11 + [I] * 4 + [U] * 4 + [I]
-    fn.restype = None
+    fs.argtypes = [U, U] + [P] * 12 + [I] * 3 + [U64, I] + [U] * 3 + [I]
+    fn.restype = fs.restype = None
     dtypes = [np.int8, np.float64, np.float64, np.float64, np.int32, np.int64, np.int64, np.float64, np.int64]
-    dtypes += [np.uint32, np.uint64]
+
+    def pointers(arrays, types):
+        for arr, dt in zip(arrays, types, strict=True):
+            assert isinstance(arr, np.ndarray) and arr.flags.c_contiguous and arr.dtype == dt
+        return [arr.ctypes.data for arr in arrays]
 
     def launch(grid, block, args):
         arrays, scalars = args[:11], args[11:]
-        for arr, dt in zip(arrays, dtypes):
-            assert isinstance(arr, np.ndarray) and arr.flags.c_contiguous and arr.dtype == dt
         assert [type(v) for v in scalars] == [np.int32] * 4 + [np.uint32] * 4 + [np.int32]
-        fn(grid[0], grid[1], block[0], *[arr.ctypes.data for arr in arrays], *[int(v) for v in scalars])
+        fn(grid[0], grid[1], block[0], *pointers(arrays, dtypes + [np.uint32, np.uint64]), *[int(v) for v in scalars])
 
+    def launch_sweeps(grid, block, args):
+        arrays, scalars = args[:12], args[12:]
+        assert grid[1] == 1 and block[1] == 1 and 1 <= block[0] <= 1024
+        assert [type(v) for v in scalars] == [np.int32] * 3 + [np.uint64, np.int32] + [np.uint32] * 3 + [np.int32]
+        ptrs = pointers(arrays, dtypes + [np.int64, np.uint32, np.uint64])
+        fs(grid[0], block[0], *ptrs, *[int(v) for v in scalars])
+
+    launch.sweeps = launch_sweeps
     return launch
 
 
@@ -419,6 +471,39 @@ def test_cuda_source_on_cpu_matches_numba(cuda_source_on_cpu, n, density, monkey
         cc = K.mrf_sweep(c, t, b, KEY, rids.astype(np.int64), 6, 2**31 + 3, 3, method)
         np.testing.assert_array_equal(a, c)
         np.testing.assert_array_equal(ca, cc)
+
+
+@pytest.mark.parametrize("n,density", [(6, 1.0), (40, 0.1), (700, 0.01)])
+def test_cuda_sweeps_kernel_on_cpu_matches_numba(cuda_source_on_cpu, n, density, monkeypatch):
+    """pgm_mrf_sweeps (a call's sweeps in one launch, a block of threads per replica sharing each colour's
+    groups): the bits of the numba kernel for 1, 3 and 32 threads per block, with the shipped block size too,
+    with one reference and with a reference per replica; sweep numbers past 2**32 (the counter word wraps)."""
+    monkeypatch.setattr(mrf_cuda, "_CUDA_MAX_GRID_Y", 2)  # replicas in two launches: offsets matter
+    rng = np.random.default_rng(n + 5)
+    t = T.make_mrf_target(random_model(rng, n, density, 1.2), ref_field=rng.normal(0, 0.3, n))
+    x = np.where(rng.random((3, n)) < 0.5, 1, -1).astype(np.int8)
+    b = np.array([0.0, 0.5, 1.0])
+    rids = np.array([3, 2**32 + 1, 77], dtype=np.uint64)
+    rows, leg = np.stack([np.zeros(n), rng.normal(0, 0.6, n)]), np.array([1, 0, 1])
+    assert mrf_cuda.sweeps_block(t) == min(256, 32 * math.ceil(max(np.diff(t.colptr) + 3) // 4 / 32))
+    for method in K.METHODS:
+        for threads in (1, 3, 32, None):
+            for ref in ((None, None), (rows, leg)):
+                sweep0 = 2**32 // t.n_colours - 1  # (sweep0 + 2) * C passes 2**32
+                a, c = x.copy(), x.copy()
+                ca = mrf_cuda.sweep_cuda(
+                    a, t, b, KEY, rids, 6, sweep0, 3, method, np, cuda_source_on_cpu, *ref,
+                    cuda_source_on_cpu.sweeps, threads,
+                )  # fmt: skip
+                cc = K.mrf_sweep(c, t, b, KEY, rids.astype(np.int64), 6, sweep0, 3, method, *ref)
+                np.testing.assert_array_equal(a, c)
+                np.testing.assert_array_equal(ca, cc)
+
+
+def test_an_unknown_gpu_kernel_is_refused_before_the_gpu_is_touched():
+    t = T.make_mrf_target(random_model(np.random.default_rng(0), 4, 1.0, 1.0))
+    with pytest.raises(ValueError, match="kernel must be one of"):
+        mrf_cuda.sweep_cupy(np.ones((2, 4), np.int8), t, np.ones(2), KEY, np.arange(2), 0, 0, 1, "heatbath", kernel="x")
 
 
 @pytest.mark.gpu
@@ -447,6 +532,37 @@ def test_cupy_kernel_matches_numba():
             c_dev = K.mrf_sweep(dev, t, b, KEY, rids, 2, 9, 4, method, ref_fields=rows, leg=leg)
             np.testing.assert_array_equal(cp.asnumpy(dev), host)
             np.testing.assert_array_equal(c_dev, c_host)
+
+
+@pytest.mark.gpu
+def test_cupy_sweeps_kernel_matches_numba():
+    """pgm_mrf_sweeps on the GPU: the numba kernel's bits at 1, 32 and 256 threads per replica and at the shipped
+    block size, on graphs whose colours have one group and more groups than a block has threads."""
+    if not backend.gpu_status()[0]:
+        pytest.skip(backend.gpu_status()[1])
+    cp = backend.cupy()
+    rng = np.random.default_rng(43)
+    for R, n, d in [(3, 8, 1.0), (5, 300, 0.02), (4, 6000, 0.0007)]:
+        t = T.make_mrf_target(random_model(rng, n, d, 1.0), ref_field=rng.normal(0, 0.3, n))
+        x = np.where(rng.random((R, n)) < 0.5, 1, -1).astype(np.int8)
+        b = np.linspace(0.0, 1.0, R)
+        rids = np.arange(R) * 7 + 1
+        for method in K.METHODS:
+            host = x.copy()
+            c_host = K.mrf_sweep(host, t, b, KEY, rids, 2, 2**32 - 1, 4, method)
+            for threads in (1, 32, 256, None):
+                dev = cp.asarray(x)
+                c_dev = mrf_cuda.sweep_cuda(
+                    dev, t, b, KEY, rids, 2, 2**32 - 1, 4, method, cp, mrf_cuda._cupy_kernel(), None, None,
+                    mrf_cuda._cupy_sweeps_kernel(), threads,
+                )  # fmt: skip
+                np.testing.assert_array_equal(cp.asnumpy(dev), host)
+                np.testing.assert_array_equal(c_dev, c_host)
+            for kernel in mrf_cuda.KERNELS:
+                dev = cp.asarray(x)
+                c_dev = mrf_cuda.sweep_cupy(dev, t, b, KEY, rids, 2, 2**32 - 1, 4, method, kernel=kernel)
+                np.testing.assert_array_equal(cp.asnumpy(dev), host)
+                np.testing.assert_array_equal(c_dev, c_host)
 
 
 # ----------------------------------------------------------------------------------------------
