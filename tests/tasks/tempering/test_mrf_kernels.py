@@ -500,6 +500,17 @@ def test_cuda_sweeps_kernel_on_cpu_matches_numba(cuda_source_on_cpu, n, density,
                 np.testing.assert_array_equal(ca, cc)
 
 
+def test_the_gpu_kernel_choice():
+    """One launch per call unless the replicas are fewer than the multiprocessors and a colour has more groups than
+    a block has threads (then a block per replica would leave multiprocessors idle)."""
+    sparse = T.make_mrf_target(M.make_mrf(np.zeros(4000), np.array([(i, i + 1) for i in range(3999)]), np.ones(3999)))
+    dense = T.make_mrf_target(random_model(np.random.default_rng(0), 30, 1.0, 1.0))
+    assert mrf_cuda.sweeps_block(sparse) == 256 and mrf_cuda.sweeps_block(dense) == 32
+    assert mrf_cuda.auto_kernel(sparse, 16, 132) == "colour"
+    assert mrf_cuda.auto_kernel(sparse, 132, 132) == "sweeps"
+    assert mrf_cuda.auto_kernel(dense, 1, 132) == "sweeps"
+
+
 def test_an_unknown_gpu_kernel_is_refused_before_the_gpu_is_touched():
     t = T.make_mrf_target(random_model(np.random.default_rng(0), 4, 1.0, 1.0))
     with pytest.raises(ValueError, match="kernel must be one of"):
