@@ -172,6 +172,9 @@ def main():
     from pgmflow.core import warm
 
     warm.run_warm(sys.argv[1:])  # exits with the run's status when a warm server ran it (docs/clusters.md)
+    from pgmflow.core import interrupts
+
+    interrupts.install()  # Ctrl-C: never lost in a finalizer, never half-way through a store write
     os.environ.setdefault("PGMFLOW_ORIG_CWD", os.getcwd())
     argv = sys.argv[1:]
     if argv and argv[0] == "warm":

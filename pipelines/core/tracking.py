@@ -25,6 +25,8 @@ from pathlib import Path
 
 import yaml
 
+from pgmflow.core import interrupts
+
 # the run's provenance (git, library versions, BLAS, CPU) lives in runenv; named here as before
 from pgmflow.core.runenv import cpu_model, git_info, versions  # noqa: F401
 
@@ -118,7 +120,8 @@ class RetryingClient:
         delay = 0.05
         while True:
             try:
-                return fn(*args, **kwargs)
+                with interrupts.shielded():  # a Ctrl-C lets the store write finish, then stops the run
+                    return fn(*args, **kwargs)
             except Exception as exc:
                 if not is_transient(exc):
                     raise
