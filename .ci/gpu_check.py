@@ -236,21 +236,10 @@ def main() -> int:
         site = Path(sysconfig.get_paths()["purelib"]), Path(sysconfig.get_paths()["platlib"])
         inner = next(venv.glob("lib/python*/site-packages"))
         (inner / "zz-image-site.pth").write_text("".join(f"{d}\n" for d in dict.fromkeys(site)))
+    pip = [py, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--no-index"]  # the wheelhouse only
     step(
         "install",
-        [
-            py,
-            "-m",
-            "pip",
-            "install",
-            "--quiet",
-            "--disable-pip-version-check",
-            "--no-index",
-            "--find-links",
-            wheels,
-            "-r",
-            reqs,
-        ],
+        [*pip, "--find-links", wheels, "-r", reqs],
         180,
         summarize=lambda out: (
             f"{sum(1 for ln in reqs.read_text().splitlines() if '==' in ln)} packages from "
@@ -261,37 +250,14 @@ def main() -> int:
     if not stale:
         step(
             "install pgmflow",
-            [
-                py,
-                "-m",
-                "pip",
-                "install",
-                "--quiet",
-                "--disable-pip-version-check",
-                "--no-index",
-                "--no-deps",
-                "--force-reinstall",
-                own[-1],
-            ],
+            [*pip, "--no-deps", "--force-reinstall", own[-1]],
             60,
             summarize=lambda out: f"{own[-1].name} (the same files as the checkout)",
         )
     else:  # a wheelhouse older than the checkout: build and install the checkout itself, not old code
         step(
             "install pgmflow",
-            [
-                py,
-                "-m",
-                "pip",
-                "install",
-                "--quiet",
-                "--disable-pip-version-check",
-                "--no-index",
-                "--no-deps",
-                "--no-build-isolation",
-                "--force-reinstall",
-                REPO,
-            ],
+            [*pip, "--no-deps", "--no-build-isolation", "--force-reinstall", REPO],
             120,
             summarize=lambda out: (
                 f"the checkout itself, built here: {own[-1].name} differs from it in {len(stale)} file(s), e.g. "

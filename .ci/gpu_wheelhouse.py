@@ -11,7 +11,8 @@ wheels for CPython 3.12 on manylinux x86_64 (at most 64 MiB is carried in one go
   MLflow's SQLite store needs (``sqlalchemy``, ``alembic``): the full ``mlflow`` adds its web UI,
   pandas and pyarrow, some 100 MB that a tracking client does not use. pgmflow imports only
   ``mlflow.tracking.MlflowClient`` and ``mlflow.entities``, which mlflow-skinny has;
-* pytest-timeout (the tests' markers).
+* pytest-timeout (the tests' markers), and setuptools and wheel (pyproject's build backend: when the wheel
+  is older than the checkout, ``make gpu-check`` builds the checkout there, offline).
 
 The resolution is pip's own, for the target (``--python-version 3.12 --platform manylinux...``);
 what the image already has (numpy, scipy, numba, llvmlite, CuPy, torch) is resolved but not
@@ -51,7 +52,7 @@ IMAGE_PROVIDES = re.compile(
 )
 # mlflow -> mlflow-skinny (same version range) + the SQLite store's needs, as mlflow itself pins them
 MLFLOW_STORE = ["sqlalchemy>=1.4.0,<3", "alembic<2,!=1.10.0"]
-EXTRA = ["pytest-timeout>=2.3"]
+EXTRA = ["pytest-timeout>=2.3", "setuptools>=77", "wheel"]  # the markers; building the checkout offline (gpu-check)
 
 
 def norm(name: str) -> str:
