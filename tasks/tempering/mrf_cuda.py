@@ -201,12 +201,15 @@ def _cupy_sweeps_kernel():
     return cp.RawKernel(_CUDA_SOURCE, _CUDA_SWEEPS_NAME, options=_OPTIONS)
 
 
+def _largest_colour_groups(target) -> int:
+    """Groups of four nodes in the target's largest colour (at least 1)."""
+    return int(((np.diff(np.asarray(target.colptr, dtype=np.int64)) + 3) // 4).max(initial=1))
+
+
 def sweeps_block(target) -> int:
     """Threads per replica of ``pgm_mrf_sweeps``: enough for the largest colour's groups of four nodes, in whole
     warps, at most ``_CUDA_SWEEPS_MAX_BLOCK``."""
-    colptr = np.asarray(target.colptr, dtype=np.int64)
-    groups = int(((np.diff(colptr) + 3) // 4).max(initial=1))
-    return int(min(_CUDA_SWEEPS_MAX_BLOCK, 32 * ((max(groups, 1) + 31) // 32)))
+    return min(_CUDA_SWEEPS_MAX_BLOCK, 32 * ((_largest_colour_groups(target) + 31) // 32))
 
 
 def sweep_cuda(
@@ -288,42 +291,40 @@ def sweep_cuda(
                     metro,
                 ),
             )
-        if work is not x:
-            x[...] = work
-        return backend.to_numpy(counts).astype(np.int64)
-    block = (_CUDA_BLOCK, 1)
-    for t in range(int(sweep0), int(sweep0) + int(n_sweeps)):
-        for c in range(C):
-            lo, hi = int(colptr[c]), int(colptr[c + 1])
-            gx = ((hi - lo + 3) // 4 + _CUDA_BLOCK - 1) // _CUDA_BLOCK
-            ctr1 = np.uint32((t * C + c) & _MASK32)
-            for r0, nr in batches:
-                launch(
-                    (gx, nr),
-                    block,
-                    (
-                        work,
-                        b_d,
-                        h,
-                        a,
-                        leg_d,
-                        indptr,
-                        nbr,
-                        Jn,
-                        sites,
-                        rid32,
-                        counts,
-                        np.int32(r0),
-                        np.int32(n),
-                        np.int32(lo),
-                        np.int32(hi),
-                        ctr1,
-                        chain32,
-                        k0,
-                        k1,
-                        metro,
-                    ),
-                )
+    else:  # one launch per colour of each sweep
+        block = (_CUDA_BLOCK, 1)
+        for t in range(int(sweep0), int(sweep0) + int(n_sweeps)):
+            for c in range(C):
+                lo, hi = int(colptr[c]), int(colptr[c + 1])
+                gx = ((hi - lo + 3) // 4 + _CUDA_BLOCK - 1) // _CUDA_BLOCK
+                ctr1 = np.uint32((t * C + c) & _MASK32)
+                for r0, nr in batches:
+                    launch(
+                        (gx, nr),
+                        block,
+                        (
+                            work,
+                            b_d,
+                            h,
+                            a,
+                            leg_d,
+                            indptr,
+                            nbr,
+                            Jn,
+                            sites,
+                            rid32,
+                            counts,
+                            np.int32(r0),
+                            np.int32(n),
+                            np.int32(lo),
+                            np.int32(hi),
+                            ctr1,
+                            chain32,
+                            k0,
+                            k1,
+                            metro,
+                        ),
+                    )
     if work is not x:
         x[...] = work
     return backend.to_numpy(counts).astype(np.int64)
@@ -344,8 +345,7 @@ def auto_kernel(target, R: int, multiprocessors: int) -> str:
     updates/ns at 16 and 64 replicas against 1.44 and 5.75 in one launch; at 256 and 2048 replicas 12.0 and 15.5
     against 19.8 and 29.2; dense 100-node network (100 colours of one node), 64-8192 replicas: one launch 1.7-4x
     faster."""
-    groups = int(((np.diff(np.asarray(target.colptr, dtype=np.int64)) + 3) // 4).max(initial=1))
-    return "colour" if R < multiprocessors and groups > sweeps_block(target) else "sweeps"
+    return "colour" if R < multiprocessors and _largest_colour_groups(target) > sweeps_block(target) else "sweeps"
 
 
 def sweep_cupy(x, target, b, key, rid, chain, sweep0, n_sweeps, method, ref_fields=None, leg=None, kernel="auto"):
@@ -357,21 +357,7 @@ def sweep_cupy(x, target, b, key, rid, chain, sweep0, n_sweeps, method, ref_fiel
     with cp.cuda.Device(x.device.id):
         if kernel == "auto":
             kernel = auto_kernel(target, x.shape[0], _multiprocessors(int(x.device.id)))
-        if kernel == "sweeps":
-            return sweep_cuda(
-                x,
-                target,
-                b,
-                key,
-                rid,
-                chain,
-                sweep0,
-                n_sweeps,
-                method,
-                cp,
-                _cupy_kernel(),
-                ref_fields,
-                leg,
-                _cupy_sweeps_kernel(),
-            )
-        return sweep_cuda(x, target, b, key, rid, chain, sweep0, n_sweeps, method, cp, _cupy_kernel(), ref_fields, leg)
+        sweeps = _cupy_sweeps_kernel() if kernel == "sweeps" else None
+        return sweep_cuda(
+            x, target, b, key, rid, chain, sweep0, n_sweeps, method, cp, _cupy_kernel(), ref_fields, leg, sweeps
+        )
