@@ -4,7 +4,8 @@ of :mod:`pgmflow.tasks.tempering.mrf_kernels` bit for bit, and its host side.
 Two kernels, the same bits. ``pgm_mrf_colour``: one thread per (replica, group of four nodes of the colour being
 updated), one launch per colour of each sweep. ``pgm_mrf_sweeps``: one launch per call, a block of threads per
 replica that share each colour's groups and meet at a barrier between colours; it saves the launches (a call of 4
-sweeps of a 100-colour graph is 400 of the first kind); ``backend=cupy`` picks one by :func:`auto_kernel`
+sweeps of a 100-colour graph is 400 of the first kind), and keeps a replica's spins and a small colour's field
+terms in shared memory (:func:`sweeps_shared`); ``backend=cupy`` picks one by :func:`auto_kernel`
 (``benchmarks/tempering_mrf_gpu.py`` times both). Compiled with ``--fmad=false`` (no fused multiply-add), so the
 thresholds are the numba kernel's. The tests compile the same source as C++ for the host CPU (a block's threads as
 POSIX threads meeting at a barrier) and drive :func:`sweep_cuda` with NumPy arrays.
@@ -84,11 +85,14 @@ __device__ __forceinline__ pgm_i64 pgm_mrf_threshold(double z, double s, double 
 }
 
 /* The nodes at positions 4g .. 4g+3 of the colour [lo, hi) of replica row X: node sites[lo + 4g + w] with Philox
-   word w of counter (g, ctr1, rid, chain32). Returns the number of spins it changed. */
+   word w of counter (g, ctr1, rid, chain32). Returns the number of spins it changed. terms: null, or the colour's
+   field terms Jn[e] * X[nbr[e]] staged by pgm_mrf_sweeps (the node at position k has terms[tptr[k] - tptr[lo] ..
+   tptr[k + 1] - tptr[lo]), its edges in CSR order). */
 __device__ __forceinline__ pgm_u64 pgm_mrf_group(
     signed char* X, const double br, const double* ar, const double* h, const pgm_i64* indptr, const pgm_i64* nbr,
     const double* Jn, const pgm_i64* sites, const int lo, const int hi, const int g, const pgm_u32 ctr1,
-    const pgm_u32 rid, const pgm_u32 chain32, const pgm_u32 key0, const pgm_u32 key1, const int metropolis)
+    const pgm_u32 rid, const pgm_u32 chain32, const pgm_u32 key0, const pgm_u32 key1, const int metropolis,
+    const double* terms, const pgm_i64* tptr)
 {
     pgm_u32 u[4];
     u[0] = (pgm_u32)g; u[1] = ctr1; u[2] = rid; u[3] = chain32;
@@ -99,7 +103,12 @@ __device__ __forceinline__ pgm_u64 pgm_mrf_group(
         if (k >= hi) break;
         const pgm_i64 i = sites[k];
         double f = h[i];
-        for (pgm_i64 e = indptr[i]; e < indptr[i + 1]; ++e) f += Jn[e] * (double)X[nbr[e]];
+        if (terms) {  /* the colour's terms, staged in CSR order: the same values added in the same order */
+            const pgm_i64 t_lo = tptr[lo];
+            for (pgm_i64 t = tptr[k]; t < tptr[k + 1]; ++t) f += terms[t - t_lo];
+        } else {
+            for (pgm_i64 e = indptr[i]; e < indptr[i + 1]; ++e) f += Jn[e] * (double)X[nbr[e]];
+        }
         const double z = br * f + (1.0 - br) * ar[i];
         const int s = X[i];
         const int ns = ((pgm_i64)u[w] < pgm_mrf_threshold(z, (double)s, br, metropolis)) ? 1 : -1;
@@ -132,7 +141,7 @@ extern "C" __global__ void pgm_mrf_colour(
     if (lo + 4 * g >= hi) return;
     const int r = r0 + (int)blockIdx.y;
     const pgm_u64 cnt = pgm_mrf_group(x + (pgm_i64)r * n, b[r], a + (pgm_i64)leg[r] * n, h, indptr, nbr, Jn, sites,
-                                      lo, hi, g, ctr1, rid32[r], chain32, key0, key1, metropolis);
+                                      lo, hi, g, ctr1, rid32[r], chain32, key0, key1, metropolis, 0, 0);
     if (cnt) atomicAdd(&counts[r], cnt);
 }
 
@@ -140,7 +149,15 @@ extern "C" __global__ void pgm_mrf_colour(
    take the colour's groups in turn (thread k: groups k, k + blockDim.x, ...) and wait for each other between
    colours. The nodes of a colour do not neighbour each other, so the bits are pgm_mrf_colour's, for any
    blockDim.x. colptr int64 [C+1]: colour c is sites[colptr[c] .. colptr[c+1]); its counter word ctr1 is
-   (t C + c) mod 2**32 in sweep t. Other arguments as pgm_mrf_colour's. */
+   (t C + c) mod 2**32 in sweep t. Other arguments as pgm_mrf_colour's.
+   Dynamic shared memory (the launch's shared_mem): term_cap doubles, then n bytes when shared_x.
+   * shared_x: the replica's spins are copied into shared memory at the start and back at the end, so that every
+     neighbour read in between is a shared-memory load.
+   * A colour with at most term_cap field terms (tptr int64 [n+1]: the cumulative degree of sites[0 .. k);
+     tedge int64 [2E]: the edges of sites[0], sites[1], ... in CSR order) has its terms Jn[e] * X[nbr[e]]
+     computed by all the block's threads at once into shared memory, and each node's thread then adds its own in
+     CSR order: the same values in the same order, so the same bits; a node of high degree (a dense network's
+     colour is one node) no longer makes one thread load its neighbours one after another. */
 extern "C" __global__ void pgm_mrf_sweeps(
     signed char* __restrict__ x,
     const double* __restrict__ b,
@@ -152,13 +169,21 @@ extern "C" __global__ void pgm_mrf_sweeps(
     const double* __restrict__ Jn,
     const pgm_i64* __restrict__ sites,
     const pgm_i64* __restrict__ colptr,
+    const pgm_i64* __restrict__ tptr,
+    const pgm_i64* __restrict__ tedge,
     const pgm_u32* __restrict__ rid32,
     pgm_u64* __restrict__ counts,
-    const int r0, const int n, const int C, const pgm_u64 t0, const int n_sweeps,
-    const pgm_u32 chain32, const pgm_u32 key0, const pgm_u32 key1, const int metropolis)
+    const int r0, const int n, const int C, const pgm_u64 t0, const int n_sweeps, const int term_cap,
+    const int shared_x, const pgm_u32 chain32, const pgm_u32 key0, const pgm_u32 key1, const int metropolis)
 {
+    extern __shared__ double pgm_smem[];
     const int r = r0 + (int)blockIdx.x;
-    signed char* X = x + (pgm_i64)r * n;
+    signed char* const Xg = x + (pgm_i64)r * n;
+    signed char* const X = shared_x ? (signed char*)(pgm_smem + term_cap) : Xg;
+    if (shared_x) {
+        for (int i = (int)threadIdx.x; i < n; i += (int)blockDim.x) X[i] = Xg[i];
+        __syncthreads();
+    }
     const double br = b[r];
     const double* ar = a + (pgm_i64)leg[r] * n;
     const pgm_u32 rid = rid32[r];
@@ -168,12 +193,25 @@ extern "C" __global__ void pgm_mrf_sweeps(
             const pgm_u32 ctr1 = (pgm_u32)((t0 + (pgm_u64)s) * (pgm_u64)C + (pgm_u64)c);
             const int lo = (int)colptr[c];
             const int hi = (int)colptr[c + 1];
+            const pgm_i64 t_lo = tptr[lo];
+            const int nt = (int)(tptr[hi] - t_lo);
+            const double* terms = 0;
+            if (nt <= term_cap) {  /* the same for every thread of the block */
+                for (int k = (int)threadIdx.x; k < nt; k += (int)blockDim.x) {
+                    const pgm_i64 e = tedge[t_lo + k];
+                    pgm_smem[k] = Jn[e] * (double)X[nbr[e]];
+                }
+                __syncthreads();
+                terms = pgm_smem;
+            }
             for (int g = (int)threadIdx.x; lo + 4 * g < hi; g += (int)blockDim.x)
                 cnt += pgm_mrf_group(X, br, ar, h, indptr, nbr, Jn, sites, lo, hi, g, ctr1, rid, chain32, key0, key1,
-                                     metropolis);
+                                     metropolis, terms, tptr);
             __syncthreads();
         }
     }
+    if (shared_x)
+        for (int i = (int)threadIdx.x; i < n; i += (int)blockDim.x) Xg[i] = X[i];
     if (cnt) atomicAdd(&counts[r], cnt);
 }
 """
@@ -182,6 +220,8 @@ _CUDA_KERNEL_NAME = "pgm_mrf_colour"
 _CUDA_SWEEPS_NAME = "pgm_mrf_sweeps"
 _CUDA_BLOCK = 128  # threads per block of pgm_mrf_colour
 _CUDA_SWEEPS_MAX_BLOCK = 256  # threads per replica of pgm_mrf_sweeps, at most (fewer when the colours are small)
+_SHARED_BYTES = 48 * 1024  # pgm_mrf_sweeps' dynamic shared memory, at most (what a launch gets without an opt-in)
+_TERM_CAP = 1024  # field terms of a colour that pgm_mrf_sweeps stages in shared memory, at most
 _CUDA_MAX_GRID_Y = 65535  # replicas per launch (CUDA's limit on gridDim.y)
 _OPTIONS = ("-std=c++11", "--fmad=false")
 KERNELS = ("auto", "colour", "sweeps")
@@ -210,6 +250,30 @@ def sweeps_block(target) -> int:
     """Threads per replica of ``pgm_mrf_sweeps``: enough for the largest colour's groups of four nodes, in whole
     warps, at most ``_CUDA_SWEEPS_MAX_BLOCK``."""
     return min(_CUDA_SWEEPS_MAX_BLOCK, 32 * ((_largest_colour_groups(target) + 31) // 32))
+
+
+def colour_terms(target) -> tuple[np.ndarray, np.ndarray]:
+    """``(tptr, tedge)`` for ``pgm_mrf_sweeps``: tptr int64 [n+1], the cumulative degree of ``sites[0 .. k)``, and
+    tedge int64 [2E], the edge indices of ``sites[0]``, ``sites[1]``, ... each in CSR order (colour c's field
+    terms are ``tedge[tptr[colptr[c]] .. tptr[colptr[c+1]])``)."""
+    indptr = np.asarray(target.indptr, dtype=np.int64)
+    sites = np.asarray(target.sites, dtype=np.int64)
+    deg = indptr[sites + 1] - indptr[sites]
+    tptr = np.concatenate([[0], np.cumsum(deg)]).astype(np.int64)
+    tedge = np.repeat(indptr[sites] - tptr[:-1], deg) + np.arange(int(tptr[-1]), dtype=np.int64)
+    return tptr, tedge
+
+
+def sweeps_shared(target, tptr) -> tuple[int, int, int]:
+    """``(term_cap, shared_x, bytes)`` of ``pgm_mrf_sweeps``' dynamic shared memory: room for the most field terms
+    of a colour that has at most ``_TERM_CAP`` of them (0 when none has), then the replica's spins when they fit
+    in ``_SHARED_BYTES`` with it."""
+    colptr = np.asarray(target.colptr, dtype=np.int64)
+    per_colour = tptr[colptr[1:]] - tptr[colptr[:-1]]
+    small = per_colour[per_colour <= _TERM_CAP]
+    term_cap = int(small.max(initial=0))
+    shared_x = int(8 * term_cap + target.n_sites <= _SHARED_BYTES)
+    return term_cap, shared_x, 8 * term_cap + shared_x * target.n_sites
 
 
 def sweep_cuda(
@@ -261,6 +325,10 @@ def sweep_cuda(
     batches = [(r0, min(R - r0, _CUDA_MAX_GRID_Y)) for r0 in range(0, R, _CUDA_MAX_GRID_Y)]
     if launch_sweeps is not None:
         colptr_d = xp.asarray(colptr, dtype=xp.int64)
+        tptr_h, tedge_h = colour_terms(target)
+        term_cap, shared_x, shared_bytes = sweeps_shared(target, tptr_h)
+        tptr = xp.asarray(tptr_h, dtype=xp.int64)
+        tedge = xp.asarray(tedge_h, dtype=xp.int64)
         bt = int(block_threads or sweeps_block(target))
         t0 = np.uint64(int(sweep0) & 0xFFFFFFFFFFFFFFFF)
         for r0, nr in batches:
@@ -278,6 +346,8 @@ def sweep_cuda(
                     Jn,
                     sites,
                     colptr_d,
+                    tptr,
+                    tedge,
                     rid32,
                     counts,
                     np.int32(r0),
@@ -285,11 +355,14 @@ def sweep_cuda(
                     np.int32(C),
                     t0,
                     np.int32(n_sweeps),
+                    np.int32(term_cap),
+                    np.int32(shared_x),
                     chain32,
                     k0,
                     k1,
                     metro,
                 ),
+                shared_mem=shared_bytes,
             )
     else:  # one launch per colour of each sweep
         block = (_CUDA_BLOCK, 1)
