@@ -4,8 +4,9 @@ of :mod:`pgmflow.tasks.tempering.mrf_kernels` bit for bit, and its host side.
 Two kernels, the same bits. ``pgm_mrf_colour``: one thread per (replica, group of four nodes of the colour being
 updated), one launch per colour of each sweep. ``pgm_mrf_sweeps``: one launch per call, a block of threads per
 replica that share each colour's groups and meet at a barrier between colours; it saves the launches (a call of 4
-sweeps of a 100-colour graph is 400 of the first kind), and keeps a replica's spins and a small colour's field
-terms in shared memory (:func:`sweeps_shared`); ``backend=cupy`` picks one by :func:`auto_kernel`
+sweeps of a 100-colour graph is 400 of the first kind), keeps a replica's spins and a small colour's field terms
+in shared memory (:func:`sweeps_shared`) and decides a colour of a few high-degree nodes with the whole block
+(``pgm_mrf_wide_group``: certified tree sums); ``backend=cupy`` picks one by :func:`auto_kernel`
 (``benchmarks/tempering_mrf_gpu.py`` times both). Compiled with ``--fmad=false`` (no fused multiply-add), so the
 thresholds are the numba kernel's. The tests compile the same source as C++ for the host CPU (a block's threads as
 POSIX threads meeting at a barrier) and drive :func:`sweep_cuda` with NumPy arrays.
@@ -117,6 +118,63 @@ __device__ __forceinline__ pgm_u64 pgm_mrf_group(
     return cnt;
 }
 
+/* A colour of at most four nodes (one group, g = 0) whose terms are staged (pgm_mrf_sweeps), by the whole block: each
+   node's field as a tree sum (thread t adds the terms t, t + B, ..., then the partial sums pairwise in shared
+   memory, red [2B]) and, beside it, the sum of the terms' magnitudes S. Thread 0 decides with the tree's field when
+   that is certified to give the spec's decision, else with the spec's sum (h_i, then the terms in CSR order):
+   both sums are within gamma_{m+11} S of the exact one (m terms; the tree's paths have at most ceil(m/B) + 11
+   additions, B <= 1024), so |df| <= 2.01 (m + 12) 2**-53 S bounds their difference; z's then differ by at most dz =
+   1.01 b df + 2**-50 (|b f| + |z|), and a threshold, within 0.5001 of the real one (2**32 sigma(2z) or 2**32
+   exp(min(0, -2sz)), whose slope in z is at most 2**33), by at most 1.0002 + 2**33 dz: below 2 when 2**33 dz <=
+   0.99, so the two integer thresholds differ by at most one, and u <= thr - 2 (+1) or u >= thr + 1 (-1) decide as
+   the spec's threshold would. Only a u of the two values in between (or a node with 2**33 dz > 0.99) takes the
+   spec's sum. slack (tests: 0 as shipped; 2**33 makes every node take the spec's sum) widens that band. Every
+   thread of the block calls it (its barriers); thread 0's count is returned. */
+__device__ __forceinline__ pgm_u64 pgm_mrf_wide_group(
+    signed char* X, const double br, const double* ar, const double* h, const pgm_i64* sites, const pgm_i64* tptr,
+    const int lo, const int hi, const pgm_u32 ctr1, const pgm_u32 rid, const pgm_u32 chain32, const pgm_u32 key0,
+    const pgm_u32 key1, const int metropolis, const double* terms, double* red, const pgm_i64 slack)
+{
+    const int t = (int)threadIdx.x;
+    const int B = (int)blockDim.x;
+    const pgm_i64 t_lo = tptr[lo];
+    pgm_u32 u[4];
+    u[0] = 0u; u[1] = ctr1; u[2] = rid; u[3] = chain32;
+    if (t == 0) pgm_mrf_philox(u, key0, key1);
+    pgm_u64 cnt = 0;
+    for (int k = lo; k < hi; ++k) {  /* hi - lo <= 4: the same for every thread */
+        const pgm_i64 e0 = tptr[k] - t_lo;
+        const pgm_i64 e1 = tptr[k + 1] - t_lo;
+        double p = 0.0, q = 0.0;
+        for (pgm_i64 j = e0 + t; j < e1; j += B) { p += terms[j]; q += fabs(terms[j]); }
+        red[t] = p;
+        red[B + t] = q;
+        for (int d = 1; d < B; d *= 2) {
+            __syncthreads();
+            if (t % (2 * d) == 0 && t + d < B) { red[t] += red[t + d]; red[B + t] += red[B + t + d]; }
+        }
+        __syncthreads();  /* the last level's reads are done before any thread writes the next node's partials */
+        if (t == 0) {  /* thread 0 wrote red[0] and red[B] last */
+            const pgm_i64 i = sites[k];
+            const int s = X[i];
+            const double ft = h[i] + red[0];
+            const double zt = br * ft + (1.0 - br) * ar[i];
+            const double df = 2.01 * (double)(e1 - e0 + 12) * 1.1102230246251565e-16 * (fabs(h[i]) + red[B]);
+            const double dz = 1.01 * br * df + 8.8817841970012523e-16 * (fabs(br * ft) + fabs(zt));
+            const pgm_i64 uw = (pgm_i64)u[k - lo];
+            pgm_i64 thr = pgm_mrf_threshold(zt, (double)s, br, metropolis);
+            if (!(dz * 8589934592.0 <= 0.99 && (uw + 2 + slack <= thr || uw >= thr + 1 + slack))) {
+                double f = h[i];  /* the spec's sum */
+                for (pgm_i64 j = e0; j < e1; ++j) f += terms[j];
+                thr = pgm_mrf_threshold(br * f + (1.0 - br) * ar[i], (double)s, br, metropolis);
+            }
+            const int ns = uw < thr ? 1 : -1;
+            if (ns != s) { X[i] = (signed char)ns; ++cnt; }
+        }
+    }
+    return cnt;
+}
+
 /* One colour of one sweep: thread (blockIdx.y + r0, g) updates group g of the colour (pgm_mrf_group).
    x int8 [R, n] (in place); b float64 [R]; h float64 [n]; a float64 [G, n], the reference fields of G <= 2
    references, and leg int32 [R], each replica's row of a (its leg of a two-leg path; 0 with one reference);
@@ -150,14 +208,17 @@ extern "C" __global__ void pgm_mrf_colour(
    colours. The nodes of a colour do not neighbour each other, so the bits are pgm_mrf_colour's, for any
    blockDim.x. colptr int64 [C+1]: colour c is sites[colptr[c] .. colptr[c+1]); its counter word ctr1 is
    (t C + c) mod 2**32 in sweep t. Other arguments as pgm_mrf_colour's.
-   Dynamic shared memory (the launch's shared_mem): term_cap doubles, then n bytes when shared_x.
+   Dynamic shared memory (the launch's shared_mem): term_cap doubles, 2 blockDim.x doubles when term_cap > 0, then
+   n bytes when shared_x.
    * shared_x: the replica's spins are copied into shared memory at the start and back at the end, so that every
      neighbour read in between is a shared-memory load.
-   * A colour with at most term_cap field terms (tptr int64 [n+1]: the cumulative degree of sites[0 .. k);
-     tedge int64 [2E]: the edges of sites[0], sites[1], ... in CSR order) has its terms Jn[e] * X[nbr[e]]
-     computed by all the block's threads at once into shared memory, and each node's thread then adds its own in
-     CSR order: the same values in the same order, so the same bits; a node of high degree (a dense network's
-     colour is one node) no longer makes one thread load its neighbours one after another. */
+   * A colour with at most term_cap field terms (tptr int64 [n+1]: the cumulative degree of sites[0 .. k); tnbr
+     int64 and tJ float64 [2E]: the neighbours and couplings of sites[0], sites[1], ... in CSR order) has its
+     terms tJ[e] * X[tnbr[e]] computed by all the block's threads at once into shared memory, and each node's
+     thread then adds its own in CSR order: the same values in the same order, so the same bits; a node of high
+     degree no longer makes one thread load its neighbours one after another.
+   * Such a colour of at most four nodes with at least 8 terms a node (a dense network's colours are single nodes)
+     is decided by the whole block (pgm_mrf_wide_group: tree sums, certified; slack as there). */
 extern "C" __global__ void pgm_mrf_sweeps(
     signed char* __restrict__ x,
     const double* __restrict__ b,
@@ -170,16 +231,19 @@ extern "C" __global__ void pgm_mrf_sweeps(
     const pgm_i64* __restrict__ sites,
     const pgm_i64* __restrict__ colptr,
     const pgm_i64* __restrict__ tptr,
-    const pgm_i64* __restrict__ tedge,
+    const pgm_i64* __restrict__ tnbr,
+    const double* __restrict__ tJ,
     const pgm_u32* __restrict__ rid32,
     pgm_u64* __restrict__ counts,
     const int r0, const int n, const int C, const pgm_u64 t0, const int n_sweeps, const int term_cap,
-    const int shared_x, const pgm_u32 chain32, const pgm_u32 key0, const pgm_u32 key1, const int metropolis)
+    const int shared_x, const pgm_i64 slack, const pgm_u32 chain32, const pgm_u32 key0, const pgm_u32 key1,
+    const int metropolis)
 {
     extern __shared__ double pgm_smem[];
+    double* const red = pgm_smem + term_cap;
     const int r = r0 + (int)blockIdx.x;
     signed char* const Xg = x + (pgm_i64)r * n;
-    signed char* const X = shared_x ? (signed char*)(pgm_smem + term_cap) : Xg;
+    signed char* const X = shared_x ? (signed char*)(red + (term_cap ? 2 * (int)blockDim.x : 0)) : Xg;
     if (shared_x) {
         for (int i = (int)threadIdx.x; i < n; i += (int)blockDim.x) X[i] = Xg[i];
         __syncthreads();
@@ -197,16 +261,18 @@ extern "C" __global__ void pgm_mrf_sweeps(
             const int nt = (int)(tptr[hi] - t_lo);
             const double* terms = 0;
             if (nt <= term_cap) {  /* the same for every thread of the block */
-                for (int k = (int)threadIdx.x; k < nt; k += (int)blockDim.x) {
-                    const pgm_i64 e = tedge[t_lo + k];
-                    pgm_smem[k] = Jn[e] * (double)X[nbr[e]];
-                }
+                for (int k = (int)threadIdx.x; k < nt; k += (int)blockDim.x)
+                    pgm_smem[k] = tJ[t_lo + k] * (double)X[tnbr[t_lo + k]];
                 __syncthreads();
                 terms = pgm_smem;
             }
-            for (int g = (int)threadIdx.x; lo + 4 * g < hi; g += (int)blockDim.x)
-                cnt += pgm_mrf_group(X, br, ar, h, indptr, nbr, Jn, sites, lo, hi, g, ctr1, rid, chain32, key0, key1,
-                                     metropolis, terms, tptr);
+            if (terms && hi - lo <= 4 && nt >= 8 * (hi - lo))
+                cnt += pgm_mrf_wide_group(X, br, ar, h, sites, tptr, lo, hi, ctr1, rid, chain32, key0, key1,
+                                          metropolis, terms, red, slack);
+            else
+                for (int g = (int)threadIdx.x; lo + 4 * g < hi; g += (int)blockDim.x)
+                    cnt += pgm_mrf_group(X, br, ar, h, indptr, nbr, Jn, sites, lo, hi, g, ctr1, rid, chain32, key0,
+                                         key1, metropolis, terms, tptr);
             __syncthreads();
         }
     }
@@ -221,7 +287,9 @@ _CUDA_SWEEPS_NAME = "pgm_mrf_sweeps"
 _CUDA_BLOCK = 128  # threads per block of pgm_mrf_colour
 _CUDA_SWEEPS_MAX_BLOCK = 256  # threads per replica of pgm_mrf_sweeps, at most (fewer when the colours are small)
 _SHARED_BYTES = 48 * 1024  # pgm_mrf_sweeps' dynamic shared memory, at most (what a launch gets without an opt-in)
+_SHARED_SPINS = True  # pgm_mrf_sweeps keeps a replica's spins in shared memory when they fit (tests: False too)
 _TERM_CAP = 1024  # field terms of a colour that pgm_mrf_sweeps stages in shared memory, at most
+_TREE_SLACK = 0  # pgm_mrf_wide_group's slack (tests: 2**33 sends every node of a wide colour to the spec's sum)
 _CUDA_MAX_GRID_Y = 65535  # replicas per launch (CUDA's limit on gridDim.y)
 _OPTIONS = ("-std=c++11", "--fmad=false")
 KERNELS = ("auto", "colour", "sweeps")
@@ -252,28 +320,29 @@ def sweeps_block(target) -> int:
     return min(_CUDA_SWEEPS_MAX_BLOCK, 32 * ((_largest_colour_groups(target) + 31) // 32))
 
 
-def colour_terms(target) -> tuple[np.ndarray, np.ndarray]:
-    """``(tptr, tedge)`` for ``pgm_mrf_sweeps``: tptr int64 [n+1], the cumulative degree of ``sites[0 .. k)``, and
-    tedge int64 [2E], the edge indices of ``sites[0]``, ``sites[1]``, ... each in CSR order (colour c's field
-    terms are ``tedge[tptr[colptr[c]] .. tptr[colptr[c+1]])``)."""
+def colour_terms(target) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(tptr, tnbr, tJ)`` for ``pgm_mrf_sweeps``: tptr int64 [n+1], the cumulative degree of ``sites[0 .. k)``;
+    tnbr int64 and tJ float64 [2E], the neighbours and couplings of ``sites[0]``, ``sites[1]``, ... each in CSR
+    order (colour c's field terms are entries ``tptr[colptr[c]] .. tptr[colptr[c+1]]``)."""
     indptr = np.asarray(target.indptr, dtype=np.int64)
     sites = np.asarray(target.sites, dtype=np.int64)
     deg = indptr[sites + 1] - indptr[sites]
     tptr = np.concatenate([[0], np.cumsum(deg)]).astype(np.int64)
-    tedge = np.repeat(indptr[sites] - tptr[:-1], deg) + np.arange(int(tptr[-1]), dtype=np.int64)
-    return tptr, tedge
+    edge = np.repeat(indptr[sites] - tptr[:-1], deg) + np.arange(int(tptr[-1]), dtype=np.int64)
+    return tptr, np.asarray(target.nbr, dtype=np.int64)[edge], np.asarray(target.Jn, dtype=np.float64)[edge]
 
 
-def sweeps_shared(target, tptr) -> tuple[int, int, int]:
-    """``(term_cap, shared_x, bytes)`` of ``pgm_mrf_sweeps``' dynamic shared memory: room for the most field terms
-    of a colour that has at most ``_TERM_CAP`` of them (0 when none has), then the replica's spins when they fit
-    in ``_SHARED_BYTES`` with it."""
+def sweeps_shared(target, tptr, block_threads: int) -> tuple[int, int, int]:
+    """``(term_cap, shared_x, bytes)`` of ``pgm_mrf_sweeps``' dynamic shared memory (at most ``_SHARED_BYTES``): room
+    for the most field terms of a colour that has at most ``_TERM_CAP`` of them and two doubles a thread (the tree
+    sums; neither when no colour is staged), then the replica's spins when they fit too (and ``_SHARED_SPINS``)."""
     colptr = np.asarray(target.colptr, dtype=np.int64)
     per_colour = tptr[colptr[1:]] - tptr[colptr[:-1]]
-    small = per_colour[per_colour <= _TERM_CAP]
-    term_cap = int(small.max(initial=0))
-    shared_x = int(8 * term_cap + target.n_sites <= _SHARED_BYTES)
-    return term_cap, shared_x, 8 * term_cap + shared_x * target.n_sites
+    limit = min(_TERM_CAP, (_SHARED_BYTES - 16 * int(block_threads)) // 8)
+    term_cap = int(per_colour[per_colour <= limit].max(initial=0))
+    fixed = 8 * term_cap + (16 * int(block_threads) if term_cap else 0)
+    shared_x = int(_SHARED_SPINS and fixed + target.n_sites <= _SHARED_BYTES)
+    return term_cap, shared_x, fixed + shared_x * target.n_sites
 
 
 def sweep_cuda(
@@ -325,11 +394,12 @@ def sweep_cuda(
     batches = [(r0, min(R - r0, _CUDA_MAX_GRID_Y)) for r0 in range(0, R, _CUDA_MAX_GRID_Y)]
     if launch_sweeps is not None:
         colptr_d = xp.asarray(colptr, dtype=xp.int64)
-        tptr_h, tedge_h = colour_terms(target)
-        term_cap, shared_x, shared_bytes = sweeps_shared(target, tptr_h)
-        tptr = xp.asarray(tptr_h, dtype=xp.int64)
-        tedge = xp.asarray(tedge_h, dtype=xp.int64)
+        tptr_h, tnbr_h, tJ_h = colour_terms(target)
         bt = int(block_threads or sweeps_block(target))
+        term_cap, shared_x, shared_bytes = sweeps_shared(target, tptr_h, bt)
+        tptr = xp.asarray(tptr_h, dtype=xp.int64)
+        tnbr = xp.asarray(tnbr_h, dtype=xp.int64)
+        tJ = xp.asarray(tJ_h, dtype=xp.float64)
         t0 = np.uint64(int(sweep0) & 0xFFFFFFFFFFFFFFFF)
         for r0, nr in batches:
             launch_sweeps(
@@ -347,7 +417,8 @@ def sweep_cuda(
                     sites,
                     colptr_d,
                     tptr,
-                    tedge,
+                    tnbr,
+                    tJ,
                     rid32,
                     counts,
                     np.int32(r0),
@@ -357,6 +428,7 @@ def sweep_cuda(
                     np.int32(n_sweeps),
                     np.int32(term_cap),
                     np.int32(shared_x),
+                    np.int64(_TREE_SLACK),
                     chain32,
                     k0,
                     k1,

@@ -339,7 +339,7 @@ def test_statistics_are_the_log_potential():
 _HOST_PRELUDE = r"""
 #include <cmath>
 #include <cstdint>
-using std::ldexp; using std::rint;
+using std::ldexp; using std::rint; using std::fabs;
 #include <pthread.h>
 struct pgm_dim3 { unsigned int x, y, z; };
 static pgm_dim3 blockIdx, blockDim;
@@ -382,25 +382,25 @@ extern "C" void pgm_launch(unsigned int gx, unsigned int gy, unsigned int bx,
    __syncthreads() (a barrier), as a GPU runs them. */
 struct pgm_sweeps_args {
     unsigned int t; signed char* x; const double *b, *h, *a; const int* leg; const long long *indptr, *nbr;
-    const double* Jn; const long long *sites, *colptr, *tptr, *tedge; const unsigned int* rid32;
+    const double* Jn; const long long *sites, *colptr, *tptr, *tnbr; const double* tJ; const unsigned int* rid32;
     unsigned long long* counts; int r0, n, C; unsigned long long t0; int n_sweeps, term_cap, shared_x;
-    unsigned int chain32, key0, key1; int metropolis;
+    long long slack; unsigned int chain32, key0, key1; int metropolis;
 };
 static void* pgm_sweeps_thread(void* p)
 {
     const pgm_sweeps_args* q = (const pgm_sweeps_args*)p;
     threadIdx.x = q->t; threadIdx.y = 0; threadIdx.z = 0;
-    pgm_mrf_sweeps(q->x, q->b, q->h, q->a, q->leg, q->indptr, q->nbr, q->Jn, q->sites, q->colptr, q->tptr, q->tedge,
-                   q->rid32, q->counts, q->r0, q->n, q->C, q->t0, q->n_sweeps, q->term_cap, q->shared_x, q->chain32,
-                   q->key0, q->key1, q->metropolis);
+    pgm_mrf_sweeps(q->x, q->b, q->h, q->a, q->leg, q->indptr, q->nbr, q->Jn, q->sites, q->colptr, q->tptr, q->tnbr,
+                   q->tJ, q->rid32, q->counts, q->r0, q->n, q->C, q->t0, q->n_sweeps, q->term_cap, q->shared_x,
+                   q->slack, q->chain32, q->key0, q->key1, q->metropolis);
     return 0;
 }
 extern "C" void pgm_launch_sweeps(unsigned int gx, unsigned int bx,
     signed char* x, const double* b, const double* h, const double* a, const int* leg, const long long* indptr,
     const long long* nbr, const double* Jn, const long long* sites, const long long* colptr, const long long* tptr,
-    const long long* tedge, const unsigned int* rid32, unsigned long long* counts, int r0, int n, int C,
-    unsigned long long t0, int n_sweeps, int term_cap, int shared_x, unsigned int chain32, unsigned int key0,
-    unsigned int key1, int metropolis)
+    const long long* tnbr, const double* tJ, const unsigned int* rid32, unsigned long long* counts, int r0, int n,
+    int C, unsigned long long t0, int n_sweeps, int term_cap, int shared_x, long long slack, unsigned int chain32,
+    unsigned int key0, unsigned int key1, int metropolis)
 {
     blockDim.x = bx; blockDim.y = 1; blockDim.z = 1;
     pthread_t th[1024];
@@ -409,8 +409,8 @@ extern "C" void pgm_launch_sweeps(unsigned int gx, unsigned int bx,
         blockIdx.x = bb; blockIdx.y = 0;
         pthread_barrier_init(&pgm_barrier, 0, bx);
         for (unsigned int t = 0; t < bx; ++t) {
-            q[t] = pgm_sweeps_args{t, x, b, h, a, leg, indptr, nbr, Jn, sites, colptr, tptr, tedge, rid32, counts, r0,
-                                   n, C, t0, n_sweeps, term_cap, shared_x, chain32, key0, key1, metropolis};
+            q[t] = pgm_sweeps_args{t, x, b, h, a, leg, indptr, nbr, Jn, sites, colptr, tptr, tnbr, tJ, rid32, counts,
+                                   r0, n, C, t0, n_sweeps, term_cap, shared_x, slack, chain32, key0, key1, metropolis};
             pthread_create(&th[t], 0, pgm_sweeps_thread, &q[t]);
         }
         for (unsigned int t = 0; t < bx; ++t) pthread_join(th[t], 0);
@@ -437,7 +437,7 @@ def cuda_source_on_cpu(tmp_path_factory):
     fn, fs = lib.pgm_launch, lib.pgm_launch_sweeps
     P, U, I, U64 = ctypes.c_void_p, ctypes.c_uint, ctypes.c_int, ctypes.c_ulonglong
     fn.argtypes = [U, U, U] + [P] * 11 + [I] * 4 + [U] * 4 + [I]
-    fs.argtypes = [U, U] + [P] * 14 + [I] * 3 + [U64, I, I, I] + [U] * 3 + [I]
+    fs.argtypes = [U, U] + [P] * 15 + [I] * 3 + [U64, I, I, I, ctypes.c_longlong] + [U] * 3 + [I]
     fn.restype = fs.restype = None
     dtypes = [np.int8, np.float64, np.float64, np.float64, np.int32, np.int64, np.int64, np.float64, np.int64]
 
@@ -452,14 +452,15 @@ def cuda_source_on_cpu(tmp_path_factory):
         fn(grid[0], grid[1], block[0], *pointers(arrays, dtypes + [np.uint32, np.uint64]), *[int(v) for v in scalars])
 
     def launch_sweeps(grid, block, args, shared_mem=0):
-        arrays, scalars = args[:14], args[14:]
+        arrays, scalars = args[:15], args[15:]
         assert grid[1] == 1 and block[1] == 1 and 1 <= block[0] <= 1024
-        types = [np.int32] * 3 + [np.uint64] + [np.int32] * 3 + [np.uint32] * 3 + [np.int32]
+        types = [np.int32] * 3 + [np.uint64] + [np.int32] * 3 + [np.int64] + [np.uint32] * 3 + [np.int32]
         assert [type(v) for v in scalars] == types
         term_cap, shared_x = int(scalars[5]), int(scalars[6])
-        assert shared_mem == 8 * term_cap + shared_x * int(scalars[1]) <= 48 * 1024  # what it uses; the host buffer
+        used = 8 * term_cap + (16 * block[0] if term_cap else 0) + shared_x * int(scalars[1])
+        assert shared_mem == used <= 48 * 1024  # what the kernel uses, within the host buffer
         launch_sweeps.used.append((term_cap, shared_x))
-        ptrs = pointers(arrays, dtypes + [np.int64] * 3 + [np.uint32, np.uint64])
+        ptrs = pointers(arrays, dtypes + [np.int64] * 3 + [np.float64, np.uint32, np.uint64])
         fs(grid[0], block[0], *ptrs, *[int(v) for v in scalars])
 
     launch_sweeps.used = []  # (term_cap, shared_x) of each launch
@@ -519,18 +520,19 @@ def test_cuda_sweeps_kernel_on_cpu_stages_terms_and_spins_in_shared_memory(cuda_
     x = np.where(rng.random((3, n)) < 0.5, 1, -1).astype(np.int8)
     b = np.array([0.0, 0.5, 1.0])
     rids = np.array([3, 2**32 + 1, 77], dtype=np.uint64)
-    tptr, tedge = mrf_cuda.colour_terms(t)
+    tptr, tnbr, tJ = mrf_cuda.colour_terms(t)
     per_colour = np.diff(tptr[t.colptr])
-    assert tptr[-1] == t.nbr.shape[0] and sorted(tedge) == list(range(t.nbr.shape[0]))
-    for k in range(n):  # node sites[k]'s edges, in CSR order
+    assert tptr[-1] == t.nbr.shape[0]
+    for k in range(n):  # node sites[k]'s neighbours and couplings, in CSR order
         i = t.sites[k]
-        assert list(tedge[tptr[k] : tptr[k + 1]]) == list(range(t.indptr[i], t.indptr[i + 1]))
+        np.testing.assert_array_equal(tnbr[tptr[k] : tptr[k + 1]], t.nbr[t.indptr[i] : t.indptr[i + 1]])
+        np.testing.assert_array_equal(tJ[tptr[k] : tptr[k + 1]], t.Jn[t.indptr[i] : t.indptr[i + 1]])
     mid = int(np.median(per_colour))
-    configs = [(1024, 48 * 1024), (0, 0), (mid, 48 * 1024), (mid, 8 * mid)]  # (_TERM_CAP, _SHARED_BYTES)
+    configs = [(1024, True), (0, False), (mid, True), (mid, False)]  # (_TERM_CAP, _SHARED_SPINS)
     seen = []
-    for cap, shared in configs:
+    for cap, spins in configs:
         monkeypatch.setattr(mrf_cuda, "_TERM_CAP", cap)
-        monkeypatch.setattr(mrf_cuda, "_SHARED_BYTES", shared)
+        monkeypatch.setattr(mrf_cuda, "_SHARED_SPINS", spins)
         for method in K.METHODS:
             for threads in (3, 32):
                 a, c = x.copy(), x.copy()
@@ -546,6 +548,35 @@ def test_cuda_sweeps_kernel_on_cpu_stages_terms_and_spins_in_shared_memory(cuda_
     room = {cap: int(per_colour[per_colour <= cap].max(initial=0)) for cap, _ in configs}  # the kernel's term_cap
     assert set(seen) == {(room[1024], 1), (0, 0), (room[mid], 1), (room[mid], 0)}
     assert 0 < (per_colour <= room[mid]).sum() < t.n_colours  # some colours staged and some not
+
+
+@pytest.mark.parametrize("slack", [0, 2**31, 2**33])
+def test_cuda_wide_colours_on_cpu_match_numba(cuda_source_on_cpu, slack, monkeypatch):
+    """pgm_mrf_wide_group (colours of at most four nodes and at least 8 terms a node, decided by the whole block
+    from tree sums): the numba kernel's bits with the shipped slack (the tree's field decides almost every node),
+    2**31 (about half the nodes take the spec's sum) and 2**33 (all do); strong couplings too, where the tree's
+    field and the spec's sum differ in their last bits."""
+    monkeypatch.setattr(mrf_cuda, "_TREE_SLACK", slack)
+    rng = np.random.default_rng(slack % 1000 + 3)
+    for n, density, scale in [(40, 1.0, 0.3), (24, 0.8, 3.0), (9, 1.0, 1.0)]:
+        t = T.make_mrf_target(random_model(rng, n, density, scale), ref_field=rng.normal(0, 0.3, n))
+        tptr = mrf_cuda.colour_terms(t)[0]
+        m = np.diff(t.colptr)
+        wide = (m <= 4) & (np.diff(tptr[t.colptr]) >= 8 * m)
+        assert wide.sum() >= t.n_colours // 2  # the path under test runs
+        x = np.where(rng.random((4, n)) < 0.5, 1, -1).astype(np.int8)
+        b = np.array([0.0, 0.3, 0.7, 1.0])
+        rids = np.array([5, 2**32 + 9, 1, 12], dtype=np.uint64)
+        for method in K.METHODS:
+            for threads in (1, 3, 32, 100):
+                a, c = x.copy(), x.copy()
+                ca = mrf_cuda.sweep_cuda(
+                    a, t, b, KEY, rids, 1, 7, 4, method, np, cuda_source_on_cpu, None, None,
+                    cuda_source_on_cpu.sweeps, threads,
+                )  # fmt: skip
+                cc = K.mrf_sweep(c, t, b, KEY, rids.astype(np.int64), 1, 7, 4, method)
+                np.testing.assert_array_equal(a, c)
+                np.testing.assert_array_equal(ca, cc)
 
 
 def test_the_gpu_kernel_choice():
@@ -597,12 +628,13 @@ def test_cupy_kernel_matches_numba():
 def test_cupy_sweeps_kernel_matches_numba(monkeypatch):
     """pgm_mrf_sweeps on the GPU: the numba kernel's bits at 1, 32 and 256 threads per replica and at the shipped
     block size, on graphs whose colours have one group and more groups than a block has threads; with the shipped
-    shared memory, with none (no staged terms, spins in global memory) and with only the smaller colours staged."""
+    shared memory, with none (no staged terms, spins in global memory), with only the smaller colours staged, and
+    with every node of a wide colour (the dense graph's) sent to the spec's sum (slack 2**33)."""
     if not backend.gpu_status()[0]:
         pytest.skip(backend.gpu_status()[1])
     cp = backend.cupy()
     rng = np.random.default_rng(43)
-    for R, n, d in [(3, 8, 1.0), (5, 300, 0.02), (4, 6000, 0.0007)]:
+    for R, n, d in [(3, 24, 1.0), (5, 300, 0.02), (4, 6000, 0.0007)]:  # 24 nodes: wide colours
         t = T.make_mrf_target(random_model(rng, n, d, 1.0), ref_field=rng.normal(0, 0.3, n))
         x = np.where(rng.random((R, n)) < 0.5, 1, -1).astype(np.int8)
         b = np.linspace(0.0, 1.0, R)
@@ -611,9 +643,10 @@ def test_cupy_sweeps_kernel_matches_numba(monkeypatch):
             host = x.copy()
             c_host = K.mrf_sweep(host, t, b, KEY, rids, 2, 2**32 - 1, 4, method)
             mid = int(np.median(np.diff(mrf_cuda.colour_terms(t)[0][t.colptr])))
-            for cap, shared in [(mrf_cuda._TERM_CAP, mrf_cuda._SHARED_BYTES), (0, 0), (mid, 8 * mid)]:
+            for cap, spins, slack in [(1024, True, 0), (0, False, 0), (mid, False, 0), (1024, True, 2**33)]:
                 monkeypatch.setattr(mrf_cuda, "_TERM_CAP", cap)
-                monkeypatch.setattr(mrf_cuda, "_SHARED_BYTES", shared)
+                monkeypatch.setattr(mrf_cuda, "_SHARED_SPINS", spins)
+                monkeypatch.setattr(mrf_cuda, "_TREE_SLACK", slack)
                 for threads in (1, 32, 256, None):
                     dev = cp.asarray(x)
                     c_dev = mrf_cuda.sweep_cuda(
