@@ -381,9 +381,9 @@ def main() -> int:
         step(
             "benchmark tempering, GPU sizes",
             [py, "benchmarks/tempering.py", "--gpu-only"],
-            60,
+            90,
             summarize=lambda out: (
-                " / ".join(ln.split("CuPy kernel, ")[-1] for ln in out.splitlines() if ln.startswith("GPU ("))
+                " / ".join(ln.split("CuPy kernels, ")[-1] for ln in out.splitlines() if ln.startswith("GPU ("))
                 or tail(out)
             ),
         )

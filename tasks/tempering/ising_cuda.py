@@ -1,6 +1,10 @@
 """The GPU (CuPy ``RawKernel``) path of the Ising checkerboard sweep: the CUDA source, which
 implements the spec of :mod:`pgmflow.tasks.tempering.ising_kernels` bit for bit, and its host side.
 
+Two kernels, the same bits: ``pgm_ising_sites`` (a thread per site; what ``backend=cupy`` runs) and
+``pgm_ising_colour`` (a thread per word of 64 sites, which it updates one after another: on an H200 it ran at
+14-20 flips/ns, 32K threads for 4 lattices of 1024x1024; ``benchmarks/tempering.py --gpu-only`` times both).
+
 The tests compile the same CUDA source as C++ for the host CPU and drive :func:`_sweep_cuda` with
 NumPy arrays, so this code runs without a GPU too.
 """
@@ -153,10 +157,76 @@ extern "C" __global__ void pgm_ising_colour(
     }
     if (cnt) counts[tid] += cnt;
 }
+
+/* The same colour update with one thread per site (pgm_ising_colour has one per word of 64 sites, whose sites it
+   updates one after another): a block of 64 WB threads is WB words (word tx = blockIdx.x WB + threadIdx.x / 64,
+   site b = threadIdx.x % 64 of it). The word's 16 Philox blocks (all 32 planes of its u's) are drawn by 16 of its
+   64 threads into shared memory, while the others wait at the barrier (a warp takes as long for 4 of them as for
+   16, so drawing the rare low planes too costs nothing); then each thread decides its own site as
+   pgm_ising_colour does (the top 8 bits first, all 32 only where they tie with the threshold's), so the bits are
+   the same. Neighbouring threads read neighbouring bytes of the rows. counts uint32 [R, gridDim.x]: changed
+   spins per block, accumulated over launches. WB <= PGM_ISING_WB_MAX. */
+#define PGM_ISING_WB_MAX 16
+extern "C" __global__ void pgm_ising_sites(
+    signed char* __restrict__ spins,
+    const signed char* __restrict__ bonds_h,
+    const signed char* __restrict__ bonds_v,
+    const pgm_i64* __restrict__ thr,
+    const pgm_u32* __restrict__ rid32,
+    pgm_u32* __restrict__ counts,
+    const int r0, const int L, const int colour,
+    const pgm_u32 ctr1, const pgm_u32 chain32, const pgm_u32 key0, const pgm_u32 key1)
+{
+    __shared__ pgm_u64 planes[PGM_ISING_WB_MAX][32];
+    const int H = L >> 1;
+    const int W = (H + 63) >> 6;
+    const int slot = (int)threadIdx.x >> 6;
+    const int b = (int)threadIdx.x & 63;
+    const int tx = (int)blockIdx.x * ((int)blockDim.x >> 6) + slot;
+    const int r = r0 + (int)blockIdx.y;
+    const int live = tx < L * W;
+    if (live && b < 16)
+        pgm_block((pgm_u32)tx, (pgm_u32)b, ctr1, rid32[r], chain32, key0, key1, &planes[slot][2 * b],
+                  &planes[slot][2 * b + 1]);
+    __syncthreads();
+    int changed = 0;
+    const int w = live ? tx % W : 0;
+    const int nl = (H - 64 * w < 64) ? H - 64 * w : 64;
+    if (live && b < nl) {
+        const int i = tx / W;
+        signed char* S = spins + (pgm_i64)r * L * L;
+        const int im = (i == 0) ? L - 1 : i - 1;
+        const int ip = (i == L - 1) ? 0 : i + 1;
+        const signed char* row = S + (pgm_i64)i * L;
+        const int j = 2 * (64 * w + b) + ((i + colour) & 1);
+        const pgm_i64 t = pgm_site_threshold(row, S + (pgm_i64)im * L, S + (pgm_i64)ip * L, bonds_h + (pgm_i64)i * L,
+                                             bonds_v + (pgm_i64)i * L, bonds_v + (pgm_i64)im * L,
+                                             thr + (pgm_i64)r * 10, L, j);
+        const pgm_u64* pl = planes[slot];
+        pgm_u32 hi = 0;  /* the top 8 bits of u */
+        for (int k = 0; k < 8; ++k) hi = (hi << 1) | (pgm_u32)((pl[k] >> b) & 1ull);
+        const pgm_i64 th = t >> 24;  /* 256 for t = 2**32 */
+        int plus = (pgm_i64)hi < th;
+        if ((pgm_i64)hi == th) {  /* rare: the other 24 bits */
+            pgm_u32 u = hi;
+            for (int k = 8; k < 32; ++k) u = (u << 1) | (pgm_u32)((pl[k] >> b) & 1ull);
+            plus = (pgm_i64)u < t;
+        }
+        const int s = row[j];
+        const int ns = plus ? 1 : -1;
+        changed = ns != s;
+        if (changed) S[(pgm_i64)i * L + j] = (signed char)ns;
+    }
+    const int cnt = __syncthreads_count(changed);
+    if (threadIdx.x == 0 && cnt) counts[(pgm_i64)r * gridDim.x + blockIdx.x] += (pgm_u32)cnt;
+}
 """
 
 _CUDA_KERNEL_NAME = "pgm_ising_colour"
+_CUDA_SITES_NAME = "pgm_ising_sites"
 _CUDA_BLOCK = 256
+_SITES_WORDS = 4  # words of 64 sites per block of pgm_ising_sites (256 threads; at most 16)
+KERNELS = ("sites", "words")
 _CUDA_MAX_GRID_Y = 65535  # replicas per launch (CUDA's limit on gridDim.y)
 # counts are uint32 and grow by at most 64 per launch (two per sweep); flush them to int64 well before
 # overflow
@@ -165,14 +235,24 @@ _CUDA_MAX_SWEEPS_PER_FLUSH = 1 << 24
 
 @functools.lru_cache(maxsize=None)
 def _cupy_kernel():
-    """Compile (lazily, once per process; CuPy caches the binary on disk) the GPU kernel."""
+    """Compile (lazily, once per process; CuPy caches the binary on disk) the kernel with a thread per word."""
     cp = backend.cupy()
     return cp.RawKernel(_CUDA_SOURCE, _CUDA_KERNEL_NAME, options=("-std=c++11",))
 
 
-def _sweep_cuda(spins, bonds_h, bonds_v, thr, key, replica_ids, chain, sweep0, n_sweeps, xp, launch):
-    """Host side of the GPU path: prepare device arrays, launch ``pgm_ising_colour`` once per
-    colour of each sweep, reduce the per-thread change counts.
+@functools.lru_cache(maxsize=None)
+def _cupy_sites_kernel():
+    """Compile (lazily, once per process) the kernel with a thread per site."""
+    cp = backend.cupy()
+    return cp.RawKernel(_CUDA_SOURCE, _CUDA_SITES_NAME, options=("-std=c++11",))
+
+
+def _sweep_cuda(
+    spins, bonds_h, bonds_v, thr, key, replica_ids, chain, sweep0, n_sweeps, xp, launch, launch_sites=None, words=None
+):
+    """Host side of the GPU path: prepare device arrays, launch ``pgm_ising_colour`` (``launch``) or, when
+    ``launch_sites`` is given, ``pgm_ising_sites`` (``words`` words of 64 sites per block, default
+    ``_SITES_WORDS``) once per colour of each sweep, reduce the change counts. Both give the same bits.
 
     ``xp`` is the array module of ``spins`` and ``launch(grid, block, args)`` runs the kernel
     (a CuPy ``RawKernel``; the tests pass NumPy and the same CUDA source compiled for the host
@@ -189,10 +269,21 @@ def _sweep_cuda(spins, bonds_h, bonds_v, thr, key, replica_ids, chain, sweep0, n
         raise ValueError("bonds_h and bonds_v must contain only -1 and +1")
     thr_d = xp.ascontiguousarray(xp.asarray(thr, dtype=xp.int64).reshape(R, 10))
     rid32 = xp.asarray((np.asarray(backend.to_numpy(replica_ids), dtype=np.int64) & _MASK32).astype(np.uint32))
-    counts = xp.zeros(R * L * W, dtype=xp.uint32)  # [R, L, W] per-thread counts
+    if launch_sites is None:
+        counts = xp.zeros(R * L * W, dtype=xp.uint32)  # [R, L, W] per-thread counts
+        block = (_CUDA_BLOCK, 1)
+        gx = (L * W + _CUDA_BLOCK - 1) // _CUDA_BLOCK
+        flush = _CUDA_MAX_SWEEPS_PER_FLUSH
+    else:
+        wb = int(words or _SITES_WORDS)
+        if not 1 <= wb <= 16:
+            raise ValueError(f"words per block must be in 1..16, got {wb}")
+        block = (64 * wb, 1)
+        gx = (L * W + wb - 1) // wb
+        counts = xp.zeros(R * gx, dtype=xp.uint32)  # [R, gx] per-block counts: at most 128 wb a sweep
+        flush = min(_CUDA_MAX_SWEEPS_PER_FLUSH, (1 << 31) // (128 * wb))
+        launch = launch_sites
     changed = np.zeros(R, dtype=np.int64)
-    block = (_CUDA_BLOCK, 1)
-    gx = (L * W + _CUDA_BLOCK - 1) // _CUDA_BLOCK
     batches = [(r0, min(R - r0, _CUDA_MAX_GRID_Y)) for r0 in range(0, R, _CUDA_MAX_GRID_Y)]
     k0, k1 = np.uint32(int(key[0])), np.uint32(int(key[1]))
     chain32 = np.uint32(int(chain) & _MASK32)
@@ -208,7 +299,7 @@ def _sweep_cuda(spins, bonds_h, bonds_v, thr, key, replica_ids, chain, sweep0, n
                     (work, bh, bv, thr_d, rid32, counts, np.int32(r0), np.int32(L), np.int32(c), ctr1, chain32, k0, k1),
                 )
         pending += 1
-        if pending == _CUDA_MAX_SWEEPS_PER_FLUSH:
+        if pending == flush:
             changed += backend.to_numpy(counts.reshape(R, -1).sum(axis=1, dtype=xp.int64))
             counts.fill(0)
             pending = 0
@@ -218,8 +309,14 @@ def _sweep_cuda(spins, bonds_h, bonds_v, thr, key, replica_ids, chain, sweep0, n
     return changed
 
 
-def _sweep_cupy(spins, bonds_h, bonds_v, thr, key, replica_ids, chain, sweep0, n_sweeps):
-    """GPU path of :func:`ising_sweep` (``spins`` a CuPy array)."""
+def _sweep_cupy(spins, bonds_h, bonds_v, thr, key, replica_ids, chain, sweep0, n_sweeps, kernel="sites"):
+    """GPU path of :func:`ising_sweep` (``spins`` a CuPy array); ``kernel``: ``sites`` (a thread per site, the
+    default) or ``words`` (a thread per word of 64 sites)."""
+    if kernel not in KERNELS:
+        raise ValueError(f"kernel must be one of {KERNELS}, not {kernel!r}")
     cp = backend.cupy()
     with cp.cuda.Device(spins.device.id):
-        return _sweep_cuda(spins, bonds_h, bonds_v, thr, key, replica_ids, chain, sweep0, n_sweeps, cp, _cupy_kernel())
+        sites = _cupy_sites_kernel() if kernel == "sites" else None
+        return _sweep_cuda(
+            spins, bonds_h, bonds_v, thr, key, replica_ids, chain, sweep0, n_sweeps, cp, _cupy_kernel(), sites
+        )

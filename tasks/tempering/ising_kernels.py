@@ -58,9 +58,10 @@ vectorises over words draws the first four Philox blocks of every word, a second
 bit-sliced adder and runs the eight planes of the comparison, and the words with a site still
 undecided (about one in six) are gathered and given further blocks, again in a loop that vectorises.
 Threads run over replicas when there are enough, else over chunks of rows within each colour. The
-GPU kernel (:mod:`~pgmflow.tasks.tempering.ising_cuda`) runs one thread per word of 64 sites on the
-int8 lattice and builds the same ``u`` lane by lane; tests compile its CUDA source as C++ and
-compare it with the numba kernel bit for bit.
+GPU kernels (:mod:`~pgmflow.tasks.tempering.ising_cuda`) run on the int8 lattice, one thread per site
+(``pgm_ising_sites``, the default: a word's Philox planes drawn into shared memory by 16 of its 64
+threads) or one per word of 64 sites (``pgm_ising_colour``), and build the same ``u``; tests compile
+the CUDA source as C++ and compare both with the numba kernel bit for bit.
 """
 
 from __future__ import annotations

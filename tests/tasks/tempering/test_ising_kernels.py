@@ -471,13 +471,30 @@ def test_numpy_peer_samples_the_boltzmann_distribution():
 
 _HOST_PRELUDE = r"""
 #include <cstdint>
+#include <pthread.h>
 struct pgm_dim3 { unsigned int x, y, z; };
-static pgm_dim3 blockIdx, blockDim, threadIdx;
+static pgm_dim3 blockIdx, blockDim, gridDim;
+static thread_local pgm_dim3 threadIdx;
 #define __global__
 #define __device__
 #define __forceinline__ inline
+#define __shared__ static  /* one block at a time: a function-local static is the block's shared memory */
 static inline unsigned int __umulhi(unsigned int a, unsigned int b)
 { return (unsigned int)(((unsigned long long)a * (unsigned long long)b) >> 32); }
+static pthread_barrier_t pgm_barrier;  /* a block's threads (pgm_ising_sites) */
+static int pgm_count;
+#define __syncthreads() pthread_barrier_wait(&pgm_barrier)
+static int __syncthreads_count(int pred)
+{
+    __syncthreads();
+    if (threadIdx.x == 0) pgm_count = 0;
+    __syncthreads();
+    if (pred) __atomic_fetch_add(&pgm_count, 1, __ATOMIC_SEQ_CST);
+    __syncthreads();
+    const int c = pgm_count;
+    __syncthreads();
+    return c;
+}
 """
 
 _HOST_DRIVER = r"""
@@ -498,6 +515,41 @@ extern "C" void pgm_launch(unsigned int gx, unsigned int gy, unsigned int bx,
         }
     }
 }
+/* pgm_ising_sites: the blocks one after another, each block's threads as POSIX threads meeting at its barriers. */
+struct pgm_sites_args {
+    unsigned int t; signed char* spins; const signed char *bh, *bv; const long long* thr; const unsigned int* rid32;
+    unsigned int* counts; int r0, L, colour; unsigned int ctr1, chain32, key0, key1;
+};
+static void* pgm_sites_thread(void* p)
+{
+    const pgm_sites_args* q = (const pgm_sites_args*)p;
+    threadIdx.x = q->t; threadIdx.y = 0; threadIdx.z = 0;
+    pgm_ising_sites(q->spins, q->bh, q->bv, q->thr, q->rid32, q->counts, q->r0, q->L, q->colour, q->ctr1, q->chain32,
+                    q->key0, q->key1);
+    return 0;
+}
+extern "C" void pgm_launch_sites(unsigned int gx, unsigned int gy, unsigned int bx,
+    signed char* spins, const signed char* bh, const signed char* bv, const long long* thr,
+    const unsigned int* rid32, unsigned int* counts, int r0, int L, int colour,
+    unsigned int ctr1, unsigned int chain32, unsigned int key0, unsigned int key1)
+{
+    blockDim.x = bx; blockDim.y = 1; blockDim.z = 1;
+    gridDim.x = gx; gridDim.y = gy; gridDim.z = 1;
+    pthread_t th[1024];
+    pgm_sites_args q[1024];
+    for (unsigned int y = 0; y < gy; ++y) {
+        for (unsigned int b = 0; b < gx; ++b) {
+            blockIdx.x = b; blockIdx.y = y;
+            pthread_barrier_init(&pgm_barrier, 0, bx);
+            for (unsigned int t = 0; t < bx; ++t) {
+                q[t] = pgm_sites_args{t, spins, bh, bv, thr, rid32, counts, r0, L, colour, ctr1, chain32, key0, key1};
+                pthread_create(&th[t], 0, pgm_sites_thread, &q[t]);
+            }
+            for (unsigned int t = 0; t < bx; ++t) pthread_join(th[t], 0);
+            pthread_barrier_destroy(&pgm_barrier);
+        }
+    }
+}
 """
 
 
@@ -512,22 +564,31 @@ def cuda_source_on_cpu(tmp_path_factory):
     src = d / "kernel.cpp"
     src.write_text(_HOST_PRELUDE + ising_cuda._CUDA_SOURCE + _HOST_DRIVER)
     lib = d / "kernel.so"
-    subprocess.run([cxx, "-O1", "-std=c++11", "-shared", "-fPIC", "-w", str(src), "-o", str(lib)], check=True)
+    flags = ["-O1", "-std=c++11", "-shared", "-fPIC", "-pthread", "-w"]
+    subprocess.run([cxx, *flags, str(src), "-o", str(lib)], check=True)
     so = ctypes.CDLL(str(lib))
-    fn = so.pgm_launch
     P, U, I = ctypes.c_void_p, ctypes.c_uint, ctypes.c_int
-    fn.argtypes = [U, U, U, P, P, P, P, P, P, I, I, I, U, U, U, U]
-    fn.restype = None
+    for fn in (so.pgm_launch, so.pgm_launch_sites):
+        fn.argtypes = [U, U, U, P, P, P, P, P, P, I, I, I, U, U, U, U]
+        fn.restype = None
 
-    def launch(grid, block, args):
-        assert len(grid) == 2 and block[1:] == (1,)
-        arrays, scalars = args[:6], args[6:]
-        dtypes = [np.int8, np.int8, np.int8, np.int64, np.uint32, np.uint32]
-        for a, dt in zip(arrays, dtypes):
-            assert isinstance(a, np.ndarray) and a.flags.c_contiguous and a.dtype == dt
-        assert [type(x) for x in scalars] == [np.int32] * 3 + [np.uint32] * 4
-        fn(grid[0], grid[1], block[0], *[a.ctypes.data for a in arrays], *[int(x) for x in scalars])
+    def launcher(fn, per_block):
+        def launch(grid, block, args):
+            assert len(grid) == 2 and block[1:] == (1,)
+            assert not per_block or (block[0] % 64 == 0 and block[0] <= 64 * 16)
+            arrays, scalars = args[:6], args[6:]
+            dtypes = [np.int8, np.int8, np.int8, np.int64, np.uint32, np.uint32]
+            for a, dt in zip(arrays, dtypes):
+                assert isinstance(a, np.ndarray) and a.flags.c_contiguous and a.dtype == dt
+            if per_block:  # counts [R, grid x]
+                assert arrays[5].shape == (arrays[0].shape[0] * grid[0],)
+            assert [type(x) for x in scalars] == [np.int32] * 3 + [np.uint32] * 4
+            fn(grid[0], grid[1], block[0], *[a.ctypes.data for a in arrays], *[int(x) for x in scalars])
 
+        return launch
+
+    launch = launcher(so.pgm_launch, False)
+    launch.sites = launcher(so.pgm_launch_sites, True)
     return launch
 
 
@@ -548,6 +609,39 @@ def test_cuda_source_on_cpu_matches_numba(cuda_source_on_cpu, L, monkeypatch):
         if L <= 6:
             c = spins.copy()
             np.testing.assert_array_equal(reference_sweep(c, bh, bv, thr, KEY, rids, 6, 2**31 + 3, 3), cb)
+
+
+@pytest.mark.parametrize("L", [2, 6, 18, 130])
+def test_cuda_sites_kernel_on_cpu_matches_numba(cuda_source_on_cpu, L, monkeypatch):
+    """pgm_ising_sites (a thread per site, a word's Philox planes drawn into shared memory): the numba kernel's bits
+    with 1, 2 and the shipped 4 words per block, and 16 (the most) on L = 130, whose rows have words of 64 and 1 sites
+    (partial last blocks and words); sweeps past 2**31, replicas in two launches; and its change counts."""
+    monkeypatch.setattr(ising_cuda, "_CUDA_MAX_GRID_Y", 2)  # replicas in two launches: offsets matter
+    rng = np.random.default_rng(L + 1)
+    big = L > 64  # each emulated block is 64 words POSIX threads: the big lattice in fewer launches
+    R, sweeps = (2, 1) if big else (3, 2)
+    spins, bh, bv = random_problem(rng, R, L)
+    for method in K.METHODS[:1] if big else K.METHODS:
+        thr = K.ising_thresholds(np.array([0.0, 0.5, 40.0][:R]), 1.0, 0.2, method)
+        rids = np.array([3, 2**32 + 1, 77][:R])
+        b = spins.copy()
+        cb = K.ising_sweep(b, bh, bv, thr, KEY, rids, 6, 2**31 + 3, sweeps)
+        for words in (16,) if big else (1, 2, None):
+            a = spins.copy()
+            ca = ising_cuda._sweep_cuda(
+                a, bh, bv, thr, KEY, rids, 6, 2**31 + 3, sweeps, np, cuda_source_on_cpu, cuda_source_on_cpu.sites, words
+            )
+            np.testing.assert_array_equal(a, b)
+            np.testing.assert_array_equal(ca, cb)
+
+
+def test_cuda_sites_kernel_refuses_a_bad_block():
+    spins = np.ones((1, 4, 4), np.int8)
+    thr = K.ising_thresholds(np.array([0.5]), 1.0, 0.0, "heatbath")
+    with pytest.raises(ValueError, match="words per block"):
+        ising_cuda._sweep_cuda(spins, spins[0], spins[0], thr, KEY, [0], 0, 0, 1, np, None, lambda *a: None, 17)
+    with pytest.raises(ValueError, match="kernel must be one of"):
+        ising_cuda._sweep_cupy(spins, spins[0], spins[0], thr, KEY, [0], 0, 0, 1, kernel="x")
 
 
 @pytest.mark.gpu
@@ -572,3 +666,13 @@ def test_cupy_kernel_matches_numba():
             E_h, M_h = K.ising_energy_magnetisation(host, bh, bv, 1.0, 0.15)
             np.testing.assert_allclose(E_d, E_h, rtol=0, atol=1e-9)
             np.testing.assert_array_equal(M_d, M_h)
+            for kernel, words in (("words", None), ("sites", 1), ("sites", 16)):  # the other kernel; other blocks
+                dev = cp.asarray(spins)
+                sites = ising_cuda._cupy_sites_kernel() if kernel == "sites" else None
+                key = np.asarray(KEY, dtype=np.uint64)
+                c_dev = ising_cuda._sweep_cuda(
+                    dev, cp.asarray(bh), cp.asarray(bv), thr, key, rids, 2, 9, 4, cp, ising_cuda._cupy_kernel(), sites,
+                    words,
+                )  # fmt: skip
+                np.testing.assert_array_equal(cp.asnumpy(dev), host)
+                np.testing.assert_array_equal(c_dev, c_host)
