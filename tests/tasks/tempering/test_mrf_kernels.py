@@ -468,6 +468,20 @@ def cuda_source_on_cpu(tmp_path_factory):
     return launch
 
 
+def assert_sweeps_kernel_matches_numba(
+    launch, t, x, b, rids, chain, sweep0, n_sweeps, method, threads, ref=(None, None)
+):
+    """pgm_mrf_sweeps (the emulated ``launch.sweeps``, ``threads`` per replica) and the numba kernel from the same
+    spins ``x``: the same spins and change counts."""
+    a, c = x.copy(), x.copy()
+    ca = mrf_cuda.sweep_cuda(
+        a, t, b, KEY, rids, chain, sweep0, n_sweeps, method, np, launch, *ref, launch.sweeps, threads
+    )
+    cc = K.mrf_sweep(c, t, b, KEY, rids.astype(np.int64), chain, sweep0, n_sweeps, method, *ref)
+    np.testing.assert_array_equal(a, c)
+    np.testing.assert_array_equal(ca, cc)
+
+
 @pytest.mark.parametrize("n,density", [(6, 1.0), (40, 0.1), (700, 0.01)])
 def test_cuda_source_on_cpu_matches_numba(cuda_source_on_cpu, n, density, monkeypatch):
     monkeypatch.setattr(mrf_cuda, "_CUDA_MAX_GRID_Y", 2)  # replicas in two launches: offsets matter
@@ -501,14 +515,9 @@ def test_cuda_sweeps_kernel_on_cpu_matches_numba(cuda_source_on_cpu, n, density,
         for threads in (1, 3, 32, None):
             for ref in ((None, None), (rows, leg)):
                 sweep0 = 2**32 // t.n_colours - 1  # (sweep0 + 2) * C passes 2**32
-                a, c = x.copy(), x.copy()
-                ca = mrf_cuda.sweep_cuda(
-                    a, t, b, KEY, rids, 6, sweep0, 3, method, np, cuda_source_on_cpu, *ref,
-                    cuda_source_on_cpu.sweeps, threads,
-                )  # fmt: skip
-                cc = K.mrf_sweep(c, t, b, KEY, rids.astype(np.int64), 6, sweep0, 3, method, *ref)
-                np.testing.assert_array_equal(a, c)
-                np.testing.assert_array_equal(ca, cc)
+                assert_sweeps_kernel_matches_numba(
+                    cuda_source_on_cpu, t, x, b, rids, 6, sweep0, 3, method, threads, ref
+                )
 
 
 @pytest.mark.parametrize("n,density", [(30, 0.7), (300, 0.03)])
@@ -535,15 +544,8 @@ def test_cuda_sweeps_kernel_on_cpu_stages_terms_and_spins_in_shared_memory(cuda_
         monkeypatch.setattr(mrf_cuda, "_SHARED_SPINS", spins)
         for method in K.METHODS:
             for threads in (3, 32):
-                a, c = x.copy(), x.copy()
                 cuda_source_on_cpu.sweeps.used.clear()
-                ca = mrf_cuda.sweep_cuda(
-                    a, t, b, KEY, rids, 6, 5, 3, method, np, cuda_source_on_cpu, None, None,
-                    cuda_source_on_cpu.sweeps, threads,
-                )  # fmt: skip
-                cc = K.mrf_sweep(c, t, b, KEY, rids.astype(np.int64), 6, 5, 3, method)
-                np.testing.assert_array_equal(a, c)
-                np.testing.assert_array_equal(ca, cc)
+                assert_sweeps_kernel_matches_numba(cuda_source_on_cpu, t, x, b, rids, 6, 5, 3, method, threads)
                 seen += cuda_source_on_cpu.sweeps.used
     room = {cap: int(per_colour[per_colour <= cap].max(initial=0)) for cap, _ in configs}  # the kernel's term_cap
     assert set(seen) == {(room[1024], 1), (0, 0), (room[mid], 1), (room[mid], 0)}
@@ -569,14 +571,7 @@ def test_cuda_wide_colours_on_cpu_match_numba(cuda_source_on_cpu, slack, monkeyp
         rids = np.array([5, 2**32 + 9, 1, 12], dtype=np.uint64)
         for method in K.METHODS:
             for threads in (1, 3, 32, 100):
-                a, c = x.copy(), x.copy()
-                ca = mrf_cuda.sweep_cuda(
-                    a, t, b, KEY, rids, 1, 7, 4, method, np, cuda_source_on_cpu, None, None,
-                    cuda_source_on_cpu.sweeps, threads,
-                )  # fmt: skip
-                cc = K.mrf_sweep(c, t, b, KEY, rids.astype(np.int64), 1, 7, 4, method)
-                np.testing.assert_array_equal(a, c)
-                np.testing.assert_array_equal(ca, cc)
+                assert_sweeps_kernel_matches_numba(cuda_source_on_cpu, t, x, b, rids, 1, 7, 4, method, threads)
 
 
 def test_the_gpu_kernel_choice():
