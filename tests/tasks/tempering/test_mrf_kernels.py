@@ -570,7 +570,7 @@ def test_cuda_wide_colours_on_cpu_match_numba(cuda_source_on_cpu, slack, monkeyp
         b = np.array([0.0, 0.3, 0.7, 1.0])
         rids = np.array([5, 2**32 + 9, 1, 12], dtype=np.uint64)
         for method in K.METHODS:
-            for threads in (1, 3, 32, 100):
+            for threads in (1, 3, 32, 100) if slack == 0 else (3, 32):  # each emulated thread is a POSIX thread
                 assert_sweeps_kernel_matches_numba(cuda_source_on_cpu, t, x, b, rids, 1, 7, 4, method, threads)
 
 
