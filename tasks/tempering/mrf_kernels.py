@@ -95,7 +95,10 @@ measures the kernel against.
 from __future__ import annotations
 
 import functools
+import os
 import sys
+import threading
+import time
 
 import numpy as np
 
@@ -308,6 +311,51 @@ def _plan(R: int, threads: int, n: int, n_colours: int) -> tuple[str, int]:
     return "replicas", max(1, min(BLOCK_MAX, max(per, min(BLOCK_MIN, R))))
 
 
+TUNE_MIN_THREADS = 4  # from this many threads the plan is measured rather than assumed (PGMFLOW_MRF_PLAN overrides)
+TUNE_SAMPLES = 2  # timed calls of each candidate plan before the fastest is kept
+_tuning: dict = {}  # (graph shape, R, threads, method) -> {plan: [ns per update, ...]}
+_tuning_lock = threading.Lock()
+
+
+def _candidates(R: int, threads: int, n: int, n_colours: int) -> list[tuple[str, int]]:
+    """The plans worth timing for one call shape: ``_plan``'s first, then blocks of 8, 16, 32 and 64 replicas
+    (threads over blocks), then one block at a time with each colour's groups shared (while the colours have at
+    least 4 groups a thread)."""
+    out = [_plan(R, threads, n, n_colours)]
+    for b in sorted({min(b, R) for b in (BLOCK_MIN, 16, 32, BLOCK_MAX)}):
+        out.append(("replicas", b))
+    if threads > 1 and n // max(1, n_colours) // 4 >= 4 * threads:
+        out.append(("nodes", -(-R // -(-R // BLOCK_MAX))))
+    return list(dict.fromkeys(out))
+
+
+def _tuning_mode(threads: int) -> bool:
+    """Whether this call's plan is measured: ``PGMFLOW_MRF_PLAN=static`` never, ``tune`` always, else (``auto``)
+    from ``TUNE_MIN_THREADS`` threads (the static plan was measured on two cores)."""
+    mode = os.environ.get("PGMFLOW_MRF_PLAN", "auto")
+    if mode not in ("auto", "static", "tune"):
+        raise ValueError(f"PGMFLOW_MRF_PLAN must be auto, static or tune, not {mode!r}")
+    return mode == "tune" or (mode == "auto" and threads >= TUNE_MIN_THREADS)
+
+
+def _tuned_plan(key, candidates) -> tuple[str, int]:
+    """The next candidate with fewer than ``TUNE_SAMPLES`` timings (each is a real call: the bits do not depend on
+    the plan), then the fastest by its best timing."""
+    with _tuning_lock:
+        seen = _tuning.setdefault(key, {c: [] for c in candidates})
+        for c in candidates:
+            if len(seen[c]) < TUNE_SAMPLES:
+                return c
+        return min(candidates, key=lambda c: min(seen[c]))
+
+
+def _record(key, plan, ns_per_update: float) -> None:
+    with _tuning_lock:
+        times = _tuning[key][plan]
+        if len(times) < TUNE_SAMPLES:
+            times.append(ns_per_update)
+
+
 def mrf_sweep(
     x,
     target,
@@ -345,9 +393,9 @@ def mrf_sweep(
 
 def _sweep_cpu(x, target, b, key, rid, chain, sweep0, n_sweeps, method, a, lg, margin, plan=None):
     """The numba kernel with the fast path's ``margin`` (MARGIN, or any larger value: the same bits; ``inf``:
-    every lane by the exact threshold); ``plan``: None (``_plan``'s) or ``(how, block, threads)`` (tests: the
-    same bits whatever the plan). Returns (spins changed per replica, lane updates left to the exact
-    threshold)."""
+    every lane by the exact threshold); ``plan``: None (``_plan``'s, or measured among ``_candidates`` where
+    ``_tuning_mode`` says so) or ``(how, block, threads)`` (tests: the same bits whatever the plan). Returns
+    (spins changed per replica, lane updates left to the exact threshold)."""
     if not isinstance(x, np.ndarray) or not x.flags.c_contiguous or not x.flags.writeable:
         raise ValueError("spins must be a writeable C-contiguous numpy (or cupy) array")
     if _kernels()["_not_pm1"](x):
@@ -357,8 +405,16 @@ def _sweep_cpu(x, target, b, key, rid, chain, sweep0, n_sweeps, method, a, lg, m
     nfb = np.zeros(R, dtype=np.int64)
     work = R * int(n_sweeps) * (target.n_sites + target.nbr.shape[0])
     threads = backend.numba().get_num_threads() if R > 0 and work > PARALLEL_MIN_WORK else 1
-    how, block = _plan(R, threads, target.n_sites, target.n_colours) if plan is None else plan[:2]
-    threads = threads if plan is None else plan[2]
+    tune = None
+    if plan is not None:
+        how, block, threads = plan
+    elif threads > 1 and _tuning_mode(threads):
+        shape = (target.n_sites, target.nbr.shape[0], target.n_colours, R, threads, method)
+        cands = _candidates(R, threads, target.n_sites, target.n_colours)
+        how, block = _tuned_plan(shape, cands)
+        tune = (shape, (how, block), time.perf_counter())
+    else:
+        how, block = _plan(R, threads, target.n_sites, target.n_colours)
     k = _kernels()
     args = (
         target.h,
@@ -382,6 +438,8 @@ def _sweep_cpu(x, target, b, key, rid, chain, sweep0, n_sweeps, method, a, lg, m
             k["_sweep_nodes"](x, r0, min(R, r0 + block), b, *args, np.int64(threads))
     else:
         k["_sweeps" if threads > 1 and R > 1 else "_sweeps_serial"](x, b, *args, np.int64(block))
+    if tune is not None:
+        _record(tune[0], tune[1], (time.perf_counter() - tune[2]) * 1e9 / max(1, work))
     return out, int(nfb.sum())
 
 

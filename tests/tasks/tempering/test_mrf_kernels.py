@@ -819,6 +819,64 @@ def test_threads_sharing_a_colour_give_the_same_bits_as_one_thread(method):
             assert got[0][2] > 0
 
 
+def test_a_measured_plan_keeps_the_bits_and_settles_on_the_fastest(monkeypatch):
+    """PGMFLOW_MRF_PLAN=tune: the first calls time each candidate plan TUNE_SAMPLES times, in order, then the call
+    shape keeps the one with the best timing; every call gives the static plan's bits."""
+    import networkx as nx
+
+    monkeypatch.setattr(K, "_tuning", {})
+    used = []
+    record = K._record
+    monkeypatch.setattr(K, "_record", lambda key, plan, ns: (used.append((key, plan)), record(key, plan, ns)))
+    rng = np.random.default_rng(21)
+    g = nx.random_regular_graph(4, 2000, seed=2)
+    edges = np.array(sorted(tuple(sorted(e)) for e in g.edges()), dtype=np.int64)
+    t = T.make_mrf_target(M.make_mrf(rng.normal(0.0, 0.1, 2000), edges, rng.normal(0.0, 0.5, len(edges))))
+    R, sweeps = 16, 8  # R * sweeps * (n + 2E) > PARALLEL_MIN_WORK: the threaded path, whose plan is chosen
+    assert R * sweeps * (t.n_sites + t.nbr.shape[0]) > K.PARALLEL_MIN_WORK
+    x_tuned = np.where(rng.random((R, t.n_sites)) < 0.5, 1, -1).astype(np.int8)
+    x_static = x_tuned.copy()
+    b, rid = np.linspace(0.2, 1.0, R), np.arange(R)
+    threads = backend.numba().get_num_threads()
+    cands = K._candidates(R, threads, t.n_sites, t.n_colours)
+    calls = K.TUNE_SAMPLES * len(cands) + 2
+    for call in range(calls):
+        if call == calls - 2:  # after the exploration: make the last candidate the fastest on record
+            key = used[-1][0]
+            for c in cands:
+                K._tuning[key][c] = [1.0 if c == cands[-1] else 2.0] * K.TUNE_SAMPLES
+        monkeypatch.setenv("PGMFLOW_MRF_PLAN", "tune")
+        c_tuned = K.mrf_sweep(x_tuned, t, b, KEY, rid, 0, sweeps * call, sweeps, "heatbath")
+        monkeypatch.setenv("PGMFLOW_MRF_PLAN", "static")
+        c_static = K.mrf_sweep(x_static, t, b, KEY, rid, 0, sweeps * call, sweeps, "heatbath")
+        np.testing.assert_array_equal(x_tuned, x_static)
+        np.testing.assert_array_equal(c_tuned, c_static)
+    if threads < 2:
+        assert used == []  # one thread: nothing to plan
+        return
+    explored = [plan for _, plan in used[: K.TUNE_SAMPLES * len(cands)]]
+    assert explored == [c for c in cands for _ in range(K.TUNE_SAMPLES)]
+    assert [plan for _, plan in used[-2:]] == [cands[-1]] * 2
+
+
+def test_when_the_plan_is_measured_and_what_it_chooses_among(monkeypatch):
+    monkeypatch.delenv("PGMFLOW_MRF_PLAN", raising=False)
+    assert not K._tuning_mode(2) and K._tuning_mode(K.TUNE_MIN_THREADS)
+    monkeypatch.setenv("PGMFLOW_MRF_PLAN", "static")
+    assert not K._tuning_mode(64)
+    monkeypatch.setenv("PGMFLOW_MRF_PLAN", "tune")
+    assert K._tuning_mode(2)
+    monkeypatch.setenv("PGMFLOW_MRF_PLAN", "fast")
+    with pytest.raises(ValueError, match="PGMFLOW_MRF_PLAN must be auto, static or tune"):
+        K._tuning_mode(2)
+    # a dense network on 16 threads (colours of one node: nothing to share): blocks of 8 (the static plan) to 64
+    assert K._candidates(64, 16, 100, 100) == [("replicas", 8), ("replicas", 16), ("replicas", 32), ("replicas", 64)]
+    # a sparse graph on 2 threads: the static plan (its colours shared), then the replica blocks
+    assert K._candidates(16, 2, 10_000, 5) == [("nodes", 16), ("replicas", 8), ("replicas", 16)]
+    assert K._candidates(100, 4, 10_000, 5)[0] == K._plan(100, 4, 10_000, 5)
+    assert ("nodes", 50) in K._candidates(100, 4, 10_000, 5)
+
+
 def test_the_plan_shares_nodes_only_where_replicas_would_leave_lanes_idle():
     """Threads over blocks of replicas while every thread gets 64 lanes or the colours are too small to share;
     else one block at a time (at most 64 replicas each) with the colours' groups shared."""
