@@ -25,7 +25,7 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 import numpy as np  # noqa: E402
 from _machine import cpu_name  # noqa: E402
 from tempering import best_time  # noqa: E402
-from tempering_mrf import KEY, TARGET_RATIO, dense_network, regular_graph  # noqa: E402
+from tempering_mrf import KEY, TARGET_RATIO, dense_network, regular_graph, settle_plan  # noqa: E402
 
 from pgmflow.tasks import backend  # noqa: E402
 from pgmflow.tasks.bounds import mrf as M  # noqa: E402
@@ -74,6 +74,7 @@ def case(name, model, R, sweeps, reps, cp, peer_sweeps=1):
         return per_ns(sweeps, best_time(calls(4), reps)), per_ns(sweeps, best_time(calls(sweeps), reps)), state
 
     xc = x0.copy()
+    settle_plan(t, x0, b, rid)
     cpu4, cpu_long, sc = timed(xc, lambda: None, K.mrf_sweep)
     row = {"graph": name, "n": n, "colours": t.n_colours, "R": R, "peer": peer, "cpu4": cpu4, "cpu_long": cpu_long}
     if cp is not None:
