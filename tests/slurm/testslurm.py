@@ -64,7 +64,7 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _alive(pid: int) -> bool:
+def alive(pid: int) -> bool:
     """Running (a daemon that exited but was not reaped, a zombie, is not: in a container whose
     init does not reap, it stays in the process table)."""
     try:
@@ -198,6 +198,19 @@ class TestSlurm:
         out = self.run("squeue", "-h", "-a", "-t", "all", "-o", "%i|%T|%r", check=False)
         return {i: (s, why) for i, s, why in (ln.split("|", 2) for ln in out.splitlines() if ln.count("|") == 2)}
 
+    def log_lines(self, job: str, limit: int = 40) -> str:
+        """The last ``limit`` lines of slurmctld's and slurmd's logs that name ``job`` (for a failing test's message:
+        the daemons' logs are removed with the cluster at the end of the session)."""
+        keys = (f"JobId={job} ", f"JobId={job}\n", f"job {job} ", f"job {job}\n", f"jobid {job}", f"job_id={job}")
+        out = []
+        for name in ("slurmctld.log", "slurmd.log"):
+            path = self.root / "log" / name
+            text = path.read_text(errors="replace") if path.exists() else ""
+            hits = [ln for ln in text.splitlines(keepends=True) if any(k in ln for k in keys)]
+            head = f"--- {name} ({len(hits)} lines name job {job}; the last {limit}) ---\n"
+            out.append(head + "".join(hits[-limit:]))
+        return "\n".join(out)
+
     def live_jobs(self) -> dict[str, tuple[str, str]]:
         return {
             i: v
@@ -247,9 +260,9 @@ class TestSlurm:
         except ProcessLookupError:
             return
         deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline and _alive(pid):
+        while time.monotonic() < deadline and alive(pid):
             time.sleep(0.2)
-        if not _alive(pid):
+        if not alive(pid):
             return
         try:
             os.kill(pid, signal.SIGKILL)
