@@ -335,9 +335,10 @@ def test_a_requeued_batch_job_continues_its_run(slurm_idle, tmp_path):
     cmd = [sys.executable, "-m", "pgmflow", *run, f"tracking.uri={uri}"]
     # The first attempt stops its own run (SIGSTOP) as soon as the round-3 checkpoint exists, so that the requeue
     # always meets a job that is running mid-run: polled from the test, the last rounds (about 1.5 s here) could end
-    # the run first on a slow or busy machine, and the requeue would then meet a finished or completing job (a CI
-    # flake, stop 50). The job's own watcher polls every 10 ms; the stopped run is killed by the requeue as a lost
-    # node's would be. The second attempt is the plain command.
+    # the run first on a slow or busy machine, and the requeue would then meet a finished or completing job (shown
+    # here by delaying the requeue; stop 50's CI failure may have been this or the early start below). The job's own
+    # watcher polls every 10 ms; the stopped run is killed by the requeue as a lost node's would be. The second
+    # attempt is the plain command.
     art = tmp_path / "mlartifacts"
     command = " ".join(cmd)
     script = (
