@@ -350,10 +350,13 @@ def test_a_requeued_batch_job_continues_its_run(slurm_idle, tmp_path):
         f'[ "$n" != 0 ] && exec {command}\n'
         f"{command} &\n"
         "pid=$!\n"
-        f'while [ -z "$(find {art} -name round_003.npz 2>/dev/null)" ] && kill -0 $pid 2>/dev/null\n'
-        "do sleep 0.01; done\n"
-        "kill -STOP $pid\n"
-        f"echo $pid > {out}/paused.tmp && mv {out}/paused.tmp {out}/paused\n"
+        # running: not gone and not a zombie (kill -0 succeeds on one), so a run that dies before round 3 ends
+        # the job at once (the test then fails on its state, with the run's output) instead of at a deadline
+        "running() { [ -r /proc/$1/status ] && ! grep -q '^State:[[:space:]]*Z' /proc/$1/status; }\n"
+        f'r3() {{ [ -n "$(find {art} -name round_003.npz 2>/dev/null)" ]; }}\n'
+        "while ! r3 && running $pid; do sleep 0.01; done\n"
+        "if r3; then kill -STOP $pid; "
+        f"echo $pid > {out}/paused.tmp && mv {out}/paused.tmp {out}/paused; fi\n"
         "wait $pid\n"
     )
     (tmp_path / "job.sh").write_text(script)
