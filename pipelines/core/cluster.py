@@ -211,8 +211,13 @@ LOCAL_DASK_CONFIG = {
 #   TCP_USER_TIMEOUT and keepalive). A partition shorter than it costs nothing; a longer one removes the cut-off
 #   worker (its results are recomputed elsewhere) or cuts the driver off (it reconnects: cluster.reconnect_limit).
 #   Kept at 30 s: lower makes a busy or briefly congested worker look dead; Dask needs at least 11 s.
-# - comm.timeouts.connect (Dask: 30s): how long one attempt to open a connection may take; 30 s rides out a
-#   scheduler restarting or a lossy link.
+# - comm.timeouts.connect (Dask: 30s): how long one attempt to open a connection may take (Dask retries a refused or
+#   lost connect within it). 10 s, with the retries below (4 attempts), is still more patience than Dask's 30 s
+#   without them, and the network tests' daemons run with it under loss, latency and partitions. At 30 s, a worker
+#   that died while its results were being gathered (a checkpoint; a SLURM job cancelled or preempted) held the run
+#   up for 4 x 30 s: Dask's gather keeps reconnecting to the gone worker before it recomputes the results elsewhere
+#   (tests/slurm/test_slurm.py's scancel test took 88-98 s instead of 12-15 s in 3 runs of 6; at 10 s, 13-16 s in 7
+#   runs of 8 and 48 s in one). The driver's own patience with a lost scheduler is cluster.reconnect_limit, not this.
 # - scheduler.worker-ttl (Dask: 5 minutes): a worker that sends no heartbeat for this long is removed and its
 #   tasks go to the others. A paused (SIGSTOP) or hung worker keeps its TCP connections up, so only this catches
 #   it: with 60 s it is removed within 2 x 60 s (the scheduler checks every worker-ttl), not 10 minutes.
@@ -221,7 +226,7 @@ LOCAL_DASK_CONFIG = {
 # A value from the user's own Dask configuration is kept; a profile's dask_config: wins over both.
 NETWORK_DASK_CONFIG = {
     "distributed.comm.timeouts.tcp": "30s",
-    "distributed.comm.timeouts.connect": "30s",
+    "distributed.comm.timeouts.connect": "10s",
     "distributed.scheduler.worker-ttl": "60s",
     "distributed.comm.retry.count": 3,
     "distributed.comm.retry.delay.min": "1s",
