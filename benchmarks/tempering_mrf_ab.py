@@ -112,6 +112,7 @@ def main():
             f"| graph | replicas | method | {args.ref} | this tree | time ratio (this / {args.ref}) |",
             "|---|---|---|---|---|---|",
         ]
+        print("\n".join(lines), flush=True)  # then each row as it is measured
         graphs = [
             ("random 4-regular, 10,000 nodes", regular_graph(), (16, 32, 64)),
             ("dense, 100 nodes", dense_network(), (64,)),
@@ -136,10 +137,8 @@ def main():
                     )
                     print(row, flush=True)
                     lines.append(row)
-    text = "\n".join(lines) + "\n"
-    print(text)
     if args.out:
-        Path(args.out).write_text(text)
+        Path(args.out).write_text("\n".join(lines) + "\n")
 
 
 if __name__ == "__main__":
