@@ -9,8 +9,10 @@ wheels for CPython 3.12 on manylinux x86_64 (at most 64 MiB is carried in one go
 * pgmflow's own wheel (built from this checkout);
 * its dependencies from pyproject.toml, with ``mlflow`` replaced by ``mlflow-skinny`` plus what
   MLflow's SQLite store needs (``sqlalchemy``, ``alembic``): the full ``mlflow`` adds its web UI,
-  pandas and pyarrow, some 100 MB that a tracking client does not use. pgmflow imports only
-  ``mlflow.tracking.MlflowClient`` and ``mlflow.entities``, which mlflow-skinny has;
+  pandas and pyarrow, some 100 MB. pgmflow imports ``mlflow.tracking.MlflowClient``,
+  ``mlflow.entities`` and ``mlflow.pyfunc`` (the svi and sparse_gp models), which mlflow-skinny has;
+  ``mlflow.pyfunc`` imports pandas, left to the image (about 12 MiB, past the limit; the H200 image has it,
+  and gpu-check's gpu-info step says so when it does not);
 * pytest-timeout (the tests' markers), and setuptools and wheel (pyproject's build backend: when the wheel
   is older than the checkout, ``make gpu-check`` builds the checkout there, offline).
 

@@ -55,3 +55,17 @@ def test_a_current_wheel_is_current_and_a_changed_or_missing_file_is_named(tmp_p
     del changed["pgmflow/core/cli.py"]
     diff = g.wheel_differences(wheel(tmp_path / "stale.whl", changed))
     assert sorted(diff) == ["pipelines/core/cli.py", "tasks/tempering/mrf_cuda.py"]
+
+
+def test_the_gpu_info_summary_warns_when_the_image_lacks_pandas():
+    """The wheelhouse leaves pandas to the image, and mlflow.pyfunc (the svi and sparse_gp models) imports it: the
+    gpu-info step says so up front rather than leaving two pipeline failures to be read backwards."""
+    import json
+
+    g = gpu_check()
+    probe = {"gpu": {}, "line": "NVIDIA H200", "python": "3.12.1", "versions": {"numpy": "2.4.6"}}
+    warning = g.no_pandas("some pip noise\n" + json.dumps(probe))
+    assert "NO PANDAS" in warning and "svi and sparse_gp" in warning
+    probe["versions"]["pandas"] = "2.3.3"
+    assert g.no_pandas(json.dumps(probe)) == ""
+    assert g.no_pandas("Traceback: the probe failed") == ""  # the step's own failure says what happened
