@@ -22,6 +22,16 @@ from __future__ import annotations
 
 __version__ = "0.3.0"
 
+import os as _os  # noqa: E402
+
+# MLflow 3 sends usage telemetry by default: at `import mlflow` it starts a thread that fetches its settings from
+# the internet and then edits the process environment (it unsets its session variable) while other threads may be
+# reading it (a glibc getenv/unsetenv race that can crash the process), on cluster nodes that are often offline.
+# pgmflow turns it off before MLflow is imported, unless the user has set MLFLOW_DISABLE_TELEMETRY or DO_NOT_TRACK
+# (docs/reliability.md, "The process environment").
+if "DO_NOT_TRACK" not in _os.environ:
+    _os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+
 from pgmflow.core import legacy_names as _legacy_names  # noqa: E402  (old import names, pgmflow.pipelines.*)
 
 _legacy_names.install()

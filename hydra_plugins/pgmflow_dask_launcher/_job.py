@@ -55,13 +55,24 @@ def _run(payload: bytes):
     return ret
 
 
+def apply_env(target: dict) -> None:
+    """Make os.environ equal ``target``, writing only the variables that differ: the runner serves one job after
+    another, and a job's threads may outlive it, so every putenv/unsetenv is a chance to race glibc's getenv in
+    one of them (docs/reliability.md, "The process environment"). ``clear()`` then ``update()`` wrote all of them."""
+    for k in [k for k in os.environ if k not in target]:
+        del os.environ[k]
+    for k, v in target.items():
+        if os.environ.get(k) != v:
+            os.environ[k] = v
+
+
 def run_payload(payload: bytes, env: dict) -> tuple:
     """Run one job here: returns (pickled JobReturn or None, 0 or -1, captured output)."""
     import cloudpickle
 
     saved_env = dict(os.environ)
     cwd = os.getcwd()
-    os.environ.update({k: str(v) for k, v in env.items()})
+    apply_env({**saved_env, **{k: str(v) for k, v in env.items()}})
     for path in reversed([p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]):
         if path not in sys.path:
             sys.path.insert(0, path)
@@ -85,8 +96,7 @@ def run_payload(payload: bytes, env: dict) -> tuple:
             for fd in saved_fds:
                 os.close(fd)
             os.chdir(cwd)
-            os.environ.clear()
-            os.environ.update(saved_env)
+            apply_env(saved_env)
         out.seek(0)
         output = out.read().decode(errors="replace")
     return blob, code, output

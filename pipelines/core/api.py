@@ -43,6 +43,9 @@ def _launch_dir():
     """Relative paths in a config (data files, the SQLite store) are taken from the working directory, as on
     the command line (``PGMFLOW_ORIG_CWD``)."""
     old = os.environ.get("PGMFLOW_ORIG_CWD")
+    if old == os.getcwd():  # written only when it changes: no putenv while a kept cluster's threads run
+        yield
+        return
     os.environ["PGMFLOW_ORIG_CWD"] = os.getcwd()
     try:
         yield

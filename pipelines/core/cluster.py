@@ -165,7 +165,10 @@ def worker_malloc(env: dict | None = None):
     :data:`WORKER_MALLOC_ENV` (values in ``env`` win). Dask's nanny applies
     ``distributed.nanny.pre-spawn-environ`` before it starts a worker process, as glibc needs; it
     prefers a value already in this process's environment (a nanny started earlier in the process
-    leaves its own there), so the variables are set here too, and put back as they were after."""
+    leaves its own there), so the variables are set here too, and left set after the block: glibc reads them
+    only when a process starts, so they reach nothing but processes started later, and putting them back would
+    edit the environment while the new cluster's threads run (docs/reliability.md, "The process environment").
+    A variable that already has its value is not written again."""
     import dask
     import distributed  # noqa: F401  (loads distributed's config defaults, which are kept)
 
@@ -173,17 +176,11 @@ def worker_malloc(env: dict | None = None):
     values.update({k: str(v) for k, v in (env or {}).items() if k in WORKER_MALLOC_ENV})
     pre = dict(dask.config.get("distributed.nanny.pre-spawn-environ", default={}) or {})
     pre.update(values)
-    saved = {k: os.environ.get(k) for k in values}
-    os.environ.update(values)
-    try:
-        with dask.config.set({"distributed.nanny.pre-spawn-environ": pre}):
-            yield
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+    for k, v in values.items():
+        if os.environ.get(k) != v:
+            os.environ[k] = v
+    with dask.config.set({"distributed.nanny.pre-spawn-environ": pre}):
+        yield
 
 
 # Dask's periodic housekeeping in a local cluster: the scheduler and the nannies run in this process, the workers

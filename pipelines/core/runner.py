@@ -157,6 +157,9 @@ def execute(cfg: dict, stream=None, cluster=None, record: RunRecord | None = Non
     ``under``: more tags for a new run, and its name under ``"run_name"`` (a study's stage: the parent run's
     id in ``mlflow.parentRunId``, the stage's name; docs/stages.md).
     """
+    from pgmflow.core import tracking
+
+    tracking.prepare_process(cfg["tracking"]["uri"])  # environment first: no putenv once a cluster's threads run
     if cfg.get("stages") and not under:  # a study: its stages run through here, each with its parent in `under`
         from pgmflow.core.study import run_study
 

@@ -93,6 +93,20 @@ def attempt_id() -> str:
     return os.environ[ATTEMPT_ENV]
 
 
+def prepare_process(uri: str) -> None:
+    """Every environment variable a run of this process sets, set at once: call it before the run starts a
+    thread (a Dask client's event loop). Setting one later (``putenv``) races glibc's ``getenv`` in a thread that
+    reads the environment without the GIL (``localtime``'s ``TZ``, the resolver's options in ``getaddrinfo``) and
+    can crash the process: a network test's driver died of SIGSEGV in ``getenv`` when the tracker set MLflow's
+    HTTP variables after the client had connected. Only missing variables are set, so later calls write nothing."""
+    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
+    if uri.startswith(("http://", "https://")):
+        # pgmflow retries itself, within tracking.max_wait; MLflow's own retries would add minutes.
+        os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
+        os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "60")
+    attempt_id()
+
+
 def is_transient(exc: BaseException) -> bool:
     """Whether an exception from MLflow means "try again later" (locked SQLite, server away)."""
     text = f"{type(exc).__name__}: {exc}".lower()
@@ -243,11 +257,7 @@ class Tracker:
     ):
         import logging
 
-        os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
-        if uri.startswith(("http://", "https://")):
-            # pgmflow retries itself, within tracking.max_wait; MLflow's own retries would add minutes.
-            os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
-            os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "60")
+        prepare_process(uri)  # a no-op when the run prepared the process before its threads started
         from mlflow.tracking import MlflowClient
 
         logging.getLogger("mlflow").setLevel(logging.WARNING)
