@@ -97,8 +97,9 @@ def prepare_process(uri: str) -> None:
     """Every environment variable a run of this process sets, set at once: call it before the run starts a
     thread (a Dask client's event loop). Setting one later (``putenv``) races glibc's ``getenv`` in a thread that
     reads the environment without the GIL (``localtime``'s ``TZ``, the resolver's options in ``getaddrinfo``) and
-    can crash the process: a network test's driver died of SIGSEGV in ``getenv`` when the tracker set MLflow's
-    HTTP variables after the client had connected. Only missing variables are set, so later calls write nothing."""
+    can crash the process: a network test's driver died of SIGSEGV in ``getenv`` in the window where the tracker
+    set these with the client connected (docs/reliability.md). Only missing variables are set, so later calls
+    write nothing."""
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
     if uri.startswith(("http://", "https://")):
         # pgmflow retries itself, within tracking.max_wait; MLflow's own retries would add minutes.

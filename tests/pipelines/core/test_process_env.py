@@ -1,7 +1,8 @@
 """The process environment is written before a run's threads start, never while they run (docs/reliability.md,
 "The process environment"). glibc's setenv/unsetenv race its getenv in threads that read the environment without
 the GIL (``localtime``'s TZ, the resolver in ``getaddrinfo``): a network test's driver died of SIGSEGV in getenv
-when the tracker set MLflow's HTTP variables after the Dask client had connected."""
+2.6 s into its run, where it wrote the environment with the Dask client connected (the tracker's MLflow HTTP
+variables, and MLflow's telemetry thread unsetting its own)."""
 
 from __future__ import annotations
 
