@@ -159,7 +159,8 @@ def execute(cfg: dict, stream=None, cluster=None, record: RunRecord | None = Non
     """
     from pgmflow.core import tracking
 
-    tracking.prepare_process(cfg["tracking"]["uri"])  # environment first: no putenv once a cluster's threads run
+    tcfg = cfg.get("tracking")  # checked later (exit 2 on a bad value); the environment first, before any thread
+    tracking.prepare_process(tcfg.get("uri") if isinstance(tcfg, dict) else None)
     if cfg.get("stages") and not under:  # a study: its stages run through here, each with its parent in `under`
         from pgmflow.core.study import run_study
 

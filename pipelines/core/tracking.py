@@ -93,7 +93,7 @@ def attempt_id() -> str:
     return os.environ[ATTEMPT_ENV]
 
 
-def prepare_process(uri: str) -> None:
+def prepare_process(uri) -> None:
     """Every environment variable a run of this process sets, set at once: call it before the run starts a
     thread (a Dask client's event loop). Setting one later (``putenv``) races glibc's ``getenv`` in a thread that
     reads the environment without the GIL (``localtime``'s ``TZ``, the resolver's options in ``getaddrinfo``) and
@@ -101,7 +101,7 @@ def prepare_process(uri: str) -> None:
     set these with the client connected (docs/reliability.md). Only missing variables are set, so later calls
     write nothing."""
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
-    if uri.startswith(("http://", "https://")):
+    if isinstance(uri, str) and uri.startswith(("http://", "https://")):  # a bad value is refused later, exit 2
         # pgmflow retries itself, within tracking.max_wait; MLflow's own retries would add minutes.
         os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
         os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "60")

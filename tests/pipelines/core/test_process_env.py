@@ -40,11 +40,14 @@ def test_a_prepared_process_writes_nothing_when_its_tracker_is_made(tmp_path, mo
     assert writes == [] and os.environ[tracking.ATTEMPT_ENV] == attempt
 
 
-def test_a_sqlite_store_leaves_the_http_variables_alone(monkeypatch):
+def test_a_sqlite_store_or_a_bad_value_leaves_the_http_variables_alone(monkeypatch):
+    """A bad tracking.uri (5, None) is refused later with its own message (tests/bad_input): preparing the
+    process must not fail on it first."""
     for k in HTTP_VARS:
         monkeypatch.delenv(k, raising=False)
-    tracking.prepare_process("sqlite:///mlflow.db")
-    assert not any(k in os.environ for k in HTTP_VARS)
+    for uri in ("sqlite:///mlflow.db", 5, None):
+        tracking.prepare_process(uri)
+        assert not any(k in os.environ for k in HTTP_VARS)
 
 
 def _fresh(code: str, **env_extra) -> dict:
