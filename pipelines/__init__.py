@@ -28,9 +28,14 @@ import os as _os  # noqa: E402
 # the internet and then edits the process environment (it unsets its session variable) while other threads may be
 # reading it (a glibc getenv/unsetenv race that can crash the process), on cluster nodes that are often offline.
 # pgmflow turns it off before MLflow is imported, unless the user has set MLFLOW_DISABLE_TELEMETRY or DO_NOT_TRACK
-# (docs/reliability.md, "The process environment").
-if "DO_NOT_TRACK" not in _os.environ:
-    _os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+# (docs/reliability.md, "The process environment"); and only while this process has no other thread, since this
+# write is itself a putenv (a Dask worker that first imports pgmflow to run a task has its event loop running; the
+# workers a pgmflow driver starts inherit the variable).
+if "DO_NOT_TRACK" not in _os.environ and "MLFLOW_DISABLE_TELEMETRY" not in _os.environ:
+    import threading as _threading  # noqa: E402
+
+    if _threading.active_count() == 1:
+        _os.environ["MLFLOW_DISABLE_TELEMETRY"] = "true"
 
 from pgmflow.core import legacy_names as _legacy_names  # noqa: E402  (old import names, pgmflow.pipelines.*)
 

@@ -78,6 +78,19 @@ def test_mlflow_telemetry_is_off_unless_the_user_says_otherwise():
     assert dnt["var"] is None
 
 
+def test_importing_pgmflow_with_threads_running_writes_no_environment():
+    """A Dask worker imports pgmflow to run its first task with its event loop running: the import must not write
+    the environment then (the workers a pgmflow driver starts inherit the variable instead)."""
+    code = (
+        "import json, os, threading, time\n"
+        "stop = threading.Event(); t = threading.Thread(target=stop.wait); t.start()\n"
+        "import pgmflow\n"
+        "stop.set(); t.join()\n"
+        "print(json.dumps({'var': os.environ.get('MLFLOW_DISABLE_TELEMETRY')}))\n"
+    )
+    assert _fresh(code) == {"var": None}
+
+
 def test_the_sweep_runner_writes_only_the_variables_that_differ(monkeypatch):
     from hydra_plugins.pgmflow_dask_launcher._job import apply_env
 
